@@ -1,0 +1,7 @@
+"""`python -m inplace_doctor ...` is the `inplace-doctor` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

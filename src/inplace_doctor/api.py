@@ -1,0 +1,199 @@
+"""The public verbs: `audit` a model in one run, `watch` any code."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Callable, Iterable
+
+import torch
+
+from .analysis import Analyzer
+from .errors import InplaceError, ModelError, UsageError
+from .findings import Finding, Severity
+from .modules import UnsupportedModuleError, refuse_opaque
+from .preserve import Preserved, tensors_in
+from .report import Report
+from .rules import select_rules
+from .tracer import Tracer
+
+Selection = Iterable[str] | str | None
+
+
+def default_loss(output: Any) -> torch.Tensor | None:
+    """Sum of every floating-point output that requires grad (None when there is none)."""
+    parts = [
+        t.float().sum()
+        for t in tensors_in(output)
+        if t.is_floating_point() or t.is_complex()
+        if t.requires_grad
+    ]
+    if not parts:
+        return None
+    total = parts[0]
+    for p in parts[1:]:
+        total = total + p
+    return total.real if total.is_complex() else total
+
+
+def audit(
+    model: torch.nn.Module,
+    *args: Any,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    backward: bool = True,
+    select: Selection = None,
+    ignore: Selection = None,
+    **kwargs: Any,
+) -> Report:
+    """Run `model(*args, **kwargs)` (and backward) once under the tracer; return a Report.
+
+    The model is left exactly as found: parameters, buffers (running stats,
+    `num_batches_tracked`), `.grad` (None stays None), train/eval flags, the
+    global RNG state and the caller's inputs.
+
+    Args:
+        model: an eager `nn.Module` (not scripted or compiled).
+        *args, **kwargs: the model's inputs.
+        loss_fn: maps the output to a scalar for backward; default: the sum of
+            every floating output that requires grad.
+        backward: also run backward, which confirms the findings it reaches.
+        select, ignore: rule codes or prefixes (`"IPD101"`, `"IPD1"`).
+
+    Example:
+        >>> import inplace_doctor as ipd
+        >>> from inplace_doctor.examples import SigmoidThenReLU
+        >>> model, x = SigmoidThenReLU(), torch.randn(4, 8)
+        >>> ipd.audit(model, x).codes
+        ['IPD101']
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(f"audit() needs a torch.nn.Module, got {type(model).__name__}")
+    try:
+        refuse_opaque(model, "the model")
+    except UnsupportedModuleError as e:
+        raise UsageError(str(e)) from None
+    analyzer = Analyzer(select_rules(select, ignore), root_label="model")
+    inputs = tensors_in((args, kwargs))
+    preserved = Preserved(model, inputs)
+    tracer = Tracer(analyzer, before_write=preserved.before_write)
+    tracer.modules.add_root(model)
+    report = Report(
+        findings=analyzer.findings,
+        target=type(model).__name__,
+        mode="train" if model.training else "eval",
+        command="audit",
+    )
+    with preserved, tracer:
+        try:
+            output = model(*args, **kwargs)
+        except InplaceError:
+            raise
+        except Exception as exc:
+            _classify_or_raise(exc, tracer, analyzer, report, "forward", model)
+            return _finish(report, tracer)
+        tracer.flush()
+        if backward:
+            loss = loss_fn(output) if loss_fn is not None else default_loss(output)
+            if loss is None or not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+                report.notes.append("backward skipped: no output requires grad")
+            else:
+                report.backward = True
+                try:
+                    loss.backward()
+                except InplaceError:
+                    report.notes.append("backward raised at the first overwritten saved tensor it reached")
+                except Exception as exc:
+                    _classify_or_raise(exc, tracer, analyzer, report, "backward", model)
+                else:
+                    analyzer.backward_completed()
+                del loss
+        del output
+    return _finish(report, tracer)
+
+
+def _finish(report: Report, tracer: Tracer) -> Report:
+    report.findings = _sorted(report.findings)
+    report.stats = {"ops": tracer.ops, "saved_tensors": tracer.saves, "writes": tracer.writes}
+    return report
+
+
+def _sorted(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (-f.severity.rank, f.code, f.mutation.file or "", f.mutation.line or 0))
+
+
+def _classify_or_raise(
+    exc: Exception, tracer: Tracer, analyzer: Analyzer, report: Report, stage: str, model: torch.nn.Module
+) -> None:
+    produced = analyzer.handle(tracer.describe_exception(exc))
+    if produced:
+        report.notes.append(f"{stage} stopped: PyTorch raised {type(exc).__name__} at the op")
+        return
+    raise ModelError(
+        f"{type(model).__name__} raised {type(exc).__name__} during {stage} ({tracer.progress()}): {exc}"
+    ) from exc
+
+
+class watch:
+    """Instrument any code (training steps, loops) and collect in-place findings.
+
+    `with ipd.watch() as session:` returns the session itself; its `findings`
+    stay readable after an exception. An in-place autograd error raised inside
+    (at the op, or later in backward) is re-raised as `InplaceError` with both
+    culprits; the PyTorch error is chained. With `fail_fast=True` the error is
+    raised at the overwriting op itself.
+
+    Args:
+        *models: modules whose submodules are named relative to them
+            (`layer1.0.relu`); others are named by class (`ResNet.layer1.0.relu`).
+        fail_fast: raise at the write instead of collecting.
+        select, ignore: rule codes or prefixes.
+
+    Example:
+        >>> with ipd.watch() as session:
+        ...     y = torch.randn(3, requires_grad=True).exp()
+        ...     y.add_(1)
+        >>> session.findings[0].code
+        'IPD101'
+    """
+
+    def __init__(
+        self, *models: torch.nn.Module, fail_fast: bool = False, select: Selection = None, ignore: Selection = None
+    ) -> None:
+        root_label = "model" if len(models) == 1 else ""
+        self._analyzer = Analyzer(select_rules(select, ignore), root_label=root_label, fail_fast=fail_fast)
+        self._tracer = Tracer(self._analyzer, fail_fast=fail_fast)
+        for m in models:
+            try:
+                refuse_opaque(m, "the model")
+            except UnsupportedModuleError as e:
+                raise UsageError(str(e)) from None
+            self._tracer.modules.add_root(m, "" if len(models) == 1 else type(m).__name__)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return _sorted(self._analyzer.findings)
+
+    @property
+    def tracer(self) -> Tracer:
+        return self._tracer
+
+    def report(self) -> Report:
+        report = Report(findings=list(self._analyzer.findings), command="watch", root_label=self._analyzer.root_label)
+        return _finish(report, self._tracer)
+
+    def failed(self, fail_on: Severity = Severity.WARNING) -> bool:
+        return any(f.severity.rank >= fail_on.rank for f in self._analyzer.findings)
+
+    def __enter__(self) -> "watch":
+        self._tracer.__enter__()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        self._tracer.__exit__(exc_type, exc, tb)
+        if exc is None or isinstance(exc, InplaceError) or not isinstance(exc, Exception):
+            return False
+        produced = [f for f in self._analyzer.handle(self._tracer.describe_exception(exc))]
+        if produced:
+            raise InplaceError(produced[0].message, produced) from exc
+        return False

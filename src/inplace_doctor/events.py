@@ -1,0 +1,74 @@
+"""What the tracer observed. Frozen records that flow one way: tracer -> analysis."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .sites import Site
+
+
+@dataclass(frozen=True)
+class SavedInfo:
+    """A tensor autograd saved for backward, as it was when saved."""
+
+    site: Site
+    node: str | None  # autograd node holding it: "SigmoidBackward0"
+    field: str | None  # the node's field: "result", "mat2", "saved_tensors[0]"
+    version: int  # the tensor's version when saved: what backward will expect
+    shape: tuple[int, ...]
+    dtype: str
+    read_by_backward: bool  # False for fields the node's backward never reads
+    key: int  # stable id of this saved tensor within one tracer
+
+    @property
+    def slot(self) -> str:
+        if self.node is None:
+            return f"the output of {self.site.op}"
+        return f"{self.node}.{self.field}" if self.field else self.node
+
+
+@dataclass(frozen=True)
+class WriteInfo:
+    """An op that wrote into a tensor's memory."""
+
+    site: Site
+    shape: tuple[int, ...]
+    dtype: str
+    writes_bytes: bool  # False for metadata-only in-place ops (squeeze_, t_, set_)
+
+
+@dataclass(frozen=True)
+class SavedTensorOverwritten:
+    """A write changed a tensor that autograd had saved for backward.
+
+    `shares_version_counter` tells how: True when the write bumped the saved
+    tensor's version (autograd will notice and raise at backward), False when
+    it changed the saved bytes through an alias with its own counter (`.data`,
+    `set_`, storage sharing): backward will silently read the new values.
+    """
+
+    write: WriteInfo
+    saved: SavedInfo
+    version_now: int
+    shares_version_counter: bool
+    already_used_by_backward: bool
+
+
+@dataclass(frozen=True)
+class StaleSavedTensorUsed:
+    """Backward reached a saved tensor whose version no longer matches: it raises."""
+
+    saved: SavedInfo
+    node: str | None
+    version_now: int
+
+
+@dataclass(frozen=True)
+class InplaceErrorRaised:
+    """PyTorch raised an error inside the traced code; rules decide whether it is an in-place one."""
+
+    error: BaseException
+    site: Site
+
+
+Event = SavedTensorOverwritten | StaleSavedTensorUsed | InplaceErrorRaised

@@ -1,0 +1,112 @@
+"""Leave the user's model, inputs and RNG exactly as they were found."""
+
+from __future__ import annotations
+
+import random
+import sys
+from typing import Any, Iterable
+
+import torch
+
+from .tracer import storage_span
+
+
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """Tensors inside nested lists, tuples, dicts (and dict-like model outputs)."""
+    found: list[torch.Tensor] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            found.append(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return found
+
+
+class RngState:
+    """torch (CPU and initialised CUDA), Python `random` and numpy generators."""
+
+    def __init__(self) -> None:
+        self.torch = torch.random.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+        self.python = random.getstate()
+        numpy = sys.modules.get("numpy")
+        self.numpy = numpy.random.get_state() if numpy is not None else None
+
+    def restore(self) -> None:
+        torch.random.set_rng_state(self.torch)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
+        random.setstate(self.python)
+        if self.numpy is not None:
+            sys.modules["numpy"].random.set_state(self.numpy)
+
+
+class Preserved:
+    """Context manager: run a model and leave no trace on it.
+
+    Buffers are swapped for clones during the run (BatchNorm writes its
+    running statistics without any visible write); existing `.grad` tensors
+    are set aside and put back (None stays None); parameters and inputs are
+    snapshotted just before the first write the tracer sees to them, and
+    written back only then; train/eval flags and RNG state are restored.
+    """
+
+    def __init__(self, model: torch.nn.Module, inputs: Iterable[torch.Tensor]) -> None:
+        self.model = model
+        self.inputs = list(inputs)
+        self._protected: dict[int, torch.Tensor] = {}
+        self._snapshots: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __enter__(self) -> "Preserved":
+        model = self.model
+        self._training = [(m, m.training) for m in model.modules()]
+        self._rng = RngState()
+        leaves = list({id(p): p for p in model.parameters()}.values())
+        leaves += [t for t in self.inputs if t.is_leaf and t.requires_grad and all(t is not p for p in leaves)]
+        self._grads = [(t, t.grad) for t in leaves]
+        for t, _ in self._grads:
+            t.grad = None
+        self._buffers: list[tuple[torch.nn.Module, str, torch.Tensor]] = []
+        clones: dict[int, torch.Tensor] = {}
+        for module in model.modules():
+            for name, buf in list(module._buffers.items()):
+                if buf is None:
+                    continue
+                if id(buf) not in clones:
+                    with torch.no_grad():
+                        clones[id(buf)] = buf.clone()
+                self._buffers.append((module, name, buf))
+                module._buffers[name] = clones[id(buf)]
+        for t in leaves + self.inputs:
+            span = storage_span(t)
+            if span is not None:
+                self._protected[span[0]] = t
+        return self
+
+    def before_write(self, t: torch.Tensor) -> None:
+        """Called by the tracer before an op writes `t`: snapshot protected memory once."""
+        span = storage_span(t)
+        if span is None:
+            return
+        owner = self._protected.get(span[0])
+        if owner is not None and span[0] not in self._snapshots:
+            with torch.no_grad():
+                self._snapshots[span[0]] = (owner, owner.detach().clone())
+
+    def __exit__(self, *exc: object) -> None:
+        for owner, snapshot in self._snapshots.values():
+            if not torch.equal(owner, snapshot):
+                with torch.no_grad():
+                    owner.copy_(snapshot)
+        self._snapshots.clear()
+        for module, name, buf in self._buffers:
+            module._buffers[name] = buf
+        for t, grad in self._grads:
+            t.grad = grad
+        for m, flag in self._training:
+            m.training = flag
+        self._rng.restore()

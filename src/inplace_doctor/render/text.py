@@ -1,0 +1,91 @@
+"""Terminal output with rich: colour only on a terminal, NO_COLOR honoured."""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import TextIO
+
+from rich.console import Console
+from rich.text import Text
+
+from ..findings import Finding, Severity
+from ..report import Report
+from ..sites import Site, module_ref
+
+_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold blue"}
+
+
+def _site_line(label: str, site: Site, root_label: str, slot: str | None = None) -> list[str]:
+    what = f"`{site.op.removeprefix('aten.')}`"
+    if slot:
+        what += f" -> {slot}"
+    parts = [what]
+    ref = module_ref(site, root_label)
+    if ref is not None:
+        extra = [site.module_type] if site.module_type else []
+        if site.module_call and site.module_call > 1:
+            extra.append(f"call {site.module_call}")
+        parts.append(f"in {ref}" + (f" ({', '.join(extra)})" if extra else ""))
+    parts.append(f"at {site.location}")
+    lines = [f"  {label:<12}{' '.join(parts)}"]
+    if site.code:
+        lines.append(f"  {'':<12}{site.code}")
+    return lines
+
+
+def finding_lines(f: Finding, root_label: str = "model") -> list[tuple[str, str]]:
+    """(text, style) lines for one finding."""
+    status = {True: "  [confirmed by backward]", False: "  [unconfirmed]", None: ""}[f.confirmed]
+    count = f"  (x{f.count})" if f.count > 1 else ""
+    out = [(f"{f.severity.value:<8}{f.code}  {f.title}{status}{count}", _STYLE[f.severity])]
+    out += [(line, "") for line in _site_line("overwritten" if f.saved else "at", f.mutation, root_label)]
+    if f.saved is not None:
+        out += [(line, "") for line in _site_line("saved", f.saved, root_label, f.details.get("slot"))]
+    why = f.details.get("why") or f.message.split("\nFix: ")[0]
+    out.append((f"  why: {why}", ""))
+    if f.confirmed is False and "\nUnconfirmed:" in f.message:
+        out.append((f"  {f.message.split(chr(10) + 'Unconfirmed: ')[1]}", "dim"))
+    if f.fix:
+        out.append((f"  fix: {f.fix}", "green"))
+    return out
+
+
+def _header(report: Report) -> str:
+    what = f"{report.command} of {report.target}" if report.target else report.command
+    mode = f" ({report.mode}{', forward + backward' if report.backward else ', forward only'})" if report.mode else ""
+    return f"inplace-doctor {what}{mode}"
+
+
+def _summary(report: Report) -> str:
+    if not report.findings:
+        return "No in-place hazards found."
+    counts = [f"{report.count(s)} {s.value}{'s' if report.count(s) != 1 else ''}" for s in Severity if report.count(s)]
+    return f"{len(report.findings)} finding{'s' if len(report.findings) != 1 else ''}: {', '.join(counts)}"
+
+
+def _lines(report: Report) -> list[tuple[str, str]]:
+    lines: list[tuple[str, str]] = [(_header(report), "bold"), ("", "")]
+    for f in report.findings:
+        lines += finding_lines(f, report.root_label)
+        lines.append(("", ""))
+    for note in report.notes:
+        lines.append((f"note: {note}", "dim"))
+    lines.append((_summary(report), "bold"))
+    return lines
+
+
+def render(report: Report, stream: TextIO, *, color: bool | None = None) -> None:
+    """Write the text report; colour when `stream` is a terminal and NO_COLOR is unset."""
+    if color is None:
+        color = stream.isatty() and not os.environ.get("NO_COLOR")
+    console = Console(
+        file=stream, force_terminal=color, no_color=not color, highlight=False, soft_wrap=True,
+        emoji=False, color_system="auto" if color else None,
+    )
+    for text, style in _lines(report):
+        console.print(Text(text, style=style if color else ""), markup=False)
+
+
+def to_plain_text(report: Report) -> str:
+    return "\n".join(text for text, _ in _lines(report)).rstrip() + "\n"

@@ -1,0 +1,56 @@
+"""The result of an audit or a watch: findings plus what was run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._compat import TORCH_VERSION
+from .findings import Finding, Severity
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Report:
+    """Findings of one instrumented run. `str(report)` is the text report."""
+
+    findings: list[Finding]
+    target: str = ""
+    mode: str = ""
+    backward: bool = False
+    notes: list[str] = field(default_factory=list)
+    stats: dict[str, int] = field(default_factory=dict)
+    command: str = "audit"
+    root_label: str = "model"
+
+    def count(self, severity: Severity) -> int:
+        return sum(1 for f in self.findings if f.severity is severity)
+
+    def failed(self, fail_on: Severity = Severity.WARNING) -> bool:
+        """True when a finding at or above `fail_on` severity exists."""
+        return any(f.severity.rank >= fail_on.rank for f in self.findings)
+
+    @property
+    def codes(self) -> list[str]:
+        return [f.code for f in self.findings]
+
+    def __str__(self) -> str:
+        from .render.text import to_plain_text
+
+        return to_plain_text(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tool": "inplace-doctor",
+            "command": self.command,
+            "torch_version": TORCH_VERSION,
+            "target": self.target,
+            "mode": self.mode,
+            "backward": self.backward,
+            "summary": {str(s): self.count(s) for s in Severity},
+            "findings": [f.to_dict() for f in self.findings],
+            "notes": list(self.notes),
+            "stats": dict(self.stats),
+        }

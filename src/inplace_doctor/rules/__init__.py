@@ -1,0 +1,8 @@
+"""The rule catalogue. Importing this package registers every rule."""
+
+from __future__ import annotations
+
+from . import forward_errors, saved_tensors  # noqa: F401  (registration)
+from .registry import RULES, Rule, get_rule, select_rules
+
+__all__ = ["RULES", "Rule", "get_rule", "select_rules"]

@@ -1,0 +1,72 @@
+"""Phrases shared by rule messages: how a site, a tensor and a fix read."""
+
+from __future__ import annotations
+
+import re
+from typing import Protocol
+
+from ..sites import Site, module_ref
+
+
+class Context(Protocol):
+    root_label: str
+
+
+def short_op(op: str) -> str:
+    """`aten.relu_` -> `relu_`, `c10d.broadcast_` stays qualified."""
+    return op.removeprefix("aten.")
+
+
+def where(site: Site, root_label: str) -> str:
+    """`relu_ in model.features.3 (ReLU, call 2) at model.py:42`."""
+    parts = [f"`{short_op(site.op)}`"]
+    if site.api and not site.api.endswith("forward"):
+        parts.append(f"(via {site.api})")
+    ref = module_ref(site, root_label)
+    if ref is not None:
+        extra = [site.module_type] if site.module_type else []
+        if site.module_call and site.module_call > 1:
+            extra.append(f"call {site.module_call}")
+        parts.append(f"in {ref}" + (f" ({', '.join(extra)})" if extra else ""))
+    parts.append(f"at {site.location}")
+    if site.phase != "forward":
+        parts.append(f"during {site.phase}")
+    return " ".join(parts)
+
+
+def tensor_desc(shape: tuple[int, ...], dtype: str) -> str:
+    return f"a [{', '.join(map(str, shape))}] {dtype} tensor"
+
+
+_AUGMENTED = re.compile(r"^(?P<lhs>[\w.\[\]:, ]+?)\s*(?P<op>\+|-|\*|/|//|@|%|\*\*|&|\||\^)=\s*(?P<rhs>.+)$")
+_INPLACE_CALL = re.compile(r"\.(?P<name>[a-z][a-z0-9_]*?)_\(")
+
+
+def fix_for_write(site: Site, root_label: str) -> str:
+    """The exact change that makes this write out of place."""
+    code = site.code or ""
+    ref = module_ref(site, root_label)
+    if site.module_inplace and ref is not None:
+        return f"set `{ref}.inplace = False` (or construct it with inplace=False)"
+    if site.api and site.api.endswith(".step") and "optim" not in code:
+        return (
+            f"call `{site.api}` only after every backward() that uses these parameters has run, "
+            f"or recompute the forward after the step ({site.location})"
+        )
+    match = _AUGMENTED.match(code)
+    if match:
+        lhs, op, rhs = match["lhs"].strip(), match["op"], match["rhs"].strip()
+        return f"replace `{code}` with `{lhs} = {lhs} {op} {rhs}` at {site.location}"
+    call = _INPLACE_CALL.search(code)
+    if call:
+        name = call["name"]
+        fixed = code.replace(f".{name}_(", f".{name}(", 1)
+        return f"use the out-of-place `{name}`: replace `{code}` with `{fixed}` at {site.location}"
+    if "inplace=True" in code:
+        return f"pass inplace=False: replace `{code}` with `{code.replace('inplace=True', 'inplace=False')}` at {site.location}"
+    if re.search(r"\]\s*=[^=]", code):
+        return f"write into a copy (`x = x.clone()` before `{code}`) or build the result out of place (torch.where) at {site.location}"
+    op = short_op(site.op)
+    if op.endswith("_"):
+        return f"use the out-of-place form of `{op}` (`{op[:-1]}`) at {site.location}, or modify a `.clone()`"
+    return f"modify a `.clone()` of the tensor instead at {site.location}"

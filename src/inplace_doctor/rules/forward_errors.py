@@ -1,0 +1,163 @@
+"""Rules for the in-place errors PyTorch raises at the op itself, made specific.
+
+PyTorch's wording changes between releases, so each case is matched loosely.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..events import InplaceErrorRaised
+from ..findings import Finding, Severity
+from ..sites import module_ref
+from .describe import fix_for_write, where
+from .registry import rule
+
+_LEAF = re.compile(r"leaf variable that requires grad.*in-place", re.IGNORECASE | re.DOTALL)
+
+
+@rule(
+    "IPD102",
+    "inplace-on-leaf",
+    "In-place op on a leaf tensor that requires grad",
+    Severity.ERROR,
+    events=(InplaceErrorRaised,),
+)
+def inplace_on_leaf(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
+    """An in-place op modifies a leaf tensor that requires grad (or a view of one).
+
+    What: a tensor created by the user with ``requires_grad=True`` (a
+    parameter, or an input you want gradients for) is modified in place
+    with grad mode on.
+
+    Why: PyTorch raises at once ("a leaf Variable that requires grad is being
+    used in an in-place operation"): the gradient would have to flow into a
+    value that no longer exists. Parameter updates are meant to happen under
+    ``torch.no_grad()``.
+
+    Example::
+
+        w = torch.randn(3, requires_grad=True)
+        w.add_(1)                 # IPD102
+
+    Fix: for an update of parameters, wrap it in ``with torch.no_grad():``; to
+    compute with a modified value, use the out-of-place form (``w = w + 1``)
+    or modify a ``.clone()``.
+    """
+    text = str(event.error)
+    if not _LEAF.search(text):
+        return None
+    kind = "a view of a leaf tensor" if "view of a leaf" in text.lower() else "a leaf tensor"
+    site = event.site
+    why = "PyTorch raises at once: the gradient for that leaf would have to flow into a value that no longer exists."
+    message = f"{where(site, ctx.root_label)} modifies {kind} that requires grad, with grad mode on. {why}"
+    fix = (
+        f"if this updates parameters, wrap it in `with torch.no_grad():`; otherwise "
+        f"{fix_for_write(site, ctx.root_label)}"
+    )
+    return Finding(
+        code="IPD102",
+        severity=Severity.ERROR,
+        title="In-place op on a leaf tensor that requires grad",
+        message=f"{message}\nFix: {fix}.",
+        mutation=site,
+        fix=fix,
+        confirmed=True,
+        details={"why": why},
+    )
+
+
+# (pattern, short name, why, fix) for each forward-time in-place error PyTorch raises.
+_FORWARD_ERRORS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
+    (
+        re.compile(r"more than one element of the written-to tensor refers to a single memory location", re.I),
+        "writes to an expanded (overlapping) tensor",
+        "Several elements share one memory location (an `expand()`/`expand_as()` or broadcast view), so "
+        "an elementwise in-place op would write the same memory several times",
+        "`.clone()` (or `.contiguous()`) the expanded tensor before modifying it, or use the out-of-place op",
+    ),
+    (
+        re.compile(r"BackwardHookFunction", re.I),
+        "modifies the output of a module with full backward hooks",
+        "`register_full_backward_hook` (Grad-CAM, captum, shap) wraps the module's outputs in a custom "
+        "Function; modifying such an output in place would bypass the hook's backward",
+        "make the op out of place (for `nn.ReLU(inplace=True)` after the hooked module, set `inplace = "
+        "False` on every ReLU: `for m in model.modules(): m.inplace = False` where it has the attribute)",
+    ),
+    (
+        re.compile(r"function that returns multiple views", re.I),
+        "modifies one of several views returned together (`unbind`, `split`, `chunk`)",
+        "Autograd cannot rewrite the backward of an op that returned several views when one of them "
+        "changes in place",
+        "`.clone()` the piece before modifying it, or build the result out of place (`torch.stack`/`cat`)",
+    ),
+    (
+        re.compile(r"view was created in no_grad mode|created in inference mode", re.I),
+        "modifies, with grad on, a view created under no_grad",
+        "The view has no autograd history from its base, so the in-place change cannot be recorded",
+        "create the view with grad enabled, or move both the view and the in-place op inside the "
+        "`no_grad` block",
+    ),
+    (
+        re.compile(r"view (?:was )?created inside a custom Function|is a view and (?:is being|its base)", re.I),
+        "modifies a view whose autograd history cannot be rewritten",
+        "The view comes from a custom Function (or an input returned as-is), whose backward would be "
+        "overridden by the view+in-place logic",
+        "`.clone()` the tensor before modifying it, or return a clone from the custom Function",
+    ),
+)
+
+
+@rule(
+    "IPD103",
+    "forbidden-inplace",
+    "In-place op that PyTorch forbids on this tensor",
+    Severity.ERROR,
+    events=(InplaceErrorRaised,),
+)
+def forbidden_inplace(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
+    """An in-place op PyTorch refuses at the op: overlapping memory, multi-output views, no_grad views, hooked outputs.
+
+    What: one of the in-place errors PyTorch raises during forward —
+    writing to an ``expand()``ed tensor; to one of the views ``unbind``/
+    ``split``/``chunk`` returned; to a view created under ``no_grad`` while
+    grad mode is on; to the output of a module with
+    ``register_full_backward_hook`` (Grad-CAM, captum, shap meet this with
+    ``nn.ReLU(inplace=True)`` and ``out += identity``).
+
+    Why: PyTorch's message names the rule but not the module or the line in
+    your model; inplace-doctor adds both and the specific fix.
+
+    Example::
+
+        m = torchvision.models.resnet18()
+        m.layer4.register_full_backward_hook(hook)
+        m(x)                       # IPD103 at the ReLU(inplace=True) after layer4
+
+    Fix: out-of-place op or a ``.clone()`` before the write, as the finding says.
+    """
+    text = str(event.error)
+    for pattern, what, why, fix in _FORWARD_ERRORS:
+        if pattern.search(text):
+            break
+    else:
+        return None
+    site = event.site
+    ref = module_ref(site, ctx.root_label)
+    if ref is not None and site.module_inplace:
+        fix = f"set `{ref}.inplace = False`; in general, {fix}"
+    first = text.strip().splitlines()[0] if text.strip() else type(event.error).__name__
+    message = (
+        f"{where(site, ctx.root_label)} {what}. {why}; PyTorch raised: \"{first[:200]}\""
+    )
+    return Finding(
+        code="IPD103",
+        severity=Severity.ERROR,
+        title="In-place op that PyTorch forbids on this tensor",
+        message=f"{message}\nFix: {fix}.",
+        mutation=site,
+        fix=fix,
+        confirmed=True,
+        details={"kind": what, "why": f"{why}; PyTorch raised: \"{first[:200]}\""},
+    )

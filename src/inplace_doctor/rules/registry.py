@@ -1,0 +1,92 @@
+"""The rule catalogue: one rule, one code, its docstring is its documentation.
+
+Codes: `IPD` + three digits, families by hundreds (1xx: in-place hazards to
+autograd and program meaning). Codes are never reused or renumbered.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from ..errors import UsageError
+from ..findings import Finding, Severity
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    name: str
+    title: str
+    severity: Severity
+    events: tuple[type, ...]
+    check: Callable[[Any, Any], Finding | None]
+
+    @property
+    def doc(self) -> str:
+        return inspect.cleandoc(self.check.__doc__ or "")
+
+    @property
+    def summary(self) -> str:
+        return self.doc.splitlines()[0] if self.doc else self.title
+
+
+RULES: dict[str, Rule] = {}
+
+
+def rule(
+    code: str, name: str, title: str, severity: Severity, events: Iterable[type]
+) -> Callable[[Callable[[Any, Any], Finding | None]], Callable[[Any, Any], Finding | None]]:
+    def register(check: Callable[[Any, Any], Finding | None]) -> Callable[[Any, Any], Finding | None]:
+        if code in RULES:
+            raise ValueError(f"rule code {code} registered twice")
+        RULES[code] = Rule(code, name, title, severity, tuple(events), check)
+        return check
+
+    return register
+
+
+def _match(pattern: str) -> list[str]:
+    pattern = pattern.strip().upper()
+    return [code for code in RULES if code.startswith(pattern)]
+
+
+def select_rules(select: Iterable[str] | str | None = None, ignore: Iterable[str] | str | None = None) -> list[Rule]:
+    """Rules chosen by code or prefix, ruff-style (`IPD1`, `IPD101`); unknown codes are a UsageError."""
+
+    def patterns(value: Iterable[str] | str | None) -> list[str]:
+        if value is None:
+            return []
+        items = value.split(",") if isinstance(value, str) else list(value)
+        out = []
+        for item in items:
+            out.extend(p for p in str(item).split(",") if p.strip())
+        return out
+
+    chosen = set(RULES) if not select else set()
+    for pattern in patterns(select):
+        matched = _match(pattern)
+        if not matched:
+            raise UsageError(_unknown(pattern))
+        chosen.update(matched)
+    for pattern in patterns(ignore):
+        matched = _match(pattern)
+        if not matched:
+            raise UsageError(_unknown(pattern))
+        chosen.difference_update(matched)
+    return [RULES[c] for c in sorted(chosen)]
+
+
+def _unknown(pattern: str) -> str:
+    close = difflib.get_close_matches(pattern.strip().upper(), list(RULES), n=1)
+    hint = f"did you mean {close[0]}?" if close else f"known rules: {', '.join(sorted(RULES))}"
+    return f"unknown rule code or prefix {pattern.strip()!r}; {hint}"
+
+
+def get_rule(code: str) -> Rule:
+    found = RULES.get(code.strip().upper())
+    if found is None:
+        raise UsageError(_unknown(code))
+    return found

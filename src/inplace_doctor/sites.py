@@ -1,0 +1,195 @@
+"""Where an op ran: the user's source line, the module path, the torch API called."""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from types import FrameType, TracebackType
+
+import torch
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One frame of user code."""
+
+    file: str
+    line: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line} in {self.function}"
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where an op ran.
+
+    `file`/`line`/`code` are the innermost frame outside torch, the Python
+    standard library and inplace_doctor; `stack` holds every such user frame,
+    innermost last. `api` is the torch callable that user line entered
+    (`SGD.step`, `ReLU.forward`), when there is one.
+    """
+
+    op: str
+    module: str | None = None
+    module_call: int | None = None
+    module_type: str | None = None
+    module_inplace: bool | None = None
+    file: str | None = None
+    line: int | None = None
+    code: str | None = None
+    stack: tuple[Frame, ...] = field(default=(), compare=False)
+    api: str | None = None
+    phase: str = "forward"
+
+    @property
+    def location(self) -> str:
+        if self.file is None:
+            return "<unknown location>"
+        return f"{_short_path(self.file)}:{self.line}"
+
+    @property
+    def module_label(self) -> str | None:
+        if self.module is None:
+            return None
+        name = self.module or "<root>"
+        if self.module_call and self.module_call > 1:
+            name += f" (call {self.module_call})"
+        return name
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "op": self.op,
+            "module": self.module,
+            "module_call": self.module_call,
+            "module_type": self.module_type,
+            "file": self.file,
+            "line": self.line,
+            "code": self.code,
+            "api": self.api,
+            "phase": self.phase,
+            "stack": [{"file": f.file, "line": f.line, "function": f.function} for f in self.stack],
+        }
+
+
+def module_ref(site: Site, root_label: str) -> str | None:
+    """The module as the user would write it: `model.layer1.0.relu`."""
+    if site.module is None:
+        return None
+    if not site.module:
+        return root_label or "<root module>"
+    return f"{root_label}.{site.module}" if root_label else site.module
+
+
+def _short_path(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith(".." + os.sep + "..") else rel
+
+
+def _library_dirs() -> tuple[str, ...]:
+    dirs = {os.path.dirname(torch.__file__), os.path.dirname(__file__)}
+    for key in ("stdlib", "platstdlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            dirs.add(path)
+    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs) + tuple(
+        os.path.join(d, "") for d in dirs
+    )
+
+
+_LIBRARY_DIRS = _library_dirs()
+_TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "")
+# The bundled examples are user code as far as locations go.
+_USER_DIRS = tuple(
+    os.path.join(d, "examples", "") for d in (os.path.dirname(__file__), os.path.realpath(os.path.dirname(__file__)))
+)
+_is_user_file_cache: dict[str, bool] = {}
+# Torch frames that only forward a call (module __call__, decorators): not the API the user called.
+_WRAPPER_NAMES = frozenset({"_wrapped_call_impl", "_call_impl", "_fn", "wrapper", "decorate_context"})
+
+
+def is_user_file(filename: str) -> bool:
+    known = _is_user_file_cache.get(filename)
+    if known is None:
+        known = filename.startswith(_USER_DIRS) or not (
+            filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen")
+        )
+        _is_user_file_cache[filename] = known
+    return known
+
+
+def _is_api_frame(code: object) -> bool:
+    name = code.co_qualname  # type: ignore[attr-defined]
+    return "<locals>" not in name and name.rsplit(".", 1)[-1] not in _WRAPPER_NAMES
+
+
+MAX_STACK = 24
+
+
+def capture_frames(frame: FrameType | None = None) -> tuple[tuple[Frame, ...], str | None]:
+    """User frames of the current stack (innermost last) and the torch API the innermost one called."""
+    f = frame if frame is not None else sys._getframe(1)
+    frames: list[Frame] = []
+    api: str | None = None
+    while f is not None and len(frames) < MAX_STACK:
+        code = f.f_code
+        if is_user_file(code.co_filename):
+            frames.append(Frame(code.co_filename, f.f_lineno, code.co_name))
+        elif not frames and code.co_filename.startswith(_TORCH_DIR) and _is_api_frame(code):
+            api = code.co_qualname  # outermost non-wrapper torch frame below the user's line
+        f = f.f_back
+    frames.reverse()
+    return tuple(frames), api
+
+
+def frames_from_traceback(tb: TracebackType | None) -> tuple[tuple[Frame, ...], str | None]:
+    """User frames of a traceback, innermost last, and the torch API the innermost one called."""
+    frames: list[Frame] = []
+    api: str | None = None
+    after_user = False
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if is_user_file(code.co_filename):
+            frames.append(Frame(code.co_filename, tb.tb_lineno, code.co_name))
+            api, after_user = None, True
+        elif after_user and code.co_filename.startswith(_TORCH_DIR) and _is_api_frame(code):
+            api, after_user = code.co_qualname, False
+        tb = tb.tb_next
+    return tuple(frames[-MAX_STACK:]), api
+
+
+def source_line(frame: Frame | None) -> str | None:
+    if frame is None:
+        return None
+    text = linecache.getline(frame.file, frame.line).strip()
+    return text or None
+
+
+def make_site(
+    op: str,
+    frames: tuple[Frame, ...],
+    api: str | None,
+    module: tuple[str, int, str, bool | None] | None,
+    phase: str,
+) -> Site:
+    inner = frames[-1] if frames else None
+    return Site(
+        op=op,
+        module=module[0] if module else None,
+        module_call=module[1] if module else None,
+        module_type=module[2] if module else None,
+        module_inplace=module[3] if module else None,
+        file=inner.file if inner else None,
+        line=inner.line if inner else None,
+        code=source_line(inner),
+        stack=frames,
+        api=api,
+        phase=phase,
+    )

@@ -1,0 +1,497 @@
+"""One instrumented run: every write, every saved tensor, and when it is released.
+
+The tracer owns a private `TorchDispatchMode` (writes), `saved_tensors_hooks`
+(saves, with its own version re-check at unpack), autograd's node-creation hook
+(which node and field hold each saved tensor) and global module hooks (module
+paths). It reports `events` to a sink and knows nothing about rules.
+
+Known limitations:
+- Writes that PyTorch makes without a dispatch-visible write or a version bump
+  are invisible: BatchNorm's running-statistic update, writes through numpy,
+  writes to inference tensors.
+- Inside a non-reentrant `torch.utils.checkpoint` region the checkpoint's own
+  saved-tensor hooks replace ours: saves there are rebuilt on recompute, and
+  PyTorch does not check their versions either, so neither do we. Writes there
+  to tensors saved outside the region are seen.
+- Tensors saved before the tracer started are checked by PyTorch itself, not
+  by the tracer; an error they raise is still recognised by its message.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Any, Callable
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from . import _compat
+from .autograd_facts import saved_field_is_read
+from .events import (
+    Event,
+    InplaceErrorRaised,
+    SavedInfo,
+    SavedTensorOverwritten,
+    StaleSavedTensorUsed,
+    WriteInfo,
+)
+from .modules import ModuleContext, ModuleTracker
+from .sites import Frame, Site, capture_frames, frames_from_traceback, make_site
+
+Sink = Callable[[Event], "BaseException | None"]
+
+# In-place ops that change a tensor's metadata or storage pointer but write no
+# bytes: they still bump the version counter (so autograd will complain), but
+# they cannot corrupt saved values behind the counter's back.
+_METADATA_ONLY = frozenset(
+    {
+        "set_", "resize_", "resize_as_", "as_strided_", "detach_", "squeeze_", "unsqueeze_",
+        "t_", "transpose_", "swapdims_", "swapaxes_", "requires_grad_", "sparse_resize_",
+        "sparse_resize_and_clear_", "_coalesced_", "retain_grad",
+    }
+)
+
+WriteSpec = tuple[tuple[str, int], ...]  # (argument name, position) of each written argument
+_write_specs: dict[Any, WriteSpec] = {}
+
+
+def write_spec(func: Any) -> WriteSpec:
+    """Which arguments an aten op writes, read from its schema (cached per overload)."""
+    spec = _write_specs.get(func)
+    if spec is None:
+        schema = func._schema
+        spec = ()
+        if schema.is_mutable:
+            spec = tuple(
+                (arg.name, i)
+                for i, arg in enumerate(schema.arguments)
+                if arg.alias_info is not None and arg.alias_info.is_write
+            )
+        _write_specs[func] = spec
+    return spec
+
+
+def op_name(func: Any) -> str:
+    """`aten.relu_`, `aten.add_.Tensor` -> `aten.add_`, `c10d.broadcast_`."""
+    name: str = func._schema.name
+    return name.replace("::", ".")
+
+
+def storage_span(t: torch.Tensor) -> tuple[int, int, int] | None:
+    """(storage key, first byte, end byte) of the memory a tensor covers, or None."""
+    try:
+        if t.is_inference() or t.is_sparse or t.is_meta:
+            return None
+        storage = t.untyped_storage()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+    if storage.nbytes() == 0 or t.numel() == 0:
+        return None
+    size = t.element_size()
+    start = t.storage_offset()
+    extent = sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()))
+    return storage.data_ptr(), start * size, (start + extent + 1) * size
+
+
+class _SavedRecord:
+    """What the tracer knows about one saved tensor (private, mutable)."""
+
+    __slots__ = (
+        "key", "frames", "api", "module", "phase", "version", "shape", "dtype", "node", "field",
+        "op", "read", "used", "span",
+    )
+
+    def __init__(
+        self, key: int, frames: tuple[Frame, ...], api: str | None, module: ModuleContext | None,
+        phase: str, version: int, t: torch.Tensor, span: tuple[int, int, int] | None,
+    ) -> None:
+        self.key = key
+        self.frames = frames
+        self.api = api
+        self.module = module
+        self.phase = phase
+        self.version = version
+        self.shape = tuple(t.shape)
+        self.dtype = str(t.dtype).removeprefix("torch.")
+        self.node: str | None = None
+        self.field: str | None = None
+        self.op: str | None = None
+        self.read = True
+        self.used = False
+        self.span = span
+
+    def info(self) -> SavedInfo:
+        op = self.op or (self.node.removesuffix("Backward0") if self.node else "<unknown op>")
+        return SavedInfo(
+            site=make_site(op, self.frames, self.api, self.module, self.phase),
+            node=self.node,
+            field=self.field,
+            version=self.version,
+            shape=self.shape,
+            dtype=self.dtype,
+            read_by_backward=self.read,
+            key=self.key,
+        )
+
+
+class _Holder:
+    """What our pack hook hands autograd: a detached alias (same storage and
+    counter, no grad_fn, so no reference cycle) and its record."""
+
+    __slots__ = ("tensor", "record", "__weakref__")
+
+    def __init__(self, tensor: torch.Tensor, record: _SavedRecord) -> None:
+        self.tensor = tensor
+        self.record = record
+
+
+class _PendingWrite:
+    __slots__ = ("info", "span", "candidates")
+
+    def __init__(self, info: WriteInfo, span: tuple[int, int, int], candidates: list[tuple[Any, int]]):
+        self.info = info
+        self.span = span
+        self.candidates = candidates
+
+
+class _DispatchMode(_compat.TorchDispatchMode):
+    def __init__(self, tracer: "Tracer") -> None:
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        tracer = self.tracer
+        if kwargs is None:
+            kwargs = {}
+        if tracer._busy:
+            return func(*args, **kwargs)
+        if tracer._pending_nodes:
+            tracer._flush_nodes()
+        if tracer._pending_writes:
+            tracer._settle()
+        tracer.ops += 1
+        spec = _write_specs.get(func)
+        if spec is None:
+            spec = write_spec(func)
+        if spec and tracer._before_write is not None:
+            tracer._call_before_write(spec, args, kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except BaseException as exc:
+            tracer._failed_op = (exc, func)
+            raise
+        tracer._last_op = func
+        if spec:
+            tracer._record_write(func, spec, args, kwargs)
+        return out
+
+
+class _SettleOnReturn(TorchFunctionMode):
+    """fail_fast: settle writes when the user-level call returns (after the
+    version bump), so the raise points at the line that overwrote."""
+
+    def __init__(self, tracer: "Tracer") -> None:
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if self.tracer._pending_writes and not self.tracer._busy:
+            self.tracer._settle()
+        return out
+
+
+class Tracer:
+    """Context manager that records writes and saved tensors and reports events.
+
+    Args:
+        sink: receives each event; may return an exception for the tracer to
+            raise at that point (fail-fast, or the stale-tensor error at unpack).
+        fail_fast: also settle writes as soon as the user-level call returns.
+        before_write: called with each tensor an op is about to write (audit
+            uses it to snapshot the caller's parameters and inputs).
+    """
+
+    def __init__(
+        self,
+        sink: Sink,
+        *,
+        fail_fast: bool = False,
+        before_write: Callable[[torch.Tensor], None] | None = None,
+    ) -> None:
+        self._sink = sink
+        self._before_write = before_write
+        self.ops = 0
+        self._fail_fast = fail_fast
+        self.modules = ModuleTracker()
+        self._by_storage: dict[int, dict[int, weakref.ref[_Holder]]] = {}
+        self._keys = itertools.count(1)
+        self._pending_nodes: list[tuple[Any, Any]] = []
+        self._pending_writes: list[_PendingWrite] = []
+        self._busy = False
+        self._last_op: Any = None
+        self._failed_op: tuple[BaseException, Any] | None = None
+        self._contexts: list[Any] = []
+        self._active = False
+        self.saves = 0
+        self.writes = 0
+
+    # -- lifecycle -------------------------------------------------------
+    def __enter__(self) -> "Tracer":
+        if self._active:
+            raise RuntimeError("this Tracer is already active")
+        self._active = True
+        self.modules.__enter__()
+        self._contexts = [self.modules]
+        try:
+            _compat.push_node_creation_hook(self._on_node)
+            self._contexts.append(_NodeHookContext())
+            hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+            hooks.__enter__()
+            self._contexts.append(hooks)
+            mode = _DispatchMode(self)
+            mode.__enter__()
+            self._contexts.append(mode)
+            if self._fail_fast:
+                fmode = _SettleOnReturn(self)
+                fmode.__enter__()
+                self._contexts.append(fmode)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if exc and exc[0] is None:
+                self.flush()
+        finally:
+            while self._contexts:
+                ctx = self._contexts.pop()
+                ctx.__exit__(None, None, None)
+            self._pending_writes.clear()
+            self._pending_nodes.clear()
+            self._active = False
+
+    def flush(self) -> None:
+        """Name pending saved tensors and settle pending writes now."""
+        if self._pending_nodes:
+            self._flush_nodes()
+        if self._pending_writes:
+            self._settle()
+
+    # -- saved tensors ---------------------------------------------------
+    def _pack(self, t: torch.Tensor) -> _Holder:
+        self._busy = True
+        try:
+            alias = t.detach()
+        finally:
+            self._busy = False
+        phase = "backward" if _compat.current_autograd_node() is not None else "forward"
+        frames, api = capture_frames()
+        span = storage_span(t)
+        record = _SavedRecord(next(self._keys), frames, api, self.modules.current, phase, t._version, t, span)
+        holder = _Holder(alias, record)
+        self.saves += 1
+        if span is not None:
+            ptr, key = span[0], record.key
+            bucket = self._by_storage.setdefault(ptr, {})
+            bucket[key] = weakref.ref(holder, lambda _ref, ptr=ptr, key=key: self._release(ptr, key))
+        return holder
+
+    def _release(self, ptr: int, key: int) -> None:
+        bucket = self._by_storage.get(ptr)
+        if bucket is not None:
+            bucket.pop(key, None)
+            if not bucket:
+                del self._by_storage[ptr]
+
+    def _unpack(self, holder: _Holder) -> torch.Tensor:
+        t = holder.tensor
+        record = holder.record
+        record.used = True
+        version = t._version
+        if version != record.version:
+            node = _compat.current_autograd_node()
+            node_name = node.name() if node is not None else record.node
+            original = RuntimeError(pytorch_stale_message(t, node_name, version, record.version))
+            error = self._sink(StaleSavedTensorUsed(record.info(), node_name, version))
+            if error is None:
+                raise original
+            raise error from original
+        return t
+
+    def progress(self) -> str:
+        """How far the run got, for error messages."""
+        where = ""
+        ctx = self.modules.error_context or self.modules.current
+        if ctx is not None:
+            where = f" in module {ctx[0] or '<root>'} ({ctx[2]})"
+        return f"after {self.ops} ops, {self.saves} saved tensors{where}"
+
+    def live_saved_tensors(self) -> int:
+        return sum(len(b) for b in self._by_storage.values())
+
+    # -- which node saved what --------------------------------------------
+    def _on_node(self, node: Any) -> None:
+        self._pending_nodes.append((node, self._last_op))
+
+    def _flush_nodes(self) -> None:
+        nodes, self._pending_nodes = self._pending_nodes, []
+        for node, last_op in nodes:
+            attrs = _saved_attrs(node)
+            if not attrs:
+                continue
+            node_name = None
+            for attr in attrs:
+                try:
+                    raw = getattr(node, attr)
+                except RuntimeError:  # already freed
+                    continue
+                items = raw if isinstance(raw, (tuple, list)) else (raw,)
+                for i, saved in enumerate(items):
+                    if not isinstance(saved, _compat.SavedTensor):
+                        continue
+                    holder = saved.data
+                    if type(holder) is not _Holder or holder.record.node is not None:
+                        continue
+                    record = holder.record
+                    if node_name is None:
+                        node_name = node.name()
+                    field = attr[len(_compat.RAW_SAVED_PREFIX) :]
+                    record.node = node_name
+                    record.field = f"{field}[{i}]" if isinstance(raw, (tuple, list)) else field
+                    if isinstance(node, torch.autograd.function.BackwardCFunction):
+                        record.op = f"{node_name.removesuffix('Backward')}.apply"
+                    elif last_op is not None:
+                        record.op = op_name(last_op)
+                    record.read = saved_field_is_read(node, node_name, record.field)
+
+    # -- writes -----------------------------------------------------------
+    def _call_before_write(self, spec: WriteSpec, args: Any, kwargs: Any) -> None:
+        assert self._before_write is not None
+        self._busy = True
+        try:
+            for t in _written(spec, args, kwargs):
+                self._before_write(t)
+        finally:
+            self._busy = False
+
+    def _record_write(self, func: Any, spec: WriteSpec, args: Any, kwargs: Any) -> None:
+        self.writes += 1
+        for t in _written(spec, args, kwargs):
+            self._record_written_tensor(func, t)
+
+    def _record_written_tensor(self, func: Any, t: torch.Tensor) -> None:
+        span = storage_span(t)
+        if span is None:
+            return
+        bucket = self._by_storage.get(span[0])
+        if not bucket:
+            return
+        candidates = []
+        for ref in bucket.values():
+            holder = ref()
+            if holder is not None:
+                candidates.append((ref, holder.tensor._version))
+        if not candidates:
+            return
+        frames, api = capture_frames()
+        phase = "backward" if _compat.current_autograd_node() is not None else "forward"
+        name = op_name(func)
+        site = make_site(name, frames, api, self.modules.current, phase)
+        info = WriteInfo(
+            site=site,
+            shape=tuple(t.shape),
+            dtype=str(t.dtype).removeprefix("torch."),
+            writes_bytes=name.split(".", 1)[-1] not in _METADATA_ONLY,
+        )
+        self._pending_writes.append(_PendingWrite(info, span, candidates))
+
+    def _settle(self) -> None:
+        """Decide what pending writes did, now that their version bumps happened."""
+        writes, self._pending_writes = self._pending_writes, []
+        if self._pending_nodes:
+            self._flush_nodes()
+        for write in writes:
+            for ref, version_before in write.candidates:
+                holder = ref()
+                if holder is None:
+                    continue
+                record = holder.record
+                version_now = holder.tensor._version
+                shares = version_now != version_before
+                if shares:
+                    if version_now == record.version:
+                        continue
+                elif not (write.info.writes_bytes and record.read and _overlaps(write.span, record.span)):
+                    continue
+                error = self._sink(
+                    SavedTensorOverwritten(
+                        write=write.info,
+                        saved=record.info(),
+                        version_now=version_now,
+                        shares_version_counter=shares,
+                        already_used_by_backward=record.used,
+                    )
+                )
+                if error is not None:
+                    raise error
+
+    # -- errors PyTorch raised at an op -----------------------------------
+    def describe_exception(self, exc: BaseException) -> InplaceErrorRaised:
+        """Where an exception raised inside the traced code happened."""
+        frames, api = frames_from_traceback(exc.__traceback__)
+        op = "<in-place op>"
+        if self._failed_op is not None and self._failed_op[0] is exc:
+            op = op_name(self._failed_op[1])
+        module = self.modules.error_context if self.modules._error_seen is exc else None
+        phase = "forward"
+        site = make_site(op, frames, api, module, phase)
+        return InplaceErrorRaised(exc, site)
+
+
+def _written(spec: WriteSpec, args: Any, kwargs: Any) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+    for name, position in spec:
+        value = args[position] if position < len(args) else kwargs.get(name)
+        if isinstance(value, torch.Tensor):
+            out.append(value)
+        elif isinstance(value, (list, tuple)):
+            out.extend(item for item in value if isinstance(item, torch.Tensor))
+    return out
+
+
+class _NodeHookContext:
+    def __exit__(self, *exc: object) -> None:
+        _compat.pop_node_creation_hook()
+
+
+_saved_attr_cache: dict[type, tuple[str, ...]] = {}
+
+
+def _saved_attrs(node: Any) -> tuple[str, ...]:
+    cls = type(node)
+    attrs = _saved_attr_cache.get(cls)
+    if attrs is None:
+        attrs = tuple(a for a in dir(node) if a.startswith(_compat.RAW_SAVED_PREFIX))
+        _saved_attr_cache[cls] = attrs
+    return attrs
+
+
+def _overlaps(a: tuple[int, int, int], b: tuple[int, int, int] | None) -> bool:
+    return b is not None and a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
+
+
+def pytorch_stale_message(t: torch.Tensor, node: str | None, version: int, expected: int) -> str:
+    """PyTorch's own wording for a stale saved tensor (its check is off under our hooks)."""
+    shape = list(t.shape)
+    return (
+        "one of the variables needed for gradient computation has been modified by an inplace "
+        f"operation: [{t.type()} {shape}], which is saved by {node or 'an autograd node'}, is at "
+        f"version {version}; expected version {expected} instead."
+    )
+
+
+__all__ = ["Tracer", "Site", "op_name", "write_spec", "storage_span", "pytorch_stale_message"]
