@@ -57,6 +57,13 @@ class Analyzer:
                 produced.append(self._record(finding, confirming))
         return produced
 
+    def adopt(self, findings: list[Finding]) -> None:
+        """Record findings another session's tracer raised inside this one
+        (a graph built under an earlier watch() reaching backward here)."""
+        for finding in findings:
+            if finding.dedupe_key not in self._index:
+                self._record(finding, confirming=True)
+
     def _record(self, finding: Finding, confirming: bool) -> Finding:
         key = finding.dedupe_key
         index = self._index.get(key)

@@ -123,9 +123,14 @@ def _sorted(findings: list[Finding]) -> list[Finding]:
 def _classify_or_raise(
     exc: Exception, tracer: Tracer, analyzer: Analyzer, report: Report, stage: str, model: torch.nn.Module
 ) -> None:
-    produced = analyzer.handle(tracer.describe_exception(exc))
-    if produced:
+    event = tracer.describe_exception(exc)
+    if analyzer.handle(event):
         report.notes.append(f"{stage} stopped: PyTorch raised {type(exc).__name__} at the op")
+        return
+    unselected = Analyzer(select_rules(), root_label=analyzer.root_label).handle(event)
+    if unselected:
+        codes = ", ".join(sorted({f.code for f in unselected}))
+        report.notes.append(f"{stage} stopped at an in-place error of a rule not selected ({codes})")
         return
     raise ModelError(
         f"{type(model).__name__} raised {type(exc).__name__} during {stage} ({tracer.progress()}): {exc}"
@@ -191,7 +196,10 @@ class watch:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
         self._tracer.__exit__(exc_type, exc, tb)
-        if exc is None or isinstance(exc, InplaceError) or not isinstance(exc, Exception):
+        if isinstance(exc, InplaceError):
+            self._analyzer.adopt(exc.findings)
+            return False
+        if exc is None or not isinstance(exc, Exception):
             return False
         produced = [f for f in self._analyzer.handle(self._tracer.describe_exception(exc))]
         if produced:

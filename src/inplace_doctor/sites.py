@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import re
 import sys
 import sysconfig
 from dataclasses import dataclass, field
@@ -93,17 +94,22 @@ def _short_path(path: str) -> str:
     return path if rel.startswith(".." + os.sep + "..") else rel
 
 
+def _with_real(dirs: set[str]) -> tuple[str, ...]:
+    return tuple(sorted({os.path.join(p, "") for d in dirs for p in (d, os.path.realpath(d))}))
+
+
 def _library_dirs() -> tuple[str, ...]:
     dirs = {os.path.dirname(torch.__file__), os.path.dirname(__file__)}
-    for key in ("stdlib", "platstdlib"):
-        path = sysconfig.get_paths().get(key)
-        if path:
-            dirs.add(path)
-    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs) + tuple(
-        os.path.join(d, "") for d in dirs
-    )
+    scripts = sysconfig.get_paths().get("scripts")  # console-script wrappers
+    if scripts:
+        dirs.add(scripts)
+    return _with_real(dirs)
 
 
+# The standard library, but not the site-packages inside it (a venv's
+# platstdlib is a parent of its site-packages).
+_STDLIB_DIRS = _with_real({os.path.dirname(os.__file__)})
+_SITE_MARKERS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 _LIBRARY_DIRS = _library_dirs()
 _TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "")
 # The bundled examples are user code as far as locations go.
@@ -118,8 +124,9 @@ _WRAPPER_NAMES = frozenset({"_wrapped_call_impl", "_call_impl", "_fn", "wrapper"
 def is_user_file(filename: str) -> bool:
     known = _is_user_file_cache.get(filename)
     if known is None:
+        stdlib = filename.startswith(_STDLIB_DIRS) and not any(m in filename for m in _SITE_MARKERS)
         known = filename.startswith(_USER_DIRS) or not (
-            filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen")
+            stdlib or filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen")
         )
         _is_user_file_cache[filename] = known
     return known
@@ -147,6 +154,24 @@ def capture_frames(frame: FrameType | None = None) -> tuple[tuple[Frame, ...], s
         f = f.f_back
     frames.reverse()
     return tuple(frames), api
+
+
+_INPLACE_CALL = re.compile(r"\b(?P<name>[a-z][a-z0-9_]*_)\(")
+
+
+def inplace_op_in_traceback(tb: TracebackType | None) -> str | None:
+    """The in-place call on the innermost Python line of a traceback (`relu_`), if it shows one."""
+    last = None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    if last is None:
+        return None
+    text = linecache.getline(last.tb_frame.f_code.co_filename, last.tb_lineno)
+    found = _INPLACE_CALL.search(text)
+    if found:
+        return f"aten.{found['name']}"
+    return "aten.add_" if "+=" in text else None
 
 
 def frames_from_traceback(tb: TracebackType | None) -> tuple[tuple[Frame, ...], str | None]:

@@ -37,7 +37,7 @@ from .events import (
     WriteInfo,
 )
 from .modules import ModuleContext, ModuleTracker
-from .sites import Frame, Site, capture_frames, frames_from_traceback, make_site
+from .sites import Frame, Site, capture_frames, frames_from_traceback, inplace_op_in_traceback, make_site
 
 Sink = Callable[[Event], "BaseException | None"]
 
@@ -360,9 +360,12 @@ class Tracer:
                     if node_name is None:
                         node_name = node.name()
                     field = attr[len(_compat.RAW_SAVED_PREFIX) :]
+                    custom = isinstance(node, torch.autograd.function.BackwardCFunction)
+                    if custom:
+                        field = "saved_tensors"  # what the user's backward reads: ctx.saved_tensors
                     record.node = node_name
                     record.field = f"{field}[{i}]" if isinstance(raw, (tuple, list)) else field
-                    if isinstance(node, torch.autograd.function.BackwardCFunction):
+                    if custom:
                         record.op = f"{node_name.removesuffix('Backward')}.apply"
                     elif last_op is not None:
                         record.op = op_name(last_op)
@@ -443,9 +446,10 @@ class Tracer:
     def describe_exception(self, exc: BaseException) -> InplaceErrorRaised:
         """Where an exception raised inside the traced code happened."""
         frames, api = frames_from_traceback(exc.__traceback__)
-        op = "<in-place op>"
         if self._failed_op is not None and self._failed_op[0] is exc:
             op = op_name(self._failed_op[1])
+        else:  # raised above the dispatcher (autograd's view and leaf checks)
+            op = inplace_op_in_traceback(exc.__traceback__) or "<in-place op>"
         module = self.modules.error_context if self.modules._error_seen is exc else None
         phase = "forward"
         site = make_site(op, frames, api, module, phase)

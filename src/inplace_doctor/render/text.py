@@ -36,7 +36,9 @@ def _site_line(label: str, site: Site, root_label: str, slot: str | None = None)
 
 def finding_lines(f: Finding, root_label: str = "model") -> list[tuple[str, str]]:
     """(text, style) lines for one finding."""
-    status = {True: "  [confirmed by backward]", False: "  [unconfirmed]", None: ""}[f.confirmed]
+    raised_at_op = f.saved is None
+    confirmed = "  [PyTorch raised]" if raised_at_op else "  [confirmed by backward]"
+    status = {True: confirmed, False: "  [unconfirmed]", None: ""}[f.confirmed]
     count = f"  (x{f.count})" if f.count > 1 else ""
     out = [(f"{f.severity.value:<8}{f.code}  {f.title}{status}{count}", _STYLE[f.severity])]
     out += [(line, "") for line in _site_line("overwritten" if f.saved else "at", f.mutation, root_label)]
