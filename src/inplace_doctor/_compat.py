@@ -43,10 +43,14 @@ current_autograd_node: Callable[[], Any] = _require(
 )
 #: The saved-tensor object behind `node._raw_saved_<field>`; `.data` is what the
 #: pack hook returned, read without unpacking (so no checkpoint recompute).
-SavedTensor: type = _require(_autograd, "SavedTensor", "autograd's SavedTensor type")
+SavedTensor: Any = _require(_autograd, "SavedTensor", "autograd's SavedTensor type")
 
 _require(SavedTensor, "data", "SavedTensor.data")
 _require(SavedTensor, "unpack_hook", "SavedTensor.unpack_hook")
+
+#: Context manager: ops inside skip every Python dispatch mode (the tool's own
+#: bookkeeping ops must not be recorded, and re-entering the mode is costly).
+DisableTorchDispatch: Any = _require(torch._C, "_DisableTorchDispatch", "the dispatch-mode guard")
 
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
@@ -61,6 +65,7 @@ __all__ = [
     "TorchDispatchMode",
     "TorchIncompatibleError",
     "current_autograd_node",
+    "DisableTorchDispatch",
     "pop_node_creation_hook",
     "push_node_creation_hook",
     "SavedTensor",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Literal
 
 import torch
 
@@ -194,7 +194,7 @@ class watch:
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
+    ) -> Literal[False]:
         self._tracer.__exit__(exc_type, exc, tb)
         if isinstance(exc, InplaceError):
             self._analyzer.adopt(exc.findings)

@@ -113,8 +113,8 @@ def load_factory(spec: str) -> Any:
     for part in attr_path.split("."):
         if not hasattr(obj, part):
             names = [n for n in dir(obj) if not n.startswith("_")]
-            close = difflib.get_close_matches(part, names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            matches = difflib.get_close_matches(part, names, n=1)
+            hint = f"; did you mean {matches[0]!r}?" if matches else ""
             raise CliUsageError(f"{walked!r} has no attribute {part!r}{hint}")
         obj = getattr(obj, part)
         walked += f".{part}" if walked != module_name else f":{part}"

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
+import weakref
 from typing import Any
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
 from ._compat import TorchIncompatibleError  # noqa: F401  (import check first)
 
@@ -39,56 +38,77 @@ class ModuleTracker:
     """
 
     def __init__(self) -> None:
-        self._names: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        # id(module) -> (weakref to it, dotted path, class name); the weakref
+        # tells a live module from a dead one whose id was reused.
+        self._known: dict[int, tuple[Any, str, str]] = {}
         self._calls: dict[int, int] = {}
         self._stack: list[tuple[torch.nn.Module, ModuleContext]] = []
+        self._on_stack: dict[int, int] = {}  # id(module) -> its index in _stack
         self._handles: list[Any] = []
-        self.error_context: ModuleContext | None = None
-        self._error_seen: BaseException | None = None
 
     def add_root(self, module: torch.nn.Module, prefix: str = "") -> None:
         for name, sub in module.named_modules(remove_duplicate=True):
-            if sub not in self._names:
-                self._names[sub] = f"{prefix}.{name}" if prefix and name else (prefix or name)
+            if self._lookup(sub) is None:
+                path = f"{prefix}.{name}" if prefix and name else (prefix or name)
+                self._known[id(sub)] = (weakref.ref(sub), path, type(sub).__name__)
 
-    def _name_of(self, module: torch.nn.Module) -> str:
-        name = self._names.get(module)
-        if name is None:
-            refuse_opaque(module, type(module).__name__)
-            self.add_root(module, type(module).__name__)
-            name = self._names[module]
-        return name
+    def _lookup(self, module: torch.nn.Module) -> tuple[Any, str, str] | None:
+        entry = self._known.get(id(module))
+        return entry if entry is not None and entry[0]() is module else None
+
+    def _learn(self, module: torch.nn.Module) -> tuple[Any, str, str]:
+        """A module first seen outside any known root: named by its class."""
+        refuse_opaque(module, type(module).__name__)
+        self.add_root(module, type(module).__name__)
+        return self._known[id(module)]
 
     @property
     def current(self) -> ModuleContext | None:
         return self._stack[-1][1] if self._stack else None
 
     def _pre(self, module: torch.nn.Module, args: Any) -> None:
-        if not self._stack:
-            self._calls.clear()
+        stack = self._stack
         key = id(module)
+        stale = self._on_stack.get(key)
+        if stale is not None:
+            # Entered again while still on the stack: an exception unwound past
+            # its post hook (or, rarely, a module calls itself). Drop the stale part.
+            self._truncate(stale)
+        if not stack:
+            self._calls.clear()
+        entry = self._known.get(key)
+        if entry is None or entry[0]() is not module:
+            entry = self._learn(module)
         call = self._calls.get(key, 0) + 1
         self._calls[key] = call
-        inplace = getattr(module, "inplace", None)
-        ctx = (self._name_of(module), call, type(module).__name__, inplace if isinstance(inplace, bool) else None)
-        self._stack.append((module, ctx))
+        # __dict__, not getattr: Module.__getattr__ raises internally for most modules.
+        inplace = module.__dict__.get("inplace")
+        self._on_stack[key] = len(stack)
+        stack.append((module, (entry[1], call, entry[2], inplace if isinstance(inplace, bool) else None)))
 
     def _post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        exc = sys.exc_info()[1]
-        if exc is not None and exc is not self._error_seen and self._stack:
-            # The innermost module still running when an exception unwinds.
-            self._error_seen = exc
-            self.error_context = self._stack[-1][1]
-        while self._stack:
-            top, _ = self._stack.pop()
-            if top is module:
-                break
+        index = self._on_stack.get(id(module))
+        if index is not None:
+            self._truncate(index)
+
+    def _truncate(self, index: int) -> None:
+        stack = self._stack
+        while len(stack) > index:
+            top, _ = stack.pop()
+            self._on_stack.pop(id(top), None)
+
+    def clear(self) -> None:
+        """Forget modules an exception unwound past (their post hooks never ran)."""
+        self._truncate(0)
 
     def __enter__(self) -> "ModuleTracker":
+        # Not always_call=True: it slows every module call several-fold. An
+        # exception instead leaves the stack as it was at the error: exactly
+        # the context an error message needs; `clear()` forgets it.
         mm = torch.nn.modules.module
         self._handles = [
             mm.register_module_forward_pre_hook(self._pre),
-            mm.register_module_forward_hook(self._post, always_call=True),
+            mm.register_module_forward_hook(self._post),
         ]
         return self
 
@@ -96,4 +116,4 @@ class ModuleTracker:
         for handle in self._handles:
             handle.remove()
         self._handles = []
-        self._stack.clear()
+        self.clear()

@@ -65,8 +65,9 @@ class Preserved:
         model = self.model
         self._training = [(m, m.training) for m in model.modules()]
         self._rng = RngState()
-        leaves = list({id(p): p for p in model.parameters()}.values())
-        leaves += [t for t in self.inputs if t.is_leaf and t.requires_grad and all(t is not p for p in leaves)]
+        leaves: list[torch.Tensor] = list({id(p): p for p in model.parameters()}.values())
+        known = {id(p) for p in leaves}
+        leaves += [t for t in self.inputs if t.is_leaf and t.requires_grad and id(t) not in known]
         self._grads = [(t, t.grad) for t in leaves]
         for t, _ in self._grads:
             t.grad = None

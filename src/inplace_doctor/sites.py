@@ -132,24 +132,46 @@ def is_user_file(filename: str) -> bool:
     return known
 
 
+_api_frame_cache: dict[object, bool] = {}
+
+
 def _is_api_frame(code: object) -> bool:
-    name = code.co_qualname  # type: ignore[attr-defined]
-    return "<locals>" not in name and name.rsplit(".", 1)[-1] not in _WRAPPER_NAMES
+    known = _api_frame_cache.get(code)
+    if known is None:
+        name = code.co_qualname  # type: ignore[attr-defined]
+        known = "<locals>" not in name and name.rsplit(".", 1)[-1] not in _WRAPPER_NAMES
+        _api_frame_cache[code] = known
+    return known
 
 
-MAX_STACK = 24
+MAX_STACK = 24  # user frames kept for a write: the line everyone reads first
+SAVE_STACK = 8  # for a save, captured on every saved tensor: kept short for speed
 
 
-def capture_frames(frame: FrameType | None = None) -> tuple[tuple[Frame, ...], str | None]:
-    """User frames of the current stack (innermost last) and the torch API the innermost one called."""
-    f = frame if frame is not None else sys._getframe(1)
-    frames: list[Frame] = []
+RawFrame = tuple[str, int, str]  # (file, line, function): cheap to capture on every save
+
+
+def capture_frames(
+    frame: FrameType | None = None, limit: int = MAX_STACK
+) -> tuple[tuple[RawFrame, ...], str | None]:
+    """User frames of the current stack (innermost last) and the torch API the innermost one called.
+
+    Runs on every saved tensor, so it builds plain tuples; `make_site` turns
+    them into `Frame`s only when a finding needs them.
+    """
+    f: FrameType | None = frame if frame is not None else sys._getframe(1)
+    frames: list[RawFrame] = []
     api: str | None = None
-    while f is not None and len(frames) < MAX_STACK:
+    cache = _is_user_file_cache
+    while f is not None and len(frames) < limit:
         code = f.f_code
-        if is_user_file(code.co_filename):
-            frames.append(Frame(code.co_filename, f.f_lineno, code.co_name))
-        elif not frames and code.co_filename.startswith(_TORCH_DIR) and _is_api_frame(code):
+        filename = code.co_filename
+        user = cache.get(filename)
+        if user is None:
+            user = is_user_file(filename)
+        if user:
+            frames.append((filename, f.f_lineno, code.co_name))
+        elif not frames and filename.startswith(_TORCH_DIR) and _is_api_frame(code):
             api = code.co_qualname  # outermost non-wrapper torch frame below the user's line
         f = f.f_back
     frames.reverse()
@@ -174,15 +196,15 @@ def inplace_op_in_traceback(tb: TracebackType | None) -> str | None:
     return "aten.add_" if "+=" in text else None
 
 
-def frames_from_traceback(tb: TracebackType | None) -> tuple[tuple[Frame, ...], str | None]:
+def frames_from_traceback(tb: TracebackType | None) -> tuple[tuple[RawFrame, ...], str | None]:
     """User frames of a traceback, innermost last, and the torch API the innermost one called."""
-    frames: list[Frame] = []
+    frames: list[RawFrame] = []
     api: str | None = None
     after_user = False
     while tb is not None:
         code = tb.tb_frame.f_code
         if is_user_file(code.co_filename):
-            frames.append(Frame(code.co_filename, tb.tb_lineno, code.co_name))
+            frames.append((code.co_filename, tb.tb_lineno, code.co_name))
             api, after_user = None, True
         elif after_user and code.co_filename.startswith(_TORCH_DIR) and _is_api_frame(code):
             api, after_user = code.co_qualname, False
@@ -199,11 +221,12 @@ def source_line(frame: Frame | None) -> str | None:
 
 def make_site(
     op: str,
-    frames: tuple[Frame, ...],
+    raw_frames: tuple[RawFrame, ...],
     api: str | None,
     module: tuple[str, int, str, bool | None] | None,
     phase: str,
 ) -> Site:
+    frames = tuple(Frame(*raw) for raw in raw_frames)
     inner = frames[-1] if frames else None
     return Site(
         op=op,

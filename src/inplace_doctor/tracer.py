@@ -37,7 +37,7 @@ from .events import (
     WriteInfo,
 )
 from .modules import ModuleContext, ModuleTracker
-from .sites import Frame, Site, capture_frames, frames_from_traceback, inplace_op_in_traceback, make_site
+from .sites import SAVE_STACK, RawFrame, Site, capture_frames, frames_from_traceback, inplace_op_in_traceback, make_site
 
 Sink = Callable[[Event], "BaseException | None"]
 
@@ -72,48 +72,55 @@ def write_spec(func: Any) -> WriteSpec:
     return spec
 
 
+_op_names: dict[Any, str] = {}
+
+
 def op_name(func: Any) -> str:
     """`aten.relu_`, `aten.add_.Tensor` -> `aten.add_`, `c10d.broadcast_`."""
-    name: str = func._schema.name
-    return name.replace("::", ".")
+    name = _op_names.get(func)
+    if name is None:
+        name = _op_names[func] = func._schema.name.replace("::", ".")
+    return name
 
 
 def storage_span(t: torch.Tensor) -> tuple[int, int, int] | None:
     """(storage key, first byte, end byte) of the memory a tensor covers, or None."""
     try:
-        if t.is_inference() or t.is_sparse or t.is_meta:
+        if t.is_inference():
             return None
         storage = t.untyped_storage()
-    except (RuntimeError, NotImplementedError, TypeError):
+        numel = t.numel()
+        if numel == 0 or storage.nbytes() == 0:
+            return None
+        size = t.element_size()
+        start = int(t.storage_offset())
+        if t.is_contiguous():
+            extent = numel - 1
+        else:
+            extent = sum((int(n) - 1) * abs(int(s)) for n, s in zip(t.shape, t.stride()))
+    except (RuntimeError, NotImplementedError, TypeError):  # sparse, meta, no storage
         return None
-    if storage.nbytes() == 0 or t.numel() == 0:
-        return None
-    size = t.element_size()
-    start = t.storage_offset()
-    extent = sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()))
     return storage.data_ptr(), start * size, (start + extent + 1) * size
 
 
 class _SavedRecord:
     """What the tracer knows about one saved tensor (private, mutable)."""
 
-    __slots__ = (
-        "key", "frames", "api", "module", "phase", "version", "shape", "dtype", "node", "field",
-        "op", "read", "used", "span",
-    )
+    __slots__ = ("key", "where", "version", "shape", "dtype", "node", "field", "op", "read", "used", "span")
 
     def __init__(
-        self, key: int, frames: tuple[Frame, ...], api: str | None, module: ModuleContext | None,
-        phase: str, version: int, t: torch.Tensor, span: tuple[int, int, int] | None,
+        self,
+        key: int,
+        where: tuple[tuple[RawFrame, ...], str | None, ModuleContext | None, str],
+        version: int,
+        t: torch.Tensor,
+        span: tuple[int, int, int] | None,
     ) -> None:
         self.key = key
-        self.frames = frames
-        self.api = api
-        self.module = module
-        self.phase = phase
+        self.where = where  # (user frames, torch api, module context, phase)
         self.version = version
-        self.shape = tuple(t.shape)
-        self.dtype = str(t.dtype).removeprefix("torch.")
+        self.shape = t.shape
+        self.dtype = t.dtype
         self.node: str | None = None
         self.field: str | None = None
         self.op: str | None = None
@@ -123,13 +130,14 @@ class _SavedRecord:
 
     def info(self) -> SavedInfo:
         op = self.op or (self.node.removesuffix("Backward0") if self.node else "<unknown op>")
+        frames, api, module, phase = self.where
         return SavedInfo(
-            site=make_site(op, self.frames, self.api, self.module, self.phase),
+            site=make_site(op, frames, api, module, phase),
             node=self.node,
             field=self.field,
             version=self.version,
-            shape=self.shape,
-            dtype=self.dtype,
+            shape=tuple(self.shape),
+            dtype=str(self.dtype).removeprefix("torch."),
             read_by_backward=self.read,
             key=self.key,
         )
@@ -166,6 +174,7 @@ class _DispatchMode(_compat.TorchDispatchMode):
             kwargs = {}
         if tracer._busy:
             return func(*args, **kwargs)
+        tracer._save_frames = None
         if tracer._pending_nodes:
             tracer._flush_nodes()
         if tracer._pending_writes:
@@ -226,12 +235,16 @@ class Tracer:
         self._fail_fast = fail_fast
         self.modules = ModuleTracker()
         self._by_storage: dict[int, dict[int, weakref.ref[_Holder]]] = {}
+        self._ref_keys: dict[weakref.ref[_Holder], tuple[int, int]] = {}
+        self._on_release = self._release  # one bound method for every weakref callback
         self._keys = itertools.count(1)
         self._pending_nodes: list[tuple[Any, Any]] = []
         self._pending_writes: list[_PendingWrite] = []
         self._busy = False
         self._last_op: Any = None
         self._failed_op: tuple[BaseException, Any] | None = None
+        self._save_frames: tuple[tuple[RawFrame, ...], str | None, ModuleContext | None, str] | None = None
+        self._error_module: tuple[BaseException, ModuleContext | None] | None = None
         self._contexts: list[Any] = []
         self._active = False
         self.saves = 0
@@ -266,12 +279,15 @@ class Tracer:
         try:
             if exc and exc[0] is None:
                 self.flush()
+            elif exc and isinstance(exc[1], BaseException):
+                self._error_module = (exc[1], self.modules.current)
         finally:
             while self._contexts:
                 ctx = self._contexts.pop()
                 ctx.__exit__(None, None, None)
             self._pending_writes.clear()
             self._pending_nodes.clear()
+            self._save_frames = None
             self._active = False
 
     def flush(self) -> None:
@@ -283,24 +299,39 @@ class Tracer:
 
     # -- saved tensors ---------------------------------------------------
     def _pack(self, t: torch.Tensor) -> _Holder:
-        self._busy = True
-        try:
-            alias = t.detach()
-        finally:
-            self._busy = False
-        phase = "backward" if _compat.current_autograd_node() is not None else "forward"
-        frames, api = capture_frames()
+        if type(t) is torch.Tensor or type(t) is torch.nn.Parameter:
+            with _compat.DisableTorchDispatch():  # our own detach is not the user's op
+                alias = t.detach()
+        else:  # a tensor subclass may need its own __torch_dispatch__ for detach
+            self._busy = True
+            try:
+                alias = t.detach()
+            finally:
+                self._busy = False
+        # Packs with no dispatched op between them come from one autograd kernel
+        # call: they share the Python stack, captured once (reset at each op).
+        where = self._save_frames
+        if where is None:
+            phase = "backward" if _compat.current_autograd_node() is not None else "forward"
+            frames, api = capture_frames(limit=SAVE_STACK)
+            where = self._save_frames = (frames, api, self.modules.current, phase)
         span = storage_span(t)
-        record = _SavedRecord(next(self._keys), frames, api, self.modules.current, phase, t._version, t, span)
+        record = _SavedRecord(next(self._keys), where, t._version, t, span)
         holder = _Holder(alias, record)
         self.saves += 1
         if span is not None:
             ptr, key = span[0], record.key
-            bucket = self._by_storage.setdefault(ptr, {})
-            bucket[key] = weakref.ref(holder, lambda _ref, ptr=ptr, key=key: self._release(ptr, key))
+            ref = weakref.ref(holder, self._on_release)
+            self._ref_keys[ref] = (ptr, key)
+            bucket = self._by_storage.get(ptr)
+            if bucket is None:
+                bucket = self._by_storage[ptr] = {}
+            bucket[key] = ref
         return holder
 
-    def _release(self, ptr: int, key: int) -> None:
+    def _release(self, ref: "weakref.ref[_Holder]") -> None:
+        """Autograd freed a saved tensor (backward ran, or the graph was dropped)."""
+        ptr, key = self._ref_keys.pop(ref, (0, 0))
         bucket = self._by_storage.get(ptr)
         if bucket is not None:
             bucket.pop(key, None)
@@ -325,7 +356,7 @@ class Tracer:
     def progress(self) -> str:
         """How far the run got, for error messages."""
         where = ""
-        ctx = self.modules.error_context or self.modules.current
+        ctx = self.modules.current
         if ctx is not None:
             where = f" in module {ctx[0] or '<root>'} ({ctx[2]})"
         return f"after {self.ops} ops, {self.saves} saved tensors{where}"
@@ -353,7 +384,7 @@ class Tracer:
                 for i, saved in enumerate(items):
                     if not isinstance(saved, _compat.SavedTensor):
                         continue
-                    holder = saved.data
+                    holder: Any = saved.data
                     if type(holder) is not _Holder or holder.record.node is not None:
                         continue
                     record = holder.record
@@ -450,7 +481,10 @@ class Tracer:
             op = op_name(self._failed_op[1])
         else:  # raised above the dispatcher (autograd's view and leaf checks)
             op = inplace_op_in_traceback(exc.__traceback__) or "<in-place op>"
-        module = self.modules.error_context if self.modules._error_seen is exc else None
+        if self._error_module is not None and self._error_module[0] is exc:
+            module = self._error_module[1]
+        else:  # still inside the run: the module stack is as the error left it
+            module = self.modules.current
         phase = "forward"
         site = make_site(op, frames, api, module, phase)
         return InplaceErrorRaised(exc, site)

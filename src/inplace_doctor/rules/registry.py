@@ -60,7 +60,7 @@ def select_rules(select: Iterable[str] | str | None = None, ignore: Iterable[str
         if value is None:
             return []
         items = value.split(",") if isinstance(value, str) else list(value)
-        out = []
+        out: list[str] = []
         for item in items:
             out.extend(p for p in str(item).split(",") if p.strip())
         return out

@@ -1,0 +1,259 @@
+"""What does inplace-doctor cost, next to a plain forward + backward and anomaly mode?
+
+    . .venv/bin/activate && python benchmarks/overhead.py            # ~2-4 min on 2 cores
+    python benchmarks/overhead.py --quick                             # ~1 min, noisier
+    python benchmarks/overhead.py --rounds 20                         # fixed rounds everywhere
+    python benchmarks/overhead.py --profile                           # cProfile of `watch` on the MLP
+
+Variants, each one forward + backward with `loss = output.sum()`:
+
+- plain:   no instrumentation;
+- anomaly: inside `torch.autograd.detect_anomaly()` (its warning silenced);
+- watch:   inside `inplace_doctor.watch()`, which is what `audit` runs internally;
+- audit:   `inplace_doctor.audit(model, x)` itself, which also saves and restores
+           the model's buffers, grads, flags and the RNG state around the run.
+
+Method:
+
+- `torch.set_num_threads(1)` and CPU time from `time.process_time()`: with one
+  intra-op thread CPU time is close to wall time, and less disturbed by other
+  processes on the machine.
+- Warm-up rounds first (allocator, dispatcher and Python caches).
+- One iteration of each variant is timed to size the run: each workload gets as
+  many rounds as fit its share of the time budget (`--rounds` overrides).
+- Then N interleaved rounds: every round runs every variant once, in a rotating
+  order, so slow drift (thermal, other load) affects all variants alike.
+  Grads are set to None and garbage is collected before each timed call, both
+  outside the timed region; the objects alive after setup are moved out of the
+  collector's reach (`gc.freeze()`), so those collections cost microseconds
+  instead of a scan of all of torch's objects, and no full collection of them
+  lands inside a timed call.
+- Reported: the minimum time per variant (the least disturbed run) and the
+  ratio min(variant) / min(plain). "µs added per op" is
+  (min(watch) - min(plain)) / number of aten ops in one forward + backward,
+  counted once with a pass-through `TorchDispatchMode`.
+
+This script prints measurements; it asserts nothing about them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import pstats
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import inplace_doctor as ipd
+
+VARIANTS = ("plain", "anomaly", "watch", "audit")
+
+# Seconds of timed rounds per workload (the full run also spends time on
+# warm-up and sizing); --quick uses the smaller budget.
+BUDGET_S = 45.0
+QUICK_BUDGET_S = 12.0
+MIN_ROUNDS, MAX_ROUNDS = 3, 200
+
+
+# -- workloads ----------------------------------------------------------------
+
+
+@dataclass
+class Workload:
+    name: str
+    model: nn.Module
+    x: torch.Tensor
+
+
+def resnet50() -> Workload:
+    from torchvision.models import resnet50 as build
+
+    return Workload("ResNet-50, batch 4, 160 px", build(weights=None).train(), torch.randn(4, 3, 160, 160))
+
+
+def transformer() -> Workload:
+    layer = nn.TransformerEncoderLayer(
+        d_model=256, nhead=8, dim_feedforward=1024, dropout=0.1, batch_first=True
+    )
+    model = nn.TransformerEncoder(layer, num_layers=4, enable_nested_tensor=False).train()
+    return Workload("TransformerEncoder 4 x 256, batch 8, seq 64", model, torch.randn(8, 64, 256))
+
+
+def mlp() -> Workload:
+    layers: list[nn.Module] = []
+    for _ in range(30):
+        layers += [nn.Linear(64, 64), nn.GELU()]
+    return Workload("MLP 30 x Linear(64, 64) + GELU, batch 16", nn.Sequential(*layers).train(), torch.randn(16, 64))
+
+
+WORKLOADS: tuple[Callable[[], Workload], ...] = (resnet50, transformer, mlp)
+
+
+# -- variants -----------------------------------------------------------------
+
+
+def run_plain(w: Workload) -> None:
+    w.model(w.x).sum().backward()
+
+
+def run_anomaly(w: Workload) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Anomaly Detection has been enabled..."
+        with torch.autograd.detect_anomaly():
+            w.model(w.x).sum().backward()
+
+
+def run_watch(w: Workload) -> None:
+    with ipd.watch():
+        w.model(w.x).sum().backward()
+
+
+def run_audit(w: Workload) -> None:
+    ipd.audit(w.model, w.x)
+
+
+RUNNERS: dict[str, Callable[[Workload], None]] = {
+    "plain": run_plain,
+    "anomaly": run_anomaly,
+    "watch": run_watch,
+    "audit": run_audit,
+}
+
+
+def timed(w: Workload, variant: str) -> float:
+    """CPU seconds of one forward + backward of `variant`."""
+    w.model.zero_grad(set_to_none=True)
+    gc.collect()
+    start = time.process_time()
+    RUNNERS[variant](w)
+    return time.process_time() - start
+
+
+class _CountOps(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_ops(w: Workload) -> int:
+    """Aten ops in one plain forward + backward."""
+    w.model.zero_grad(set_to_none=True)
+    with _CountOps() as counter:
+        run_plain(w)
+    return counter.ops
+
+
+# -- measurement --------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    name: str
+    rounds: int
+    ops: int
+    findings: int
+    best: dict[str, float]
+
+    def ratio(self, variant: str) -> float:
+        return self.best[variant] / self.best["plain"]
+
+    def us_per_op(self) -> float:
+        return (self.best["watch"] - self.best["plain"]) / self.ops * 1e6
+
+
+def measure(w: Workload, rounds: int | None, budget_s: float, warmup: int) -> Result:
+    gc.collect()
+    gc.freeze()
+    for _ in range(warmup):
+        for v in VARIANTS:
+            timed(w, v)
+    once = {v: timed(w, v) for v in VARIANTS}  # sizes the run
+    if rounds is None:
+        rounds = int(budget_s / sum(once.values()))
+        rounds = max(MIN_ROUNDS, min(MAX_ROUNDS, rounds))
+    best = dict(once)
+    for r in range(rounds):
+        for i in range(len(VARIANTS)):
+            v = VARIANTS[(r + i) % len(VARIANTS)]
+            best[v] = min(best[v], timed(w, v))
+    report = ipd.audit(w.model, w.x)
+    return Result(w.name, rounds, count_ops(w), len(report.findings), best)
+
+
+def table(results: list[Result]) -> str:
+    lines = [
+        "| workload | plain (ms) | anomaly mode | inplace-doctor watch | inplace-doctor audit | µs added per op |",
+        "|---|--:|--:|--:|--:|--:|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.name} | {r.best['plain'] * 1e3:.1f} | x{r.ratio('anomaly'):.2f} | x{r.ratio('watch'):.2f}"
+            f" | x{r.ratio('audit'):.2f} | {r.us_per_op():.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def details(results: list[Result]) -> str:
+    lines = []
+    for r in results:
+        ms = ", ".join(f"{v} {r.best[v] * 1e3:.1f}" for v in VARIANTS)
+        lines.append(f"- {r.name}: {r.rounds} rounds, {r.ops} aten ops, {r.findings} findings; min ms: {ms}")
+    return "\n".join(lines)
+
+
+def profile_watch(iterations: int, top: int) -> None:
+    """cProfile of the `watch` variant on the MLP workload, top functions by tottime."""
+    w = mlp()
+    gc.collect()
+    gc.freeze()
+    for _ in range(3):
+        timed(w, "watch")
+    profiler = cProfile.Profile()
+    for _ in range(iterations):
+        w.model.zero_grad(set_to_none=True)
+        profiler.enable()
+        run_watch(w)
+        profiler.disable()
+    print(f"\ncProfile of `watch` on {w.name}, {iterations} iterations, top {top} by tottime:\n")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, help="timed rounds per workload (default: sized to the time budget)")
+    parser.add_argument("--quick", action="store_true", help="smaller time budget and warm-up; noisier")
+    parser.add_argument("--profile", action="store_true", help="also cProfile `watch` on the MLP workload")
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    budget = QUICK_BUDGET_S if args.quick else BUDGET_S
+    warmup = 1 if args.quick else 2
+
+    print(f"torch {torch.__version__}, inplace-doctor {ipd.__version__}, threads {torch.get_num_threads()}, CPU time")
+    started, started_cpu = time.perf_counter(), time.process_time()
+    results = []
+    for build in WORKLOADS:
+        w = build()
+        print(f"measuring {w.name} ...", flush=True)
+        results.append(measure(w, args.rounds, budget, warmup))
+    print(f"\n{details(results)}\n\n{table(results)}\n")
+    wall, cpu = time.perf_counter() - started, time.process_time() - started_cpu
+    print(f"(measured in {wall:.0f} s wall, {cpu:.0f} s CPU)")
+    if args.profile:
+        profile_watch(iterations=100, top=15)
+
+
+if __name__ == "__main__":
+    main()
