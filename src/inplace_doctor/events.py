@@ -52,6 +52,7 @@ class SavedTensorOverwritten:
     version_now: int
     shares_version_counter: bool
     already_used_by_backward: bool
+    write_bumped_a_version: bool = True  # False: the op bumps no counter at all (fused optimizers)
 
 
 @dataclass(frozen=True)

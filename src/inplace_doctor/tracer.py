@@ -72,6 +72,42 @@ def write_spec(func: Any) -> WriteSpec:
     return spec
 
 
+_restore_bump: dict[Any, bool] = {}
+_foreach_bump_lost: bool | None = None
+
+
+def _probe_foreach_bump_lost() -> bool:
+    """Does this torch skip the version bump of `_foreach_*_` ops under a Python dispatch mode?
+
+    torch 2.14 does (plain PyTorch bumps them). Without a fix, an optimizer
+    step with foreach=True inside the tracer would no longer trip autograd's
+    version check: the tool would hide the very error it hunts.
+    """
+
+    class _Probe(_compat.TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            return func(*args, **(kwargs or {}))
+
+    t = torch.zeros(1)
+    with torch.no_grad(), _Probe():
+        torch._foreach_mul_([t], 1.0)
+    return t._version == 0
+
+
+def restores_version_bump(func: Any) -> bool:
+    """Whether the tracer must bump the versions `func` writes, as PyTorch would without a mode."""
+    global _foreach_bump_lost
+    known = _restore_bump.get(func)
+    if known is None:
+        known = False
+        if op_name(func).startswith("aten._foreach_") and write_spec(func):
+            if _foreach_bump_lost is None:
+                _foreach_bump_lost = _probe_foreach_bump_lost()
+            known = _foreach_bump_lost
+        _restore_bump[func] = known
+    return known
+
+
 _op_names: dict[Any, str] = {}
 
 
@@ -155,12 +191,20 @@ class _Holder:
 
 
 class _PendingWrite:
-    __slots__ = ("info", "span", "candidates")
+    __slots__ = ("info", "span", "candidates", "written", "written_version")
 
-    def __init__(self, info: WriteInfo, span: tuple[int, int, int], candidates: list[tuple[Any, int]]):
+    def __init__(
+        self, info: WriteInfo, span: tuple[int, int, int], candidates: list[tuple[Any, int]], written: torch.Tensor
+    ) -> None:
         self.info = info
         self.span = span
         self.candidates = candidates
+        self.written = weakref.ref(written)
+        self.written_version = written._version
+
+    def bumped(self) -> bool:
+        t = self.written()
+        return t is None or t._version != self.written_version
 
 
 class _DispatchMode(_compat.TorchDispatchMode):
@@ -193,6 +237,10 @@ class _DispatchMode(_compat.TorchDispatchMode):
         tracer._last_op = func
         if spec:
             tracer._record_write(func, spec, args, kwargs)
+            if restores_version_bump(func):
+                torch.autograd.graph.increment_version(
+                    [t for t in _written(spec, args, kwargs) if not t.is_inference()]
+                )
         return out
 
 
@@ -441,7 +489,7 @@ class Tracer:
             dtype=str(t.dtype).removeprefix("torch."),
             writes_bytes=name.split(".", 1)[-1] not in _METADATA_ONLY,
         )
-        self._pending_writes.append(_PendingWrite(info, span, candidates))
+        self._pending_writes.append(_PendingWrite(info, span, candidates, t))
 
     def _settle(self) -> None:
         """Decide what pending writes did, now that their version bumps happened."""
@@ -468,6 +516,7 @@ class Tracer:
                         version_now=version_now,
                         shares_version_counter=shares,
                         already_used_by_backward=record.used,
+                        write_bumped_a_version=shares or write.bumped(),
                     )
                 )
                 if error is not None:

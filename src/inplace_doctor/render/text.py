@@ -20,6 +20,8 @@ def _site_line(label: str, site: Site, root_label: str, slot: str | None = None)
     what = f"`{site.op.removeprefix('aten.')}`"
     if slot:
         what += f" -> {slot}"
+    if site.api and not site.api.endswith("forward"):
+        what += f" (via {site.api})"
     parts = [what]
     ref = module_ref(site, root_label)
     if ref is not None:

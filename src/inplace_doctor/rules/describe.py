@@ -48,7 +48,7 @@ def fix_for_write(site: Site, root_label: str) -> str:
     ref = module_ref(site, root_label)
     if site.module_inplace and ref is not None:
         return f"set `{ref}.inplace = False` (or construct it with inplace=False)"
-    if site.api and site.api.endswith(".step") and "optim" not in code:
+    if site.api and site.api.endswith(".step"):
         return (
             f"call `{site.api}` only after every backward() that uses these parameters has run, "
             f"or recompute the forward after the step ({site.location})"

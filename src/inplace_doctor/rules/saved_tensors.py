@@ -176,7 +176,12 @@ def saved_tensor_silently_overwritten(event: SavedTensorOverwritten, ctx: Any) -
         return None
     write, saved = event.write, event.saved
     code = write.site.code or ""
-    alias = "through `.data`" if ".data" in code else "through an alias that does not share its version counter"
+    if not event.write_bumped_a_version:
+        alias = f"with `{short_op(write.site.op)}`, which bumps no version counter at all"
+    elif ".data" in code:
+        alias = "through `.data`"
+    else:
+        alias = "through an alias that does not share its version counter"
     why = (
         f"Autograd cannot notice: the saved tensor's version stays {saved.version}, and backward will silently "
         "compute gradients from the new values."
@@ -185,10 +190,13 @@ def saved_tensor_silently_overwritten(event: SavedTensorOverwritten, ctx: Any) -
         f"{where(write.site, ctx.root_label)} changed the memory of {tensor_desc(saved.shape, saved.dtype)} that "
         f"{_saved_phrase_from(saved, ctx)}, {alias}. {why}"
     )
-    fix = (
-        f"write into a copy (`t = t.detach().clone()`) at {write.site.location} instead of the saved "
-        "tensor's memory, or make the write after backward"
-    )
+    if write.site.api and write.site.api.endswith(".step"):
+        fix = fix_for_write(write.site, ctx.root_label)
+    else:
+        fix = (
+            f"write into a copy (`t = t.detach().clone()`) at {write.site.location} instead of the saved "
+            "tensor's memory, or make the write after backward"
+        )
     return Finding(
         code="IPD104",
         severity=Severity.ERROR,
