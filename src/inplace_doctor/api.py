@@ -11,7 +11,7 @@ from .analysis import Analyzer
 from .errors import InplaceError, ModelError, UsageError
 from .findings import Finding, Severity
 from .modules import UnsupportedModuleError, refuse_opaque
-from .preserve import Preserved, tensors_in
+from .preserve import Preserved, private_inputs, tensors_in
 from .report import Report
 from .rules import select_rules
 from .tracer import Tracer
@@ -72,6 +72,7 @@ def audit(
     except UnsupportedModuleError as e:
         raise UsageError(str(e)) from None
     analyzer = Analyzer(select_rules(select, ignore), root_label="model")
+    args, kwargs = private_inputs(args), private_inputs(kwargs)
     inputs = tensors_in((args, kwargs))
     preserved = Preserved(model, inputs)
     tracer = Tracer(analyzer, before_write=preserved.before_write)
@@ -99,7 +100,8 @@ def audit(
                 report.backward = True
                 try:
                     loss.backward()
-                except InplaceError:
+                except InplaceError as err:
+                    _forget_frames(err)
                     report.notes.append("backward raised at the first overwritten saved tensor it reached")
                 except Exception as exc:
                     _classify_or_raise(exc, tracer, analyzer, report, "backward", model)
@@ -108,6 +110,14 @@ def audit(
                 del loss
         del output
     return _finish(report, tracer)
+
+
+def _forget_frames(exc: BaseException | None) -> None:
+    """Drop the tracebacks of an error audit consumed: autograd may keep the error
+    object after backward returns, and its frames would keep the graph alive."""
+    while exc is not None:
+        exc.__traceback__ = None
+        exc = exc.__cause__ or exc.__context__
 
 
 def _finish(report: Report, tracer: Tracer) -> Report:
@@ -126,11 +136,13 @@ def _classify_or_raise(
     event = tracer.describe_exception(exc)
     if analyzer.handle(event):
         report.notes.append(f"{stage} stopped: PyTorch raised {type(exc).__name__} at the op")
+        _forget_frames(exc)
         return
     unselected = Analyzer(select_rules(), root_label=analyzer.root_label).handle(event)
     if unselected:
         codes = ", ".join(sorted({f.code for f in unselected}))
         report.notes.append(f"{stage} stopped at an in-place error of a rule not selected ({codes})")
+        _forget_frames(exc)
         return
     raise ModelError(
         f"{type(model).__name__} raised {type(exc).__name__} during {stage} ({tracer.progress()}): {exc}"

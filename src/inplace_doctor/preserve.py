@@ -26,6 +26,27 @@ def tensors_in(value: Any) -> list[torch.Tensor]:
     return found
 
 
+def _binding(t: torch.Tensor) -> tuple[Any, ...]:
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride(), t.dtype)
+
+
+def private_inputs(value: Any) -> Any:
+    """The caller's inputs, with each non-leaf tensor that requires grad replaced
+    by a private non-leaf copy: backward then stops at the audited model instead
+    of running into (and freeing) the caller's graph, and an in-place write by
+    the model cannot rebase the caller's tensor's history. Leaves and tensors
+    without grad are passed as they are (audit snapshots them before a write)."""
+    if isinstance(value, torch.Tensor):
+        if value.requires_grad and not value.is_leaf:
+            return value.detach().clone().requires_grad_(True).clone()
+        return value
+    if isinstance(value, dict):
+        return type(value)({k: private_inputs(v) for k, v in value.items()}) if type(value) is dict else value
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        return type(value)(private_inputs(v) for v in value)
+    return value
+
+
 class RngState:
     """torch (CPU and initialised CUDA), Python `random` and numpy generators."""
 
@@ -58,8 +79,8 @@ class Preserved:
     def __init__(self, model: torch.nn.Module, inputs: Iterable[torch.Tensor]) -> None:
         self.model = model
         self.inputs = list(inputs)
-        self._protected: dict[int, torch.Tensor] = {}
-        self._snapshots: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._protected: dict[int, torch.Tensor] = {}  # storage pointer -> a tensor on it
+        self._snapshots: dict[int, tuple[Any, Any]] = {}  # storage pointer -> (storage, its bytes)
 
     def __enter__(self) -> "Preserved":
         model = self.model
@@ -82,6 +103,8 @@ class Preserved:
                         clones[id(buf)] = buf.clone()
                 self._buffers.append((module, name, buf))
                 module._buffers[name] = clones[id(buf)]
+        # `param.data = other` in forward rebinds storage with no visible write.
+        self._bindings = [(p, p.data, _binding(p)) for p in leaves]
         for t in leaves + self.inputs:
             span = storage_span(t)
             if span is not None:
@@ -95,14 +118,17 @@ class Preserved:
             return
         owner = self._protected.get(span[0])
         if owner is not None and span[0] not in self._snapshots:
-            with torch.no_grad():
-                self._snapshots[span[0]] = (owner, owner.detach().clone())
+            # The whole storage: parameters or inputs may be views of one buffer.
+            storage = owner.untyped_storage()
+            self._snapshots[span[0]] = (storage, storage.clone())
 
     def __exit__(self, *exc: object) -> None:
-        for owner, snapshot in self._snapshots.values():
-            if not torch.equal(owner, snapshot):
-                with torch.no_grad():
-                    owner.copy_(snapshot)
+        for p, data, binding in self._bindings:
+            if _binding(p) != binding:
+                p.data = data
+        self._bindings = []
+        for storage, snapshot in self._snapshots.values():
+            storage.copy_(snapshot)  # bytes only: no tensor's version moves
         self._snapshots.clear()
         for module, name, buf in self._buffers:
             module._buffers[name] = buf

@@ -86,6 +86,26 @@ def module_ref(site: Site, root_label: str) -> str | None:
     return f"{root_label}.{site.module}" if root_label else site.module
 
 
+def describe_site(site: Site, root_label: str, slot: str | None = None) -> str:
+    """`relu_` (via SGD.step) in model.features.3 (ReLU, call 2) at model.py:42."""
+    what = f"`{site.op.removeprefix('aten.')}`"
+    if slot:
+        what += f" -> {slot}"
+    parts = [what]
+    if site.api and not site.api.endswith("forward"):
+        parts.append(f"(via {site.api})")
+    ref = module_ref(site, root_label)
+    if ref is not None:
+        extra = [site.module_type] if site.module_type else []
+        if site.module_call and site.module_call > 1:
+            extra.append(f"call {site.module_call}")
+        parts.append(f"in {ref}" + (f" ({', '.join(extra)})" if extra else ""))
+    parts.append(f"at {site.location}")
+    if site.phase != "forward":
+        parts.append(f"during {site.phase}")
+    return " ".join(parts)
+
+
 def _short_path(path: str) -> str:
     try:
         rel = os.path.relpath(path)

@@ -37,7 +37,15 @@ from .events import (
     WriteInfo,
 )
 from .modules import ModuleContext, ModuleTracker
-from .sites import SAVE_STACK, RawFrame, Site, capture_frames, frames_from_traceback, inplace_op_in_traceback, make_site
+from .sites import (
+    SAVE_STACK,
+    RawFrame,
+    Site,
+    capture_frames,
+    frames_from_traceback,
+    inplace_op_in_traceback,
+    make_site,
+)
 
 Sink = Callable[[Event], "BaseException | None"]
 
@@ -232,7 +240,9 @@ class _DispatchMode(_compat.TorchDispatchMode):
         try:
             out = func(*args, **kwargs)
         except BaseException as exc:
-            tracer._failed_op = (exc, func)
+            # By id: holding the exception would hold its traceback's frames, the
+            # graph, and through our hooks the tracer: a cycle gc cannot see.
+            tracer._failed_op = (id(exc), func)
             raise
         tracer._last_op = func
         if spec:
@@ -290,9 +300,9 @@ class Tracer:
         self._pending_writes: list[_PendingWrite] = []
         self._busy = False
         self._last_op: Any = None
-        self._failed_op: tuple[BaseException, Any] | None = None
+        self._failed_op: tuple[int, Any] | None = None
         self._save_frames: tuple[tuple[RawFrame, ...], str | None, ModuleContext | None, str] | None = None
-        self._error_module: tuple[BaseException, ModuleContext | None] | None = None
+        self._error_module: tuple[int, ModuleContext | None] | None = None
         self._contexts: list[Any] = []
         self._active = False
         self.saves = 0
@@ -328,7 +338,7 @@ class Tracer:
             if exc and exc[0] is None:
                 self.flush()
             elif exc and isinstance(exc[1], BaseException):
-                self._error_module = (exc[1], self.modules.current)
+                self._error_module = (id(exc[1]), self.modules.current)
         finally:
             while self._contexts:
                 ctx = self._contexts.pop()
@@ -396,6 +406,9 @@ class Tracer:
             node_name = node.name() if node is not None else record.node
             original = RuntimeError(pytorch_stale_message(t, node_name, version, record.version))
             error = self._sink(StaleSavedTensorUsed(record.info(), node_name, version))
+            # The traceback keeps this frame alive (autograd may hold the error
+            # for a while): it must not keep the saved tensor alive too.
+            del t, holder, record
             if error is None:
                 raise original
             raise error from original
@@ -526,11 +539,11 @@ class Tracer:
     def describe_exception(self, exc: BaseException) -> InplaceErrorRaised:
         """Where an exception raised inside the traced code happened."""
         frames, api = frames_from_traceback(exc.__traceback__)
-        if self._failed_op is not None and self._failed_op[0] is exc:
+        if self._failed_op is not None and self._failed_op[0] == id(exc):
             op = op_name(self._failed_op[1])
         else:  # raised above the dispatcher (autograd's view and leaf checks)
             op = inplace_op_in_traceback(exc.__traceback__) or "<in-place op>"
-        if self._error_module is not None and self._error_module[0] is exc:
+        if self._error_module is not None and self._error_module[0] == id(exc):
             module = self._error_module[1]
         else:  # still inside the run: the module stack is as the error left it
             module = self.modules.current

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import os
 from typing import TextIO
 
@@ -11,26 +10,13 @@ from rich.text import Text
 
 from ..findings import Finding, Severity
 from ..report import Report
-from ..sites import Site, module_ref
+from ..sites import Site, describe_site
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold blue"}
 
 
 def _site_line(label: str, site: Site, root_label: str, slot: str | None = None) -> list[str]:
-    what = f"`{site.op.removeprefix('aten.')}`"
-    if slot:
-        what += f" -> {slot}"
-    if site.api and not site.api.endswith("forward"):
-        what += f" (via {site.api})"
-    parts = [what]
-    ref = module_ref(site, root_label)
-    if ref is not None:
-        extra = [site.module_type] if site.module_type else []
-        if site.module_call and site.module_call > 1:
-            extra.append(f"call {site.module_call}")
-        parts.append(f"in {ref}" + (f" ({', '.join(extra)})" if extra else ""))
-    parts.append(f"at {site.location}")
-    lines = [f"  {label:<12}{' '.join(parts)}"]
+    lines = [f"  {label:<12}{describe_site(site, root_label, slot)}"]
     if site.code:
         lines.append(f"  {'':<12}{site.code}")
     return lines

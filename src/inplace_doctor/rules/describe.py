@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Protocol
 
-from ..sites import Site, module_ref
+from ..sites import Site, describe_site, module_ref
 
 
 class Context(Protocol):
@@ -18,20 +18,8 @@ def short_op(op: str) -> str:
 
 
 def where(site: Site, root_label: str) -> str:
-    """`relu_ in model.features.3 (ReLU, call 2) at model.py:42`."""
-    parts = [f"`{short_op(site.op)}`"]
-    if site.api and not site.api.endswith("forward"):
-        parts.append(f"(via {site.api})")
-    ref = module_ref(site, root_label)
-    if ref is not None:
-        extra = [site.module_type] if site.module_type else []
-        if site.module_call and site.module_call > 1:
-            extra.append(f"call {site.module_call}")
-        parts.append(f"in {ref}" + (f" ({', '.join(extra)})" if extra else ""))
-    parts.append(f"at {site.location}")
-    if site.phase != "forward":
-        parts.append(f"during {site.phase}")
-    return " ".join(parts)
+    """`relu_` in model.features.3 (ReLU, call 2) at model.py:42."""
+    return describe_site(site, root_label)
 
 
 def tensor_desc(shape: tuple[int, ...], dtype: str) -> str:

@@ -12,7 +12,7 @@ from ..events import InplaceErrorRaised
 from ..findings import Finding, Severity
 from ..sites import module_ref
 from .describe import fix_for_write, where
-from .registry import rule
+from .registry import make_finding, rule
 
 _LEAF = re.compile(r"leaf variable that requires grad.*in-place", re.IGNORECASE | re.DOTALL)
 
@@ -50,21 +50,16 @@ def inplace_on_leaf(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
         return None
     kind = "a view of a leaf tensor" if "view of a leaf" in text.lower() else "a leaf tensor"
     site = event.site
-    why = "PyTorch raises at once: the gradient for that leaf would have to flow into a value that no longer exists."
-    message = f"{where(site, ctx.root_label)} modifies {kind} that requires grad, with grad mode on. {why}"
-    fix = (
-        f"if this updates parameters, wrap it in `with torch.no_grad():`; otherwise "
-        f"{fix_for_write(site, ctx.root_label)}"
-    )
-    return Finding(
-        code="IPD102",
-        severity=Severity.ERROR,
-        title="In-place op on a leaf tensor that requires grad",
-        message=f"{message}\nFix: {fix}.",
+    return make_finding(
+        "IPD102",
+        what=f"{where(site, ctx.root_label)} modifies {kind} that requires grad, with grad mode on.",
+        why="PyTorch raises at once: the gradient for that leaf would have to flow into a value that no longer exists.",
+        fix=(
+            f"if this updates parameters, wrap it in `with torch.no_grad():`; otherwise "
+            f"{fix_for_write(site, ctx.root_label)}"
+        ),
         mutation=site,
-        fix=fix,
         confirmed=True,
-        details={"why": why},
     )
 
 
@@ -148,16 +143,12 @@ def forbidden_inplace(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
     if ref is not None and site.module_inplace:
         fix = f"set `{ref}.inplace = False`; in general, {fix}"
     first = text.strip().splitlines()[0] if text.strip() else type(event.error).__name__
-    message = (
-        f"{where(site, ctx.root_label)} {what}. {why}; PyTorch raised: \"{first[:200]}\""
-    )
-    return Finding(
-        code="IPD103",
-        severity=Severity.ERROR,
-        title="In-place op that PyTorch forbids on this tensor",
-        message=f"{message}\nFix: {fix}.",
-        mutation=site,
+    return make_finding(
+        "IPD103",
+        what=f"{where(site, ctx.root_label)} {what}.",
+        why=f"{why}; PyTorch raised: \"{first[:200]}\"",
         fix=fix,
+        mutation=site,
         confirmed=True,
-        details={"kind": what, "why": f"{why}; PyTorch raised: \"{first[:200]}\""},
+        kind=what,
     )

@@ -48,6 +48,25 @@ def rule(
     return register
 
 
+def make_finding(
+    code: str, *, what: str, why: str, fix: str, mutation: Any, saved: Any = None,
+    confirmed: bool | None = None, severity: Severity | None = None, **details: Any,
+) -> Finding:
+    """A finding of rule `code`: the message is what happened, why it matters, then the fix."""
+    registered = RULES[code]
+    return Finding(
+        code=code,
+        severity=severity or registered.severity,
+        title=registered.title,
+        message=f"{what} {why}\nFix: {fix}." if what else f"{why}\nFix: {fix}.",
+        mutation=mutation,
+        saved=saved,
+        fix=fix,
+        confirmed=confirmed,
+        details={"why": why, **details},
+    )
+
+
 def _match(pattern: str) -> list[str]:
     pattern = pattern.strip().upper()
     return [code for code in RULES if code.startswith(pattern)]

@@ -9,7 +9,7 @@ from ..events import InplaceErrorRaised, SavedTensorOverwritten, StaleSavedTenso
 from ..findings import Finding, Severity
 from ..sites import Site
 from .describe import fix_for_write, short_op, tensor_desc, where
-from .registry import rule
+from .registry import make_finding, rule
 
 _PYTORCH_STALE = re.compile(r"modified by an inplace operation", re.IGNORECASE)
 _STALE_DETAILS = re.compile(
@@ -75,21 +75,20 @@ def saved_tensor_overwritten(event: Any, ctx: Any) -> Finding | None:
         f"inplace operation\" when it reaches {node}: the tensor is at version {event.version_now}, autograd "
         f"saved version {saved.version}."
     )
-    message = (
-        f"{where(write.site, ctx.root_label)} overwrote {tensor_desc(write.shape, write.dtype)} that "
-        f"{_saved_phrase_from(saved, ctx)}. {why}"
-    )
-    fix = fix_for_write(write.site, ctx.root_label)
-    return Finding(
-        code="IPD101",
-        severity=Severity.ERROR,
-        title="Tensor saved for backward is overwritten in place",
-        message=f"{message}\nFix: {fix}.",
+    return make_finding(
+        "IPD101",
+        what=(
+            f"{where(write.site, ctx.root_label)} overwrote {tensor_desc(write.shape, write.dtype)} that "
+            f"{_saved_phrase_from(saved, ctx)}."
+        ),
+        why=why,
+        fix=fix_for_write(write.site, ctx.root_label),
         mutation=write.site,
         saved=saved.site,
-        fix=fix,
         confirmed=confirmed,
-        details={"slot": saved.slot, "saved_version": saved.version, "version_now": event.version_now, "why": why},
+        slot=saved.slot,
+        saved_version=saved.version,
+        version_now=event.version_now,
     )
 
 
@@ -99,22 +98,19 @@ def _saved_phrase_from(saved: Any, ctx: Any) -> str:
 
 def _stale_without_write(event: StaleSavedTensorUsed, ctx: Any) -> Finding:
     saved = event.saved
-    message = (
-        f"Backward reached `{saved.slot}`, saved at {saved.site.location}, and found it overwritten: "
-        f"version {event.version_now}, autograd saved version {saved.version}. The write happened "
-        "outside the instrumented code (or before a second backward through a retained graph)."
-    )
-    fix = "find the in-place write to this tensor between its save and backward (run it inside watch(fail_fast=True))"
-    return Finding(
-        code="IPD101",
-        severity=Severity.ERROR,
-        title="Tensor saved for backward is overwritten in place",
-        message=f"{message}\nFix: {fix}.",
+    return make_finding(
+        "IPD101",
+        what="",
+        why=(
+            f"Backward reached `{saved.slot}`, saved at {saved.site.location}, and found it overwritten: "
+            f"version {event.version_now}, autograd saved version {saved.version}. The write happened "
+            "outside the instrumented code (or before a second backward through a retained graph)."
+        ),
+        fix="find the in-place write to this tensor between its save and backward (run it inside watch(fail_fast=True))",
         mutation=Site(op="<unknown write>", phase="backward"),
         saved=saved.site,
-        fix=fix,
         confirmed=True,
-        details={"slot": saved.slot, "why": message},
+        slot=saved.slot,
     )
 
 
@@ -124,21 +120,17 @@ def _from_pytorch_error(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
         return None
     found = _STALE_DETAILS.search(text)
     what = f"`{found['node']}` saved a [{found['shape']}] tensor" if found else "a saved tensor"
-    message = (
-        f"PyTorch raised at backward ({event.site.location}): {what} that was modified in place after it "
-        "was saved. The save and the write happened outside inplace-doctor's view (before watch() began), "
-        "so only PyTorch's own check saw it."
-    )
-    fix = "run the forward pass inside watch() too, so both the saving and the overwriting line are named"
-    return Finding(
-        code="IPD101",
-        severity=Severity.ERROR,
-        title="Tensor saved for backward is overwritten in place",
-        message=f"{message}\nFix: {fix}.",
+    return make_finding(
+        "IPD101",
+        what="",
+        why=(
+            f"PyTorch raised at backward ({event.site.location}): {what} that was modified in place after it "
+            "was saved. The save and the write happened outside inplace-doctor's view (before watch() began), "
+            "so only PyTorch's own check saw it."
+        ),
+        fix="run the forward pass inside watch() too, so both the saving and the overwriting line are named",
         mutation=event.site,
-        fix=fix,
         confirmed=True,
-        details={"why": message},
     )
 
 
@@ -186,10 +178,6 @@ def saved_tensor_silently_overwritten(event: SavedTensorOverwritten, ctx: Any) -
         f"Autograd cannot notice: the saved tensor's version stays {saved.version}, and backward will silently "
         "compute gradients from the new values."
     )
-    message = (
-        f"{where(write.site, ctx.root_label)} changed the memory of {tensor_desc(saved.shape, saved.dtype)} that "
-        f"{_saved_phrase_from(saved, ctx)}, {alias}. {why}"
-    )
     if write.site.api and write.site.api.endswith(".step"):
         fix = fix_for_write(write.site, ctx.root_label)
     else:
@@ -197,13 +185,16 @@ def saved_tensor_silently_overwritten(event: SavedTensorOverwritten, ctx: Any) -
             f"write into a copy (`t = t.detach().clone()`) at {write.site.location} instead of the saved "
             "tensor's memory, or make the write after backward"
         )
-    return Finding(
-        code="IPD104",
-        severity=Severity.ERROR,
-        title="Saved tensor's memory overwritten behind autograd's back",
-        message=f"{message}\nFix: {fix}.",
+    return make_finding(
+        "IPD104",
+        what=(
+            f"{where(write.site, ctx.root_label)} changed the memory of {tensor_desc(saved.shape, saved.dtype)} "
+            f"that {_saved_phrase_from(saved, ctx)}, {alias}."
+        ),
+        why=why,
+        fix=fix,
         mutation=write.site,
         saved=saved.site,
-        fix=fix,
-        details={"slot": saved.slot, "op": short_op(write.site.op), "why": why},
+        slot=saved.slot,
+        op=short_op(write.site.op),
     )
