@@ -434,9 +434,10 @@ def test_eval_forward_with_inplace_relu_is_clean(mode):
     x = torch.randn(3, 3, 8, 8)
     with guard():
         expected = plain_objs[0](x)
-    with ipd.watch(objs[0]) as session, guard():
-        got = objs[0](x)
     assert_clean(session)
+    with ipd.watch(objs[0]) as eval_session, guard():
+        got = objs[0](x)
+    assert_clean(eval_session)
     assert torch.equal(expected, got)
 
 

@@ -562,3 +562,29 @@ def test_every_rule_documents_what_why_example_and_fix():
         assert re.fullmatch(r"IPD\d{3}", code)
         for part in ("What:", "Why:", "Example::", "Fix:"):
             assert part in rule.doc, (code, part)
+
+
+def test_inputs_that_alias_each_other_still_alias_inside_audit():
+    """audit hands the model private copies of non-leaf inputs; views of one tensor stay views of one copy."""
+
+    class WritesSecondInput(nn.Module):
+        def forward(self, a, b):
+            y = a * a
+            b.mul_(2)  # b is a view of a: overwrites what `a * a` saved
+            return y
+
+    a = nn.Linear(4, 4)(torch.randn(3, 4))
+    b = a[0]
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        _plain_alias_case()  # plain PyTorch raises for the same program
+    report = ipd.audit(WritesSecondInput(), a, b)
+    assert report.codes == ["IPD101"]
+    assert type(a.grad_fn).__name__ == "AddmmBackward0"  # the caller's tensor keeps its history
+
+
+def _plain_alias_case():
+    a = nn.Linear(4, 4)(torch.randn(3, 4))
+    b = a[0]
+    y = a * a
+    b.mul_(2)
+    y.sum().backward()

@@ -71,6 +71,7 @@ def audit(
         refuse_opaque(model, "the model")
     except UnsupportedModuleError as e:
         raise UsageError(str(e)) from None
+    _refuse_lazy(model)
     analyzer = Analyzer(select_rules(select, ignore), root_label="model")
     args, kwargs = private_inputs(args), private_inputs(kwargs)
     inputs = tensors_in((args, kwargs))
@@ -110,6 +111,17 @@ def audit(
                 del loss
         del output
     return _finish(report, tracer)
+
+
+def _refuse_lazy(model: torch.nn.Module) -> None:
+    from torch.nn.parameter import UninitializedParameter
+
+    for name, p in model.named_parameters():
+        if isinstance(p, UninitializedParameter):
+            raise UsageError(
+                f"parameter {name!r} is an uninitialized lazy parameter; call the model once on a real "
+                "input before auditing it (audit would otherwise leave it initialized)"
+            )
 
 
 def _forget_frames(exc: BaseException | None) -> None:

@@ -34,16 +34,44 @@ def private_inputs(value: Any) -> Any:
     """The caller's inputs, with each non-leaf tensor that requires grad replaced
     by a private non-leaf copy: backward then stops at the audited model instead
     of running into (and freeing) the caller's graph, and an in-place write by
-    the model cannot rebase the caller's tensor's history. Leaves and tensors
-    without grad are passed as they are (audit snapshots them before a write)."""
+    the model cannot rebase the caller's tensor's history. Copies of inputs that
+    share memory are views of one private copy, so they still alias. Leaves and
+    tensors without grad are passed as they are (audit snapshots them before a write)."""
+    bases: dict[int, torch.Tensor] = {}
+
+    def private(t: torch.Tensor) -> torch.Tensor:
+        if not (t.requires_grad and not t.is_leaf):
+            return t
+        storage = t.untyped_storage()
+        base = bases.get(storage.data_ptr())
+        if base is None or base.dtype != t.dtype:
+            with torch.no_grad():
+                flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(storage)
+                leaf = flat.clone()
+            base = leaf.requires_grad_(True).clone()  # non-leaf, like the caller's tensor
+            bases[storage.data_ptr()] = base
+        return base.as_strided(t.shape, t.stride(), t.storage_offset())
+
+    return map_tensors(value, private)
+
+
+def map_tensors(value: Any, fn: Any) -> Any:
+    """`fn` applied to every tensor in nested lists, tuples (named too) and dicts (OrderedDict too)."""
     if isinstance(value, torch.Tensor):
-        if value.requires_grad and not value.is_leaf:
-            return value.detach().clone().requires_grad_(True).clone()
-        return value
+        return fn(value)
     if isinstance(value, dict):
-        return type(value)({k: private_inputs(v) for k, v in value.items()}) if type(value) is dict else value
-    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
-        return type(value)(private_inputs(v) for v in value)
+        items = [(k, map_tensors(v, fn)) for k, v in value.items()]
+        try:
+            return type(value)(items)
+        except Exception:  # a mapping type that cannot be rebuilt: leave it as it is
+            return value
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(map_tensors(v, fn) for v in value))
+    if isinstance(value, (list, tuple)):
+        try:
+            return type(value)(map_tensors(v, fn) for v in value)
+        except Exception:
+            return value
     return value
 
 
@@ -84,6 +112,9 @@ class Preserved:
 
     def __enter__(self) -> "Preserved":
         model = self.model
+        self._parameters = [
+            (module, name, p) for module in model.modules() for name, p in module._parameters.items()
+        ]
         self._training = [(m, m.training) for m in model.modules()]
         self._rng = RngState()
         leaves: list[torch.Tensor] = list({id(p): p for p in model.parameters()}.values())
@@ -123,9 +154,12 @@ class Preserved:
             self._snapshots[span[0]] = (storage, storage.clone())
 
     def __exit__(self, *exc: object) -> None:
-        for p, data, binding in self._bindings:
-            if _binding(p) != binding:
-                p.data = data
+        for module, name, param in self._parameters:  # `self.w = nn.Parameter(...)` in forward
+            if module._parameters.get(name) is not param:
+                module._parameters[name] = param
+        for t, data, binding in self._bindings:
+            if _binding(t) != binding:
+                t.data = data
         self._bindings = []
         for storage, snapshot in self._snapshots.values():
             storage.copy_(snapshot)  # bytes only: no tensor's version moves

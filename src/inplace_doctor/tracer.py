@@ -510,11 +510,15 @@ class Tracer:
         if self._pending_nodes:
             self._flush_nodes()
         for write in writes:
+            reported: set[tuple[Any, ...]] = set()  # one event per node a write hits (`a * a` saves a twice)
             for ref, version_before in write.candidates:
                 holder = ref()
                 if holder is None:
                     continue
                 record = holder.record
+                node_key = (record.node, record.where[0][-1:] if record.where[0] else None)
+                if record.node is not None and node_key in reported:
+                    continue
                 version_now = holder.tensor._version
                 shares = version_now != version_before
                 if shares:
@@ -522,6 +526,7 @@ class Tracer:
                         continue
                 elif not (write.info.writes_bytes and record.read and _overlaps(write.span, record.span)):
                     continue
+                reported.add(node_key)
                 error = self._sink(
                     SavedTensorOverwritten(
                         write=write.info,
