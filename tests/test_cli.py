@@ -369,7 +369,10 @@ def test_rules_lists_every_rule(capsys):
     code, out, err = run_cli(capsys, "rules")
     assert (code, err) == (0, "")
     codes = [line.split()[0] for line in out.splitlines() if line.strip()]
-    assert codes == ["IPD101", "IPD102", "IPD103", "IPD104"]
+    import inplace_doctor as ipd
+
+    assert codes == sorted(ipd.RULES)  # every registered rule, in code order
+    assert {"IPD101", "IPD102", "IPD103", "IPD104", "IPD106"} <= set(codes)
 
 
 def test_rule_prints_documentation_case_insensitively(capsys):

@@ -11,7 +11,7 @@ from .analysis import Analyzer
 from .errors import InplaceError, ModelError, UsageError
 from .findings import Finding, Severity
 from .modules import UnsupportedModuleError, refuse_opaque
-from .preserve import Preserved, private_inputs, tensors_in
+from .preserve import Preserved, labelled_tensors, private_inputs, tensors_in
 from .report import Report
 from .rules import select_rules
 from .tracer import Tracer
@@ -76,8 +76,9 @@ def audit(
     args, kwargs = private_inputs(args), private_inputs(kwargs)
     inputs = tensors_in((args, kwargs))
     preserved = Preserved(model, inputs)
-    tracer = Tracer(analyzer, before_write=preserved.before_write)
+    tracer = Tracer(analyzer, before_write=preserved.before_write, track_call_inputs=False)
     tracer.modules.add_root(model)
+    tracer.set_caller_inputs(labelled_tensors(args, kwargs))
     report = Report(
         findings=analyzer.findings,
         target=type(model).__name__,

@@ -72,4 +72,12 @@ class InplaceErrorRaised:
     site: Site
 
 
-Event = SavedTensorOverwritten | StaleSavedTensorUsed | InplaceErrorRaised
+@dataclass(frozen=True)
+class CallerInputWritten:
+    """Code inside a model wrote into a tensor its caller passed in."""
+
+    write: WriteInfo
+    argument: str  # "args[0]", "kwargs['mask']", "argument 0 of ResNet"
+
+
+Event = SavedTensorOverwritten | StaleSavedTensorUsed | InplaceErrorRaised | CallerInputWritten

@@ -45,6 +45,9 @@ class ModuleTracker:
         self._stack: list[tuple[torch.nn.Module, ModuleContext]] = []
         self._on_stack: dict[int, int] = {}  # id(module) -> its index in _stack
         self._handles: list[Any] = []
+        #: Called with (module, args) when a module is called from outside any
+        #: module, and with (module, None) when that call returns.
+        self.on_top_level: Any = None
 
     def add_root(self, module: torch.nn.Module, prefix: str = "") -> None:
         for name, sub in module.named_modules(remove_duplicate=True):
@@ -76,6 +79,8 @@ class ModuleTracker:
             self._truncate(stale)
         if not stack:
             self._calls.clear()
+            if self.on_top_level is not None:
+                self.on_top_level(module, args)
         entry = self._known.get(key)
         if entry is None or entry[0]() is not module:
             entry = self._learn(module)
@@ -90,6 +95,8 @@ class ModuleTracker:
         index = self._on_stack.get(id(module))
         if index is not None:
             self._truncate(index)
+            if index == 0 and self.on_top_level is not None:
+                self.on_top_level(module, None)
 
     def _truncate(self, index: int) -> None:
         stack = self._stack

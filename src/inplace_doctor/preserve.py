@@ -75,6 +75,27 @@ def map_tensors(value: Any, fn: Any) -> Any:
     return value
 
 
+def labelled_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, torch.Tensor]]:
+    """Every tensor in a call's arguments with its path: `args[0]`, `kwargs['mask']`, `args[1][0]`."""
+    found: list[tuple[str, torch.Tensor]] = []
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, torch.Tensor):
+            found.append((path, value))
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{path}[{k!r}]")
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                walk(v, f"{path}[{i}]")
+
+    for i, a in enumerate(args):
+        walk(a, f"args[{i}]")
+    for k, v in kwargs.items():
+        walk(v, f"kwargs[{k!r}]")
+    return found
+
+
 class RngState:
     """torch (CPU and initialised CUDA), Python `random` and numpy generators."""
 

@@ -30,6 +30,7 @@ from . import _compat
 from .autograd_facts import saved_field_is_read
 from .events import (
     Event,
+    CallerInputWritten,
     InplaceErrorRaised,
     SavedInfo,
     SavedTensorOverwritten,
@@ -278,6 +279,8 @@ class Tracer:
         fail_fast: also settle writes as soon as the user-level call returns.
         before_write: called with each tensor an op is about to write (audit
             uses it to snapshot the caller's parameters and inputs).
+        track_call_inputs: treat the arguments of each top-level module call
+            as the caller's inputs (audit names them itself instead).
     """
 
     def __init__(
@@ -286,6 +289,7 @@ class Tracer:
         *,
         fail_fast: bool = False,
         before_write: Callable[[torch.Tensor], None] | None = None,
+        track_call_inputs: bool = True,
     ) -> None:
         self._sink = sink
         self._before_write = before_write
@@ -301,6 +305,9 @@ class Tracer:
         self._busy = False
         self._last_op: Any = None
         self._failed_op: tuple[int, Any] | None = None
+        self._inputs: dict[int, tuple[str, tuple[int, int, int]]] = {}
+        self._track_call_inputs = track_call_inputs
+        self.modules.on_top_level = self._on_top_level_call
         self._save_frames: tuple[tuple[RawFrame, ...], str | None, ModuleContext | None, str] | None = None
         self._error_module: tuple[int, ModuleContext | None] | None = None
         self._contexts: list[Any] = []
@@ -346,6 +353,7 @@ class Tracer:
             self._pending_writes.clear()
             self._pending_nodes.clear()
             self._save_frames = None
+            self._inputs = {}
             self._active = False
 
     def flush(self) -> None:
@@ -482,27 +490,58 @@ class Tracer:
         span = storage_span(t)
         if span is None:
             return
+        argument = self._caller_argument(span) if self._inputs else None
         bucket = self._by_storage.get(span[0])
-        if not bucket:
-            return
         candidates = []
-        for ref in bucket.values():
-            holder = ref()
-            if holder is not None:
-                candidates.append((ref, holder.tensor._version))
-        if not candidates:
+        if bucket:
+            for ref in bucket.values():
+                holder = ref()
+                if holder is not None:
+                    candidates.append((ref, holder.tensor._version))
+        if not candidates and argument is None:
             return
+        info = self._write_info(func, t)
+        if argument is not None:
+            error = self._sink(CallerInputWritten(info, argument))
+            if error is not None:
+                raise error
+        if candidates:
+            self._pending_writes.append(_PendingWrite(info, span, candidates, t))
+
+    def _write_info(self, func: Any, t: torch.Tensor) -> WriteInfo:
         frames, api = capture_frames()
         phase = "backward" if _compat.current_autograd_node() is not None else "forward"
         name = op_name(func)
-        site = make_site(name, frames, api, self.modules.current, phase)
-        info = WriteInfo(
-            site=site,
+        return WriteInfo(
+            site=make_site(name, frames, api, self.modules.current, phase),
             shape=tuple(t.shape),
             dtype=str(t.dtype).removeprefix("torch."),
             writes_bytes=name.split(".", 1)[-1] not in _METADATA_ONLY,
         )
-        self._pending_writes.append(_PendingWrite(info, span, candidates, t))
+
+    # -- the caller's inputs ------------------------------------------------
+    def set_caller_inputs(self, labelled: list[tuple[str, torch.Tensor]]) -> None:
+        """Tensors a caller handed to the model: writes to them inside a module are reported."""
+        self._inputs = {}
+        for label, t in labelled:
+            span = storage_span(t)
+            if span is not None and span[0] not in self._inputs:
+                self._inputs[span[0]] = (label, span)
+
+    def _caller_argument(self, span: tuple[int, int, int]) -> str | None:
+        entry = self._inputs.get(span[0])
+        if entry is None or self.modules.current is None or not _overlaps(span, entry[1]):
+            return None
+        return entry[0]
+
+    def _on_top_level_call(self, module: torch.nn.Module, args: Any) -> None:
+        if not self._track_call_inputs:
+            return
+        if args is None:  # the call returned: what the caller does next is its own business
+            self._inputs = {}
+            return
+        name = type(module).__name__
+        self.set_caller_inputs([(f"argument {i} of {name}", t) for i, t in _labelled(args)])
 
     def _settle(self) -> None:
         """Decide what pending writes did, now that their version bumps happened."""
@@ -555,6 +594,11 @@ class Tracer:
         phase = "forward"
         site = make_site(op, frames, api, module, phase)
         return InplaceErrorRaised(exc, site)
+
+
+def _labelled(args: Any) -> list[tuple[str, torch.Tensor]]:
+    """Top-level tensors of a call's positional arguments, by position."""
+    return [(str(i), t) for i, t in enumerate(args) if isinstance(t, torch.Tensor)]
 
 
 def _written(spec: WriteSpec, args: Any, kwargs: Any) -> list[torch.Tensor]:

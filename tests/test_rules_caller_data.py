@@ -1,0 +1,90 @@
+"""IPD106: the model overwrites a tensor its caller passed in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import inplace_doctor as ipd
+
+SOURCE = Path(__file__).read_text().splitlines()
+
+
+def line_of(marker: str) -> int:
+    [hit] = [i + 1 for i, text in enumerate(SOURCE) if text.rstrip().endswith(f"# <{marker}>")]
+    return hit
+
+
+def ipd106(findings):
+    return [f for f in findings if f.code == "IPD106"]
+
+
+def test_first_layer_inplace_relu_on_the_input_batch():
+    model = nn.Sequential(nn.ReLU(inplace=True), nn.Linear(8, 2))
+    x = torch.randn(4, 8)
+    before = x.clone()
+    [f] = ipd106(ipd.audit(model, x).findings)
+    assert f.severity is ipd.Severity.WARNING
+    assert f.mutation.module == "0" and f.details["argument"] == "args[0]"
+    assert "model.0.inplace = False" in f.fix
+    assert torch.equal(x, before)  # audit gave the caller's batch back
+    model(x)
+    assert not torch.equal(x, before)  # ... which plain PyTorch does not
+
+
+class MasksItsInput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 2)
+
+    def forward(self, x, mask=None):
+        x[mask] = 0.0  # <write:mask>
+        return self.fc(x)
+
+
+def test_setitem_on_a_keyword_input_names_the_line_and_argument():
+    x = torch.randn(3, 6)
+    [f] = ipd106(ipd.audit(MasksItsInput(), x, mask=x > 1).findings)
+    assert f.mutation.line == line_of("write:mask") and f.details["argument"] == "args[0]"
+    assert "clone" in f.fix
+
+
+def test_watch_treats_arguments_of_the_outermost_call_as_the_callers():
+    model = MasksItsInput()
+    x = torch.randn(3, 6)
+    with ipd.watch(model) as session:
+        model(x, x > 1)
+        x.mul_(2)  # the caller's own write after the call: not the model's doing
+    [f] = ipd106(session.findings)
+    assert f.mutation.line == line_of("write:mask")
+    assert f.details["argument"] == "argument 0 of MasksItsInput"
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: nn.Sequential(nn.Linear(8, 8), nn.ReLU(inplace=True)),  # writes its own activations
+        lambda: nn.Sequential(nn.Dropout(0.5, inplace=True), nn.Linear(8, 2)).eval(),  # eval dropout is identity
+    ],
+    ids=["own-activation", "eval-dropout"],
+)
+def test_clean_when_the_model_writes_only_its_own_tensors(make):
+    assert ipd106(ipd.audit(make(), torch.randn(4, 8)).findings) == []
+
+
+def test_clean_when_the_model_clones_its_input_first():
+    class Clones(nn.Module):
+        def forward(self, x):
+            x = x.clone()
+            x.relu_()
+            return x * 2
+
+    assert ipd.audit(Clones(), torch.randn(3, requires_grad=False)).findings == []
+
+
+def test_ignored_like_any_rule():
+    model = nn.Sequential(nn.ReLU(inplace=True), nn.Linear(8, 2))
+    assert ipd.audit(model, torch.randn(4, 8), ignore="IPD106").findings == []
