@@ -80,4 +80,16 @@ class CallerInputWritten:
     argument: str  # "args[0]", "kwargs['mask']", "argument 0 of ResNet"
 
 
-Event = SavedTensorOverwritten | StaleSavedTensorUsed | InplaceErrorRaised | CallerInputWritten
+@dataclass(frozen=True)
+class OriginalValueRead:
+    """A forward op read an object an in-place call overwrote: out of place, it would have read the original."""
+
+    write: WriteInfo  # the in-place call (module flag, inplace=True argument, augmented assignment)
+    read: Site  # the op that read the old object
+    kind: str  # "flag" or "augmented"
+    max_difference: float  # between what it read and the original values, on this input
+
+
+Event = (
+    SavedTensorOverwritten | StaleSavedTensorUsed | InplaceErrorRaised | CallerInputWritten | OriginalValueRead
+)

@@ -36,6 +36,7 @@ class Finding:
     saved: Site | None = None
     fix: str = ""
     confirmed: bool | None = None
+    read: Site | None = None  # IPD105: the op that read the overwritten object
     count: int = 1
     details: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -44,7 +45,8 @@ class Finding:
         saved = None
         if self.saved is not None:
             saved = (self.saved.file, self.saved.line, self.saved.op, self.details.get("slot"))
-        return (self.code, self.mutation.file, self.mutation.line, self.mutation.op, saved)
+        read = (self.read.file, self.read.line, self.read.op) if self.read is not None else None
+        return (self.code, self.mutation.file, self.mutation.line, self.mutation.op, saved, read)
 
     def with_(self, **changes: Any) -> "Finding":
         return replace(self, **changes)
@@ -60,5 +62,6 @@ class Finding:
             "count": self.count,
             "mutation": self.mutation.to_dict(),
             "saved": self.saved.to_dict() if self.saved else None,
+            "read": self.read.to_dict() if self.read else None,
             "details": dict(self.details),
         }

@@ -48,12 +48,24 @@ class ModuleTracker:
         #: Called with (module, args) when a module is called from outside any
         #: module, and with (module, None) when that call returns.
         self.on_top_level: Any = None
+        self._buffer_ids: set[int] | None = None
 
     def add_root(self, module: torch.nn.Module, prefix: str = "") -> None:
         for name, sub in module.named_modules(remove_duplicate=True):
             if self._lookup(sub) is None:
                 path = f"{prefix}.{name}" if prefix and name else (prefix or name)
                 self._known[id(sub)] = (weakref.ref(sub), path, type(sub).__name__)
+
+    def buffer_ids(self) -> set[int]:
+        """ids of the registered buffers of every known module (cached per outermost call)."""
+        if self._buffer_ids is None:
+            ids: set[int] = set()
+            for ref, _, _ in self._known.values():
+                module = ref()
+                if module is not None:
+                    ids.update(id(b) for b in module._buffers.values() if b is not None)
+            self._buffer_ids = ids
+        return self._buffer_ids
 
     def _lookup(self, module: torch.nn.Module) -> tuple[Any, str, str] | None:
         entry = self._known.get(id(module))
@@ -79,6 +91,7 @@ class ModuleTracker:
             self._truncate(stale)
         if not stack:
             self._calls.clear()
+            self._buffer_ids = None
             if self.on_top_level is not None:
                 self.on_top_level(module, args)
         entry = self._known.get(key)

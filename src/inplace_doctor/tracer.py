@@ -24,7 +24,6 @@ import weakref
 from typing import Any, Callable
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from . import _compat
 from .autograd_facts import saved_field_is_read
@@ -37,6 +36,7 @@ from .events import (
     StaleSavedTensorUsed,
     WriteInfo,
 )
+from .inplace_calls import InplaceCalls
 from .modules import ModuleContext, ModuleTracker
 from .sites import (
     SAVE_STACK,
@@ -238,6 +238,8 @@ class _DispatchMode(_compat.TorchDispatchMode):
             spec = write_spec(func)
         if spec and tracer._before_write is not None:
             tracer._call_before_write(spec, args, kwargs)
+        if tracer.inplace_calls.overwritten and _compat.current_autograd_node() is None:
+            tracer.inplace_calls.check_reads(func, args, kwargs)  # before the op: the values it reads
         try:
             out = func(*args, **kwargs)
         except BaseException as exc:
@@ -252,21 +254,6 @@ class _DispatchMode(_compat.TorchDispatchMode):
                 torch.autograd.graph.increment_version(
                     [t for t in _written(spec, args, kwargs) if not t.is_inference()]
                 )
-        return out
-
-
-class _SettleOnReturn(TorchFunctionMode):
-    """fail_fast: settle writes when the user-level call returns (after the
-    version bump), so the raise points at the line that overwrote."""
-
-    def __init__(self, tracer: "Tracer") -> None:
-        super().__init__()
-        self.tracer = tracer
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        if self.tracer._pending_writes and not self.tracer._busy:
-            self.tracer._settle()
         return out
 
 
@@ -308,6 +295,7 @@ class Tracer:
         self._inputs: dict[int, tuple[str, tuple[int, int, int]]] = {}
         self._track_call_inputs = track_call_inputs
         self.modules.on_top_level = self._on_top_level_call
+        self.inplace_calls = InplaceCalls(self)
         self._save_frames: tuple[tuple[RawFrame, ...], str | None, ModuleContext | None, str] | None = None
         self._error_module: tuple[int, ModuleContext | None] | None = None
         self._contexts: list[Any] = []
@@ -331,10 +319,10 @@ class Tracer:
             mode = _DispatchMode(self)
             mode.__enter__()
             self._contexts.append(mode)
-            if self._fail_fast:
-                fmode = _SettleOnReturn(self)
-                fmode.__enter__()
-                self._contexts.append(fmode)
+            # Also settles writes as the user-level call returns when fail_fast,
+            # so the raise points at the line that overwrote.
+            self.inplace_calls.__enter__()
+            self._contexts.append(self.inplace_calls)
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -354,6 +342,7 @@ class Tracer:
             self._pending_nodes.clear()
             self._save_frames = None
             self._inputs = {}
+            self.inplace_calls.clear()
             self._active = False
 
     def flush(self) -> None:

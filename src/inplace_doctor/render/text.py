@@ -24,14 +24,17 @@ def _site_line(label: str, site: Site, root_label: str, slot: str | None = None)
 
 def finding_lines(f: Finding, root_label: str = "model") -> list[tuple[str, str]]:
     """(text, style) lines for one finding."""
-    raised_at_op = f.saved is None
+    raised_at_op = f.saved is None and f.read is None
     confirmed = "  [PyTorch raised]" if raised_at_op else "  [confirmed by backward]"
     status = {True: confirmed, False: "  [unconfirmed]", None: ""}[f.confirmed]
     count = f"  (x{f.count})" if f.count > 1 else ""
     out = [(f"{f.severity.value:<8}{f.code}  {f.title}{status}{count}", _STYLE[f.severity])]
-    out += [(line, "") for line in _site_line("overwritten" if f.saved else "at", f.mutation, root_label)]
+    label = "overwritten" if f.saved or f.read else "at"
+    out += [(line, "") for line in _site_line(label, f.mutation, root_label)]
     if f.saved is not None:
         out += [(line, "") for line in _site_line("saved", f.saved, root_label, f.details.get("slot"))]
+    if f.read is not None:
+        out += [(line, "") for line in _site_line("read by", f.read, root_label)]
     why = f.details.get("why") or f.message.split("\nFix: ")[0]
     out.append((f"  why: {why}", ""))
     if f.confirmed is False and "\nUnconfirmed:" in f.message:

@@ -49,7 +49,7 @@ def rule(
 
 
 def make_finding(
-    code: str, *, what: str, why: str, fix: str, mutation: Any, saved: Any = None,
+    code: str, *, what: str, why: str, fix: str, mutation: Any, saved: Any = None, read: Any = None,
     confirmed: bool | None = None, severity: Severity | None = None, **details: Any,
 ) -> Finding:
     """A finding of rule `code`: the message is what happened, why it matters, then the fix."""
@@ -63,6 +63,7 @@ def make_finding(
         saved=saved,
         fix=fix,
         confirmed=confirmed,
+        read=read,
         details={"why": why, **details},
     )
 

@@ -1,0 +1,171 @@
+"""In-place calls whose out-of-place form would leave other references holding the original value.
+
+`nn.ReLU(inplace=True)`, `F.relu(x, inplace=True)` and `x += y` overwrite the
+tensor object `x`. In the out-of-place program, the result is a new tensor and
+every other reference to `x` (a residual branch, a list, `torch.cat([h,
+act(h)])`) still sees the original values. To see such reads in one run, the
+call's result is handed back as a fresh alias of `x`: code that continues with
+the result is unaffected, and a later op that still reads the old object `x`
+is exactly a read that the out-of-place program would have served with the
+original values. A snapshot taken before the call measures the difference.
+
+Parameters and registered buffers are never aliased (their identity matters),
+nor tensors that require grad while grad mode is off (an alias could not keep
+their autograd meaning).
+"""
+
+from __future__ import annotations
+
+import dis
+import sys
+import weakref
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from . import _compat
+from .events import OriginalValueRead, WriteInfo
+from .sites import capture_frames, is_user_file, make_site
+
+if TYPE_CHECKING:
+    from .tracer import Tracer
+
+_BINARY_OP = dis.opmap.get("BINARY_OP")  # Python 3.11+: one opcode, the operator in its argument
+_INPLACE_ARGS = frozenset(i for i, (name, _) in enumerate(getattr(dis, "_nb_ops", ())) if name.startswith("NB_INPLACE"))
+_INPLACE_OPCODES = frozenset(op for name, op in dis.opmap.items() if name.startswith("INPLACE_"))  # Python 3.10
+_code_bytes: dict[Any, bytes] = {}  # co_code builds a new bytes object on every access
+
+
+def is_augmented_assignment(frame: FrameType | None) -> bool:
+    """Whether `frame` is executing `x += y` (any augmented operator) right now."""
+    if frame is None:
+        return False
+    code = frame.f_code
+    raw = _code_bytes.get(code)
+    if raw is None:
+        raw = _code_bytes[code] = code.co_code
+    i = frame.f_lasti
+    if i < 0 or i + 1 >= len(raw):
+        return False
+    if _BINARY_OP is not None:
+        return raw[i] == _BINARY_OP and raw[i + 1] in _INPLACE_ARGS
+    return raw[i] in _INPLACE_OPCODES
+
+
+def _augmentable(func: Any) -> bool:
+    name = getattr(func, "__name__", "")
+    return name.endswith("_") and not name.startswith("_") or name.startswith("__i")
+
+
+class _Overwritten:
+    """An object an in-place call overwrote, with its value from before."""
+
+    __slots__ = ("ref", "snapshot", "write", "kind")
+
+    def __init__(self, ref: Any, snapshot: torch.Tensor, write: WriteInfo, kind: str) -> None:
+        self.ref = ref
+        self.snapshot = snapshot
+        self.write = write
+        self.kind = kind
+
+
+class InplaceCalls(TorchFunctionMode):
+    """Watches in-place calls (flags and augmented assignment) and later reads of what they overwrote."""
+
+    def __init__(self, tracer: "Tracer") -> None:
+        super().__init__()
+        self.tracer = tracer
+        self.overwritten: dict[int, _Overwritten] = {}
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        tracer = self.tracer
+        if kwargs is None:
+            kwargs = {}
+        kind = None
+        if not tracer._busy and args and type(args[0]) in (torch.Tensor, torch.nn.Parameter):
+            if kwargs.get("inplace") is True:
+                kind = "flag"
+            elif _augmentable(func):
+                caller = sys._getframe(1)
+                # Only the user's own `x += y`: a library's (an optimizer's `step += 1`)
+                # keeps its state objects on purpose.
+                if is_user_file(caller.f_code.co_filename) and is_augmented_assignment(caller):
+                    kind = "augmented"
+        if kind is None:
+            out = func(*args, **kwargs)
+        else:
+            out = self._inplace_call(func, args, kwargs, kind)
+        if tracer._pending_writes and not tracer._busy and tracer._fail_fast:
+            tracer._settle()
+        return out
+
+    def _inplace_call(self, func: Any, args: Any, kwargs: Any, kind: str) -> Any:
+        target = args[0]
+        keep_meaning = not (target.requires_grad and not torch.is_grad_enabled())
+        if (
+            not keep_meaning
+            or isinstance(target, torch.nn.Parameter)
+            or id(target) in self.tracer.modules.buffer_ids()
+            or target.is_inference()
+            or target.numel() == 0
+        ):
+            return func(*args, **kwargs)
+        with _compat.DisableTorchDispatch(), torch.no_grad():
+            snapshot = target.clone()
+        frames, api = capture_frames()
+        out = func(*args, **kwargs)
+        if out is not target:
+            return out
+        with _compat.DisableTorchDispatch():
+            alias = target.view_as(target) if target.requires_grad else target.detach()
+        name = getattr(func, "__name__", "in-place call")
+        op = f"{name} (inplace=True)" if kind == "flag" else f"{name} (augmented assignment)"
+        write = WriteInfo(
+            site=make_site(op, frames, api, self.tracer.modules.current, "forward"),
+            shape=tuple(target.shape),
+            dtype=str(target.dtype).removeprefix("torch."),
+            writes_bytes=True,
+        )
+        key = id(target)
+        self.overwritten[key] = _Overwritten(weakref.ref(target, self._forget(key)), snapshot, write, kind)
+        return alias
+
+    def _forget(self, key: int) -> Any:
+        overwritten = self.overwritten
+        return lambda _ref: overwritten.pop(key, None)
+
+    def check_reads(self, func: Any, args: Any, kwargs: Any) -> None:
+        """Called for each forward op while overwritten objects exist: report reads of them."""
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, torch.Tensor):
+                self._check(func, value)
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    if isinstance(item, torch.Tensor):
+                        self._check(func, item)
+
+    def _check(self, func: Any, t: torch.Tensor) -> None:
+        entry = self.overwritten.get(id(t))
+        if entry is None or entry.ref() is not t:
+            return
+        del self.overwritten[id(t)]  # report the first read; the snapshot is freed with the entry
+        from .tracer import op_name
+
+        name = op_name(func)
+        if name in ("aten.copy_", "aten.fill_", "aten.zero_", "aten.set_", "aten.resize_"):
+            return  # overwrites without reading
+        with _compat.DisableTorchDispatch(), torch.no_grad():
+            if t.is_floating_point() or t.is_complex():
+                difference = float((t - entry.snapshot).abs().max())
+            else:
+                difference = float(torch.ne(t, entry.snapshot).sum())
+        frames, api = capture_frames()
+        read = make_site(name, frames, api, self.tracer.modules.current, "forward")
+        error = self.tracer._sink(OriginalValueRead(entry.write, read, entry.kind, difference))
+        if error is not None:
+            raise error
+
+    def clear(self) -> None:
+        self.overwritten.clear()

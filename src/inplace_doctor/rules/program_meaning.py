@@ -1,0 +1,74 @@
+"""Rules about in-place writes that change what the program computes, with no error at all."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..events import OriginalValueRead
+from ..findings import Finding, Severity
+from .describe import fix_for_write, tensor_desc, where
+from .registry import make_finding, rule
+
+
+@rule(
+    "IPD105",
+    "inplace-changes-result",
+    "In-place write changes what a later op reads",
+    Severity.ERROR,
+    events=(OriginalValueRead,),
+)
+def inplace_changes_result(event: OriginalValueRead, ctx: Any) -> Finding | None:
+    """An in-place flag or augmented assignment changes the result: a later op reads the overwritten tensor.
+
+    What: ``nn.ReLU(inplace=True)`` (or any ``inplace=True`` module or
+    functional call) or ``x += y`` overwrote a tensor object, and a later op in
+    the same forward still read that object: a residual ``y = x + relu_(x)``,
+    ``torch.cat([h, act(h)])``, a list of features kept before the activation.
+    With the out-of-place form, that op would have read the original values.
+
+    Why: PyTorch raises nothing unless backward happens to need the old
+    values; the forward silently computes something else (``x + relu_(x)`` is
+    ``2 * relu(x)``). The finding gives the largest difference between what
+    the op read and the original values on this input, which can be zero
+    (say, no negative entries before a ReLU); other inputs will differ.
+    Severity: error for ``inplace=True`` flags, whose only purpose is to save
+    memory without changing the result; warning for augmented assignment,
+    whose in-place meaning Python code may rely on deliberately.
+
+    Example::
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.act = nn.ReLU(inplace=True)
+
+            def forward(self, x):
+                return x + self.act(x)      # IPD105: reads x after act overwrote it
+
+    Fix: set the module's ``inplace=False`` (or pass ``inplace=False``), or
+    write ``x = x + y`` instead of ``x += y``; or keep what the later op needs
+    (``identity = x.clone()``) before the in-place call.
+    """
+    write, read = event.write, event.read
+    if event.max_difference > 0:
+        measured = f"On this input it read values up to {event.max_difference:.6g} away from the original."
+    else:
+        measured = (
+            "On this input the values it read happen to equal the original (difference 0), but other inputs "
+            "will differ."
+        )
+    return make_finding(
+        "IPD105",
+        what=(
+            f"{where(write.site, ctx.root_label)} overwrote {tensor_desc(write.shape, write.dtype)}, and then "
+            f"{where(read, ctx.root_label)} read that same tensor. With the out-of-place form it would have read "
+            "the original values."
+        ),
+        why=f"The forward silently computes something else; PyTorch raises nothing. {measured}",
+        fix=fix_for_write(write.site, ctx.root_label),
+        mutation=write.site,
+        read=read,
+        severity=Severity.ERROR if event.kind == "flag" else Severity.WARNING,
+        max_difference=event.max_difference,
+        kind=event.kind,
+    )

@@ -1,0 +1,167 @@
+"""IPD105: an in-place flag or augmented assignment changes what a later op reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import inplace_doctor as ipd
+
+SOURCE = Path(__file__).read_text().splitlines()
+
+
+def line_of(marker: str) -> int:
+    [hit] = [i + 1 for i, text in enumerate(SOURCE) if text.rstrip().endswith(f"# <{marker}>")]
+    return hit
+
+
+def ipd105(findings):
+    return [f for f in findings if f.code == "IPD105"]
+
+
+class ResidualModule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return h + self.act(h)  # <residual>
+
+
+class ResidualFunctional(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        out = F.relu(h, inplace=True)  # <functional-write>
+        return torch.cat([out, h], dim=1)  # <functional-read>
+
+
+class AugmentedKeepsAlias(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        kept = h
+        h += 1  # <augmented-write>
+        return h * kept  # <augmented-read>
+
+
+def test_residual_with_inplace_relu_module_is_an_error_with_the_measured_difference():
+    torch.manual_seed(0)
+    model, x = ResidualModule(), torch.randn(3, 4)
+    [f] = ipd105(ipd.audit(model, x).findings)
+    assert f.severity is ipd.Severity.ERROR
+    assert f.mutation.line == f.read.line == line_of("residual")
+    assert f.mutation.module == "act" and f.read.op == "aten.add"
+    assert "model.act.inplace = False" in f.fix
+    h = model.fc(x)
+    assert f.details["max_difference"] == pytest.approx(float((h.relu() - h).abs().max()))
+    assert "read by" in str(ipd.audit(model, x))
+
+
+def test_functional_inplace_argument_read_by_cat():
+    [f] = ipd105(ipd.audit(ResidualFunctional(), torch.randn(3, 4)).findings)
+    assert f.mutation.line == line_of("functional-write") and f.read.line == line_of("functional-read")
+    assert f.read.op == "aten.cat" and "inplace=False" in f.fix
+
+
+def test_augmented_assignment_read_through_another_name_is_a_warning():
+    [f] = ipd105(ipd.audit(AugmentedKeepsAlias(), torch.randn(3, 4)).findings)
+    assert f.severity is ipd.Severity.WARNING
+    assert f.mutation.line == line_of("augmented-write") and f.read.line == line_of("augmented-read")
+    assert "h = h + 1" in f.fix
+    assert f.details["max_difference"] == pytest.approx(1.0)
+
+
+def test_zero_difference_on_this_input_is_said_plainly():
+    model = ResidualModule()
+    with torch.no_grad():
+        model.fc.weight.zero_()
+        model.fc.bias.fill_(1.0)  # h > 0 everywhere: relu changes nothing on this input
+    [f] = ipd105(ipd.audit(model, torch.randn(3, 4)).findings)
+    assert f.details["max_difference"] == 0.0
+    assert "difference 0" in f.message and "other inputs will differ" in f.message
+
+
+def test_detection_changes_no_value_gradient_or_identity():
+    torch.manual_seed(0)
+    model, x = ResidualModule(), torch.randn(3, 4)
+    out = model(x)
+    out.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    with ipd.watch(model) as session:
+        out2 = model(x)
+        out2.sum().backward()
+    assert torch.equal(out, out2)
+    assert all(torch.equal(a, p.grad) for a, p in zip(grads, model.parameters()))
+    assert [f.code for f in session.findings] == ["IPD105"]
+
+
+class BufferCounter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("seen", torch.zeros(()))
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.seen += 1  # augmented assignment on a buffer: its identity must survive
+        return self.fc(x)
+
+
+def test_buffers_and_parameters_keep_their_identity():
+    model = BufferCounter()
+    buffer = model.seen
+    with ipd.watch(model):
+        model(torch.randn(2, 4))
+    assert model.seen is buffer and float(buffer) == 1.0
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: nn.Sequential(nn.Linear(4, 4), nn.ReLU(inplace=True), nn.Linear(4, 4)),
+        lambda: nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.ReLU(inplace=True), nn.Dropout(0.2, inplace=True)),
+    ],
+    ids=["sequential", "bn-relu-dropout"],
+)
+def test_chains_that_only_use_the_result_are_clean(make):
+    assert ipd105(ipd.audit(make(), torch.randn(3, 4)).findings) == []
+
+
+def test_rebinding_augmented_assignment_and_out_of_place_residual_are_clean():
+    class Clean(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+            self.act = nn.ReLU(inplace=True)
+
+        def forward(self, x):
+            identity = x
+            h = self.fc(x)
+            h += identity  # h is rebound; nobody else holds the old h
+            return self.act(h) + identity  # identity was never overwritten
+
+    assert ipd.audit(Clean(), torch.randn(3, 4)).findings == []
+
+
+def test_library_augmented_assignments_are_not_the_users():
+    model = nn.Linear(4, 4)
+    opt = torch.optim.Adam(model.parameters())  # adam.py does `step_t += 1` on its state
+    with ipd.watch(model) as session:
+        for _ in range(2):
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    assert session.findings == []
