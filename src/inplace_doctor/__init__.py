@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from . import _compat  # noqa: F401  (fails early, naming the torch version)
 from .api import audit, watch
+from .equivalence import VerifyResult, verify
 from .errors import InplaceDoctorError, InplaceError, ModelError, UsageError
 from .findings import Finding, Severity
 from .report import Report
@@ -30,7 +31,9 @@ __all__ = [
     "Severity",
     "Site",
     "UsageError",
+    "VerifyResult",
     "audit",
     "get_rule",
+    "verify",
     "watch",
 ]

@@ -180,6 +180,16 @@ def _parser() -> _Parser:
     audit.add_argument("--ignore", action="append", default=[], metavar="CODES",
                        help="skip these rule codes or prefixes (comma-separated)")
     audit.add_argument("--seed", type=int, default=0, help="seed for weights and random inputs (default 0)")
+    check = sub.add_parser("verify", help="check that the in-place configuration computes what its out-of-place form does")
+    check.add_argument("spec", metavar="PKG.MODULE:FACTORY", help="factory returning a model or (model, inputs)")
+    check.add_argument("--input", action="append", default=[], metavar="SHAPE[:DTYPE]",
+                       help="an input tensor, e.g. 2x3x224x224 or 2x16:int64 (repeat for several)")
+    check.add_argument("--eval", action="store_true", help="verify in eval mode (default: train mode)")
+    check.add_argument("--steps", type=int, default=1, help="training steps per run (default 1)")
+    check.add_argument("--sgd", type=float, metavar="LR", help="also take SGD steps with this learning rate and compare parameters")
+    check.add_argument("--atol", type=float, default=1e-6)
+    check.add_argument("--rtol", type=float, default=1e-5)
+    check.add_argument("--seed", type=int, default=0, help="seed for weights and random inputs (default 0)")
     rules = sub.add_parser("rules", help="list the rules")
     rules.set_defaults()
     rule = sub.add_parser("rule", help="print one rule's documentation")
@@ -210,6 +220,20 @@ def _audit(ns: argparse.Namespace) -> int:
     return EXIT_FINDINGS if report.failed() else EXIT_OK
 
 
+def _verify(ns: argparse.Namespace) -> int:
+    import torch
+
+    from . import verify
+
+    model, args, kwargs = build_model(ns.spec, ns.input, ns.seed)
+    model.train(not ns.eval)
+    optimizer = (lambda params: torch.optim.SGD(params, lr=ns.sgd)) if ns.sgd is not None else None
+    result = verify(model, *args, steps=ns.steps, optimizer=optimizer, atol=ns.atol, rtol=ns.rtol, **kwargs)
+    print(f"inplace-doctor verify of {ns.spec} ({'eval' if ns.eval else 'train'} mode)\n")
+    print(result)
+    return EXIT_OK if result else EXIT_FINDINGS
+
+
 def _rules() -> int:
     from .rules import RULES
 
@@ -233,6 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns = _parser().parse_args(argv)
         if ns.command == "audit":
             return _audit(ns)
+        if ns.command == "verify":
+            return _verify(ns)
         if ns.command == "rules":
             return _rules()
         return _rule(ns.code)

@@ -62,6 +62,24 @@ class DataWriteAfterSave(nn.Module):
         return h
 
 
+class ResidualReLU(nn.Module):
+    """`h + relu_(h)`: runs without error but computes `2 * relu(h)` (IPD105; verify names `act`)."""
+
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x)
+        return h + self.act(h)
+
+
+def residual_relu() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """CLI factory: the silent residual bug with an example batch."""
+    return ResidualReLU(), (torch.randn(4, 8),)
+
+
 def sigmoid_then_relu() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """CLI factory: the broken gate with an example batch."""
     return SigmoidThenReLU(), (torch.randn(4, 8),)
@@ -83,10 +101,12 @@ def data_write_after_save() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
 __all__ = [
     "DataWriteAfterSave",
     "LinearThenReLU",
+    "ResidualReLU",
     "ResidualSinAdd",
     "SigmoidThenReLU",
     "data_write_after_save",
     "linear_then_relu",
+    "residual_relu",
     "residual_sin_add",
     "sigmoid_then_relu",
 ]

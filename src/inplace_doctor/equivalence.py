@@ -1,0 +1,327 @@
+"""`verify`: does an in-place configuration compute exactly what the out-of-place program does?
+
+Runs the model as configured and as an out-of-place baseline (every module
+`inplace` flag and every functional `inplace=True` argument forced off for the
+run, without editing code; explicit `relu_()` and `+=` are the program's
+meaning and stay), each on a deep copy, with cloned inputs and the same RNG
+stream, then compares everything a training step produces. When they differ,
+the responsible in-place sites are found by group testing: a binary search for
+the smallest prefix of sites that, switched off, gives the baseline's results.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from .errors import UsageError
+from .findings import Finding
+from .preserve import RngState, labelled_tensors, map_tensors, tensors_in
+from .sites import capture_frames
+
+_TORCH_MODULES_DIR = os.path.join(torch.nn.modules.__path__[0], "")
+_TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "")
+
+
+@dataclass(frozen=True)
+class Difference:
+    """The first tensor that differs between the configured run and the baseline."""
+
+    what: str  # "output[0]", "loss", "grad of fc.weight", "buffer bn.running_mean", "parameter fc.weight after step 2"
+    max_abs: float
+    max_rel: float
+
+    def __str__(self) -> str:
+        return f"{self.what}: max abs difference {self.max_abs:.6g}, max relative {self.max_rel:.6g}"
+
+
+@dataclass(frozen=True)
+class InplaceSite:
+    """A place whose in-place behaviour verify can switch off: a module flag or a functional call."""
+
+    kind: str  # "module" or "call"
+    where: str  # module path ("layer1.0.relu") or "file:line" of an inplace=True call
+
+    def __str__(self) -> str:
+        return f"module {self.where} (inplace=True)" if self.kind == "module" else f"inplace=True call at {self.where}"
+
+
+@dataclass
+class VerifyResult:
+    """`bool(result)` is True when the configured model is equivalent to its out-of-place form."""
+
+    equivalent: bool
+    differences: list[Difference] = field(default_factory=list)
+    culprits: list[InplaceSite] = field(default_factory=list)
+    sites: list[InplaceSite] = field(default_factory=list)
+    error: str | None = None  # what the configured run raised, if it did
+    findings: list[Finding] = field(default_factory=list)
+    runs: int = 0
+
+    def __bool__(self) -> bool:
+        return self.equivalent
+
+    @property
+    def first_difference(self) -> Difference | None:
+        return self.differences[0] if self.differences else None
+
+    def __str__(self) -> str:
+        if self.error is not None:
+            lines = [f"not equivalent: the in-place configuration raised: {self.error}"]
+            lines += [f"  {f.code} {f.message.splitlines()[0]}" for f in self.findings]
+            return "\n".join(lines)
+        if self.equivalent:
+            return (
+                f"equivalent: outputs, loss, gradients, buffers and inputs match the out-of-place program "
+                f"({len(self.sites)} in-place sites, {self.runs} runs)"
+            )
+        lines = [f"not equivalent: {self.differences[0]}"]
+        lines += [f"  also {d}" for d in self.differences[1:5]]
+        if self.culprits:
+            lines.append("responsible: " + "; ".join(str(c) for c in self.culprits))
+        return "\n".join(lines)
+
+
+class _Functional(TorchFunctionMode):
+    """Records inplace=True calls made outside torch.nn's modules; forces the chosen ones off."""
+
+    def __init__(self, off: set[str] | None) -> None:
+        super().__init__()
+        self.off = off  # None: everything off
+        self.seen: list[str] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if kwargs.get("inplace") is True:
+            if not _called_by_a_torch_module(sys._getframe(1)):  # module flags are switched on the module
+                frames, _ = capture_frames()
+                where = f"{frames[-1][0]}:{frames[-1][1]}" if frames else "<unknown>"
+                if where not in self.seen:
+                    self.seen.append(where)
+                if self.off is None or where in self.off:
+                    kwargs = {**kwargs, "inplace": False}
+        return func(*args, **kwargs)
+
+
+def _called_by_a_torch_module(frame: Any) -> bool:
+    """Whether the first frame outside torch's functional machinery is a torch.nn module's code."""
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename.startswith(_TORCH_MODULES_DIR):
+            return True
+        if not filename.startswith(_TORCH_DIR):
+            return False
+        frame = frame.f_back
+    return False
+
+
+def _module_sites(model: torch.nn.Module) -> list[InplaceSite]:
+    return [
+        InplaceSite("module", name)
+        for name, m in model.named_modules()
+        if m.__dict__.get("inplace") is True
+    ]
+
+
+def _clone_inputs(value: Any) -> Any:
+    def clone(t: torch.Tensor) -> torch.Tensor:
+        c = t.detach().clone()
+        return c.requires_grad_(t.requires_grad) if t.is_leaf or t.requires_grad else c
+
+    return map_tensors(value, clone)
+
+
+def _make_optimizer(optimizer: Any, params: Iterable[torch.nn.Parameter]) -> Any:
+    if optimizer is None:
+        return None
+    if isinstance(optimizer, torch.optim.Optimizer):
+        return type(optimizer)(params, **optimizer.defaults)
+    if callable(optimizer):
+        return optimizer(params)
+    raise UsageError(f"optimizer must be a torch.optim.Optimizer or a callable taking parameters, got {type(optimizer).__name__}")
+
+
+def _record(model: torch.nn.Module, args: Any, kwargs: Any, loss_fn: Any, steps: int, optimizer: Any) -> dict[str, torch.Tensor]:
+    """One run: every tensor a training step produces, by name."""
+    from .api import default_loss
+
+    out: dict[str, torch.Tensor] = {}
+    opt = _make_optimizer(optimizer, model.parameters())
+    inputs = labelled_tensors(args, kwargs)
+    for step in range(1, steps + 1):
+        tag = f" (step {step})" if steps > 1 else ""
+        output = model(*args, **kwargs)
+        for i, t in enumerate(tensors_in(output)):
+            out[f"output[{i}]{tag}"] = t.detach().clone()
+        loss = loss_fn(output) if loss_fn is not None else default_loss(output)
+        if isinstance(loss, torch.Tensor) and loss.requires_grad:
+            out[f"loss{tag}"] = loss.detach().clone()
+            loss.backward()
+        for name, p in model.named_parameters():
+            if p.grad is not None:
+                out[f"grad of {name}{tag}"] = p.grad.detach().clone()
+        for label, t in inputs:
+            if t.grad is not None:
+                out[f"grad of input {label}{tag}"] = t.grad.detach().clone()
+        if opt is not None:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            for name, p in model.named_parameters():
+                out[f"parameter {name} after step {step}"] = p.detach().clone()
+    for name, b in model.named_buffers():
+        out[f"buffer {name}"] = b.detach().clone()
+    for label, t in inputs:
+        out[f"input {label} after the call"] = t.detach().clone()
+    return out
+
+
+def _compare(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float, rtol: float) -> list[Difference]:
+    differences = []
+    for name in a.keys() | b.keys():
+        if name not in a or name not in b:
+            differences.append(Difference(f"{name} (present in only one run)", float("inf"), float("inf")))
+            continue
+        x, y = a[name], b[name]
+        if x.shape != y.shape or x.dtype != y.dtype:
+            differences.append(Difference(f"{name} (shape/dtype {tuple(x.shape)}/{x.dtype} vs {tuple(y.shape)}/{y.dtype})", float("inf"), float("inf")))
+            continue
+        if torch.equal(x, y):
+            continue
+        xf, yf = x.double(), y.double()
+        diff = (xf - yf).abs()
+        both_nan = torch.isnan(xf) & torch.isnan(yf)
+        diff = torch.where(both_nan, torch.zeros_like(diff), diff)
+        if bool((diff <= atol + rtol * yf.abs()).all()):
+            continue
+        max_abs = float(diff.max())
+        max_rel = float((diff / yf.abs().clamp_min(1e-30)).max())
+        differences.append(Difference(name, max_abs, max_rel))
+    order = list(a.keys())
+    differences.sort(key=lambda d: order.index(d.what) if d.what in order else len(order))
+    return differences
+
+
+def verify(
+    model: torch.nn.Module,
+    *args: Any,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    steps: int = 1,
+    optimizer: Any = None,
+    atol: float = 1e-6,
+    rtol: float = 1e-5,
+    localize: bool = True,
+    **kwargs: Any,
+) -> VerifyResult:
+    """Check that the in-place configuration of `model` computes what its out-of-place form does.
+
+    Args:
+        model: the model as configured; it is never modified (every run uses a deep copy).
+        *args, **kwargs: its inputs (cloned for each run).
+        loss_fn: maps the output to a scalar; default: the sum of floating outputs.
+        steps: training steps per run; with `optimizer`, parameters are compared after each.
+        optimizer: a `torch.optim.Optimizer` (its type and defaults are reused on each copy)
+            or a callable `params -> optimizer`.
+        atol, rtol: tolerances; the differences reported are exact either way.
+        localize: when the runs differ, find the responsible in-place sites.
+
+    Example:
+        >>> from inplace_doctor.examples import ResidualReLU
+        >>> result = ipd.verify(ResidualReLU(), torch.randn(4, 8))
+        >>> bool(result), [str(c) for c in result.culprits]
+        (False, ['module act (inplace=True)'])
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(f"verify() needs a torch.nn.Module, got {type(model).__name__}")
+    if steps < 1:
+        raise UsageError(f"steps must be at least 1, got {steps}")
+    rng = RngState()
+    result = VerifyResult(equivalent=True)
+
+    def run(off_modules: set[str] | None, off_calls: set[str] | None) -> tuple[dict[str, torch.Tensor], _Functional]:
+        copy_ = copy.deepcopy(model)
+        for name, m in copy_.named_modules():
+            if m.__dict__.get("inplace") is True and (off_modules is None or name in off_modules):
+                m.inplace = False
+        rng.restore()
+        mode = _Functional(off_calls)
+        result.runs += 1
+        with mode:
+            recorded = _record(copy_, _clone_inputs(args), _clone_inputs(kwargs), loss_fn, steps, optimizer)
+        return recorded, mode
+
+    try:
+        try:
+            configured, discovery = run(set(), set())
+        except RuntimeError as exc:
+            return _configured_raised(model, args, kwargs, loss_fn, exc, result)
+        baseline, _ = run(None, None)
+        result.sites = _module_sites(model) + [InplaceSite("call", w) for w in discovery.seen]
+        result.differences = _compare(configured, baseline, atol, rtol)
+        result.equivalent = not result.differences
+        if result.differences and localize:
+            result.culprits = _localize(result.sites, baseline, run, atol, rtol)
+    finally:
+        rng.restore()
+    return result
+
+
+def _configured_raised(
+    model: torch.nn.Module, args: Any, kwargs: Any, loss_fn: Any, exc: BaseException, result: VerifyResult
+) -> VerifyResult:
+    from .api import audit
+
+    result.equivalent = False
+    result.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    try:
+        report = audit(copy.deepcopy(model), *_clone_inputs(args), loss_fn=loss_fn, **_clone_inputs(kwargs))
+        result.findings = report.findings
+    except Exception:  # the audit itself could not run: the error above says what happened
+        pass
+    return result
+
+
+def _localize(
+    sites: list[InplaceSite],
+    baseline: dict[str, torch.Tensor],
+    run: Callable[[set[str] | None, set[str] | None], tuple[dict[str, torch.Tensor], Any]],
+    atol: float,
+    rtol: float,
+    limit: int = 8,
+) -> list[InplaceSite]:
+    """Binary search for the smallest prefix of sites that, switched off, matches the baseline; repeat."""
+
+    def matches(off: list[InplaceSite]) -> bool:
+        modules = {s.where for s in off if s.kind == "module"}
+        calls = {s.where for s in off if s.kind == "call"}
+        try:
+            recorded, _ = run(modules, calls)
+        except RuntimeError:
+            return False
+        return not _compare(recorded, baseline, atol, rtol)
+
+    culprits: list[InplaceSite] = []
+    remaining = list(sites)
+    while remaining and len(culprits) < limit:
+        if culprits and matches(culprits):
+            break
+        low, high = 1, len(remaining)  # matches(culprits + remaining[:high]) holds: that is the baseline
+        while low < high:
+            middle = (low + high) // 2
+            if matches(culprits + remaining[:middle]):
+                high = middle
+            else:
+                low = middle + 1
+        culprits.append(remaining[low - 1])
+        # With it off, switching off the whole prefix before it matched: any other
+        # culprit is in that prefix.
+        remaining = remaining[: low - 1]
+    return culprits
+
+
+__all__ = ["Difference", "InplaceSite", "VerifyResult", "verify"]
