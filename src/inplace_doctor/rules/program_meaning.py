@@ -51,7 +51,10 @@ def inplace_changes_result(event: OriginalValueRead, ctx: Any) -> Finding | None
     """
     write, read = event.write, event.read
     if event.max_difference > 0:
-        measured = f"On this input it read values up to {event.max_difference:.6g} away from the original."
+        measured = (
+            f"On this input it read values up to {event.max_difference:.6g} away from the original (whether that "
+            "reaches the output depends on the ops that follow; `verify` measures the end result)."
+        )
     else:
         measured = (
             "On this input the values it read happen to equal the original (difference 0), but other inputs "
