@@ -88,3 +88,41 @@ def test_clean_when_the_model_clones_its_input_first():
 def test_ignored_like_any_rule():
     model = nn.Sequential(nn.ReLU(inplace=True), nn.Linear(8, 2))
     assert ipd.audit(model, torch.randn(4, 8), ignore="IPD106").findings == []
+
+
+# --------------------------------------------------------------------------- IPD107
+
+
+def _train_step(model, opt):
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+
+
+def test_state_dict_kept_as_a_snapshot_is_overwritten_by_the_next_step():
+    import copy
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with ipd.watch(model) as session:
+        best = model.state_dict()  # <held:best>
+        safe = copy.deepcopy(model.state_dict())
+        also_safe = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        _train_step(model, opt)
+    [f] = [f for f in session.findings if f.code == "IPD107"]
+    assert f.count == 4 and f.mutation.api == "SGD.step"
+    assert f.details["handed_out"].endswith(f"test_rules_caller_data.py:{line_of('held:best')}")
+    assert "model.state_dict()['0.weight']" in f.details["held"] or "state_dict()" in f.details["held"]
+    assert "deepcopy" in f.fix
+    assert best and safe and also_safe  # all three were alive during the step
+
+
+def test_state_dict_saved_or_dropped_is_clean_and_the_patch_is_undone():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    original = nn.Module.state_dict
+    with ipd.watch(model) as session:
+        len(model.state_dict())
+        _train_step(model, opt)
+    assert session.findings == []
+    assert nn.Module.state_dict is original

@@ -90,6 +90,20 @@ class OriginalValueRead:
     max_difference: float  # between what it read and the original values, on this input
 
 
+@dataclass(frozen=True)
+class HeldTensorOverwritten:
+    """A tensor handed out earlier (a `state_dict()` entry) had its memory overwritten while still held."""
+
+    write: WriteInfo
+    held: str  # what holds it: "model.state_dict()['fc.weight']"
+    handed_out: Site  # where it was handed out
+
+
 Event = (
-    SavedTensorOverwritten | StaleSavedTensorUsed | InplaceErrorRaised | CallerInputWritten | OriginalValueRead
+    SavedTensorOverwritten
+    | StaleSavedTensorUsed
+    | InplaceErrorRaised
+    | CallerInputWritten
+    | OriginalValueRead
+    | HeldTensorOverwritten
 )

@@ -67,6 +67,13 @@ class ModuleTracker:
             self._buffer_ids = ids
         return self._buffer_ids
 
+    def path_of(self, module: torch.nn.Module) -> str:
+        """`model`, `model.layer1` for a known root; the class name for a module never seen."""
+        entry = self._lookup(module)
+        if entry is None:
+            return type(module).__name__
+        return f"model.{entry[1]}" if entry[1] else "model"
+
     def _lookup(self, module: torch.nn.Module) -> tuple[Any, str, str] | None:
         entry = self._known.get(id(module))
         return entry if entry is not None and entry[0]() is module else None

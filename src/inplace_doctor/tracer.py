@@ -27,15 +27,18 @@ import torch
 
 from . import _compat
 from .autograd_facts import saved_field_is_read
+from .storage import storage_span
 from .events import (
     Event,
     CallerInputWritten,
+    HeldTensorOverwritten,
     InplaceErrorRaised,
     SavedInfo,
     SavedTensorOverwritten,
     StaleSavedTensorUsed,
     WriteInfo,
 )
+from .held import HeldTensors
 from .inplace_calls import InplaceCalls
 from .modules import ModuleContext, ModuleTracker
 from .sites import (
@@ -126,26 +129,6 @@ def op_name(func: Any) -> str:
     if name is None:
         name = _op_names[func] = func._schema.name.replace("::", ".")
     return name
-
-
-def storage_span(t: torch.Tensor) -> tuple[int, int, int] | None:
-    """(storage key, first byte, end byte) of the memory a tensor covers, or None."""
-    try:
-        if t.is_inference():
-            return None
-        storage = t.untyped_storage()
-        numel = t.numel()
-        if numel == 0 or storage.nbytes() == 0:
-            return None
-        size = t.element_size()
-        start = int(t.storage_offset())
-        if t.is_contiguous():
-            extent = numel - 1
-        else:
-            extent = sum((int(n) - 1) * abs(int(s)) for n, s in zip(t.shape, t.stride()))
-    except (RuntimeError, NotImplementedError, TypeError):  # sparse, meta, no storage
-        return None
-    return storage.data_ptr(), start * size, (start + extent + 1) * size
 
 
 class _SavedRecord:
@@ -296,6 +279,7 @@ class Tracer:
         self._track_call_inputs = track_call_inputs
         self.modules.on_top_level = self._on_top_level_call
         self.inplace_calls = InplaceCalls(self)
+        self.held = HeldTensors(self)
         self._save_frames: tuple[tuple[RawFrame, ...], str | None, ModuleContext | None, str] | None = None
         self._error_module: tuple[int, ModuleContext | None] | None = None
         self._contexts: list[Any] = []
@@ -323,6 +307,8 @@ class Tracer:
             # so the raise points at the line that overwrote.
             self.inplace_calls.__enter__()
             self._contexts.append(self.inplace_calls)
+            self.held.__enter__()
+            self._contexts.append(self.held)
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -480,6 +466,9 @@ class Tracer:
         if span is None:
             return
         argument = self._caller_argument(span) if self._inputs else None
+        held = []
+        if self.held.by_storage and _writes_bytes(func):
+            held = self.held.overwritten_by(span)
         bucket = self._by_storage.get(span[0])
         candidates = []
         if bucket:
@@ -487,9 +476,13 @@ class Tracer:
                 holder = ref()
                 if holder is not None:
                     candidates.append((ref, holder.tensor._version))
-        if not candidates and argument is None:
+        if not candidates and argument is None and not held:
             return
         info = self._write_info(func, t)
+        for entry in held:
+            error = self._sink(HeldTensorOverwritten(info, entry.label, entry.site))
+            if error is not None:
+                raise error
         if argument is not None:
             error = self._sink(CallerInputWritten(info, argument))
             if error is not None:
@@ -505,7 +498,7 @@ class Tracer:
             site=make_site(name, frames, api, self.modules.current, phase),
             shape=tuple(t.shape),
             dtype=str(t.dtype).removeprefix("torch."),
-            writes_bytes=name.split(".", 1)[-1] not in _METADATA_ONLY,
+            writes_bytes=_writes_bytes(func),
         )
 
     # -- the caller's inputs ------------------------------------------------
@@ -583,6 +576,10 @@ class Tracer:
         phase = "forward"
         site = make_site(op, frames, api, module, phase)
         return InplaceErrorRaised(exc, site)
+
+
+def _writes_bytes(func: Any) -> bool:
+    return op_name(func).split(".", 1)[-1] not in _METADATA_ONLY
 
 
 def _labelled(args: Any) -> list[tuple[str, torch.Tensor]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..events import CallerInputWritten
+from ..events import CallerInputWritten, HeldTensorOverwritten
 from ..findings import Finding, Severity
 from .describe import fix_for_write, tensor_desc, where
 from .registry import make_finding, rule
@@ -56,4 +56,61 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: Any) -> Finding | N
         fix=f"{fix_for_write(write.site, ctx.root_label)}, or clone the input at the top of forward (`x = x.clone()`)",
         mutation=write.site,
         argument=event.argument,
+    )
+
+
+@rule(
+    "IPD107",
+    "held-tensor-overwritten",
+    "Tensor still held elsewhere is overwritten",
+    Severity.WARNING,
+    events=(HeldTensorOverwritten,),
+)
+def held_tensor_overwritten(event: HeldTensorOverwritten, ctx: Any) -> Finding | None:
+    """A tensor handed out earlier and still held (a `state_dict()` entry) is overwritten in place.
+
+    What: ``model.state_dict()`` returns aliases of the live parameters and
+    buffers, not copies. Code that keeps the dict as a snapshot (``best =
+    model.state_dict()`` to restore the best epoch, an EMA "copy", a
+    before/after comparison) and then trains on sees every later write —
+    optimizer steps, BatchNorm's running statistics — in its "snapshot".
+
+    Why: nothing raises; restoring the "best" weights silently restores the
+    latest ones. Severity warning: an alias kept on purpose (to watch live
+    weights) is fine, which the tool cannot tell.
+
+    What is seen: ``state_dict()`` entries still alive when a dispatch-visible
+    write (an optimizer step, ``copy_``, an in-place op) changes their memory;
+    a dict that is saved or deep-copied and then dropped is not reported.
+    Not seen: writes without a dispatch-visible op (BatchNorm's running-stat
+    update), and tensors a forward hook keeps (a hook runs after the module's
+    own hooks; reading such a tensor later inside ``watch()`` is IPD105 when
+    an ``inplace=True`` module overwrote it).
+
+    Example::
+
+        best = model.state_dict()      # aliases, not a copy
+        opt.step()                     # IPD107: best['fc.weight'] changes too
+
+    Fix: take a real snapshot: ``copy.deepcopy(model.state_dict())`` or
+    ``{k: v.detach().clone() for k, v in model.state_dict().items()}``.
+    """
+    write = event.write
+    return make_finding(
+        "IPD107",
+        what=(
+            f"{where(write.site, ctx.root_label)} changed the memory of `{event.held}`, handed out at "
+            f"{event.handed_out.location} and still held."
+        ),
+        why=(
+            f"`{event.held}` (from {event.handed_out.location}) is an alias of the live tensor, not a copy: "
+            "whatever keeps it as a snapshot now holds the new values, and nothing raises."
+        ),
+        fix=(
+            f"take a real snapshot at {event.handed_out.location}: `copy.deepcopy(model.state_dict())` or "
+            "`{k: v.detach().clone() for k, v in model.state_dict().items()}`"
+        ),
+        mutation=write.site,
+        held=event.held,
+        handed_out=event.handed_out.location,
     )
