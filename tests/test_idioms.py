@@ -59,8 +59,8 @@ def serious(findings) -> list:
     return [f for f in findings if f.severity in (Severity.ERROR, Severity.WARNING)]
 
 
-def assert_clean(session: ipd.watch) -> None:
-    bad = serious(session.findings)
+def assert_clean(session: ipd.watch, expected: frozenset[str] = frozenset()) -> None:
+    bad = [f for f in serious(session.findings) if f.code not in expected]
     assert not bad, "\n\n".join(f"{f.code} {f.severity}: {f.message}" for f in bad)
 
 
@@ -82,7 +82,14 @@ def assert_identical(plain: dict[str, torch.Tensor], watched: dict[str, torch.Te
     assert not differ, f"differ from the run without watch(): {differ[:10]}"
 
 
-def twin(build: Callable[[], Any], train: Callable[[Any], Any], modules: Callable[[Any], tuple], *, seed: int = 0):
+def twin(
+    build: Callable[[], Any],
+    train: Callable[[Any], Any],
+    modules: Callable[[Any], tuple],
+    *,
+    seed: int = 0,
+    expected: frozenset[str] = frozenset(),
+):
     """Run `train(build())` plain, then again inside watch() from the same seeds.
 
     Asserts the watched run is clean and leaves parameters, buffers and gradients
@@ -99,7 +106,7 @@ def twin(build: Callable[[], Any], train: Callable[[Any], Any], modules: Callabl
     torch.manual_seed(seed + 1)
     with ipd.watch(*modules(objs)) as session:
         train(objs)
-    assert_clean(session)
+    assert_clean(session, expected)
     assert session.tracer.saves > 0 and session.tracer.writes > 0  # it did trace the training
     assert_identical(plain, snapshot(*modules(objs)))
     return session, plain_objs, objs
@@ -486,7 +493,7 @@ class CheckpointedNet(nn.Module):
 
 
 @pytest.mark.parametrize("how", ["reentrant", "non_reentrant", "sequential_reentrant", "sequential_non_reentrant"])
-def test_checkpointed_conv_bn_inplace_relu_blocks_are_clean(how):
+def test_checkpointed_conv_bn_inplace_relu_blocks_train_exactly_and_report_the_bn_recompute(how):
     def build():
         model = CheckpointedNet(how)
         return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -499,7 +506,11 @@ def test_checkpointed_conv_bn_inplace_relu_blocks_are_clean(how):
             F.cross_entropy(model(x), y).backward()
             opt.step()
 
-    twin(build, train, model_of)
+    # Training is exact (bit-identical, no IPD101/IPD105), but BatchNorm inside a
+    # checkpointed region updates its running statistics again on recompute: IPD108.
+    session, _, _ = twin(build, train, model_of, expected=frozenset({"IPD108"}))
+    repeated = [f for f in session.findings if f.code == "IPD108"]
+    assert repeated and all(f.mutation.module_type == "BatchNorm2d" for f in repeated)
 
 
 # ---------------------------------------------------------------------------

@@ -165,3 +165,53 @@ def test_library_augmented_assignments_are_not_the_users():
             opt.step()
             opt.zero_grad()
     assert session.findings == []
+
+
+# --------------------------------------------------------------------------- IPD108
+
+
+class Accumulates(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.total = torch.zeros(())
+
+    def forward(self, x):
+        h = self.fc(x)
+        self.total.add_(h.detach().sum())  # <accumulate>
+        return h
+
+
+def test_reentrant_checkpoint_repeats_an_inplace_accumulation():
+    from torch.utils.checkpoint import checkpoint
+
+    model = Accumulates()
+    with ipd.watch(model) as session:
+        checkpoint(model, torch.randn(2, 4, requires_grad=True), use_reentrant=True).sum().backward()
+    [f] = [f for f in session.findings if f.code == "IPD108"]
+    assert f.mutation.line == line_of("accumulate") and f.severity is ipd.Severity.WARNING
+    assert f.mutation.phase == "backward"
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_checkpointed_batchnorm_updates_running_stats_again(reentrant):
+    from torch.utils.checkpoint import checkpoint
+
+    block = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(inplace=True))
+    with ipd.watch(block) as session:
+        checkpoint(block, torch.randn(2, 3, 8, 8, requires_grad=True), use_reentrant=reentrant).sum().backward()
+    kinds = {f.details["what_changed"] for f in session.findings if f.code == "IPD108"}
+    assert "BatchNorm running statistics" in kinds
+    assert all(f.mutation.module == "1" for f in session.findings if f.code == "IPD108")
+
+
+def test_no_checkpoint_and_gradient_accumulation_are_not_side_effects():
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(inplace=True))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with ipd.watch(model) as session:
+        for _ in range(3):
+            opt.zero_grad(set_to_none=False)  # grads written in forward, accumulated in backward
+            model(torch.randn(2, 3, 8, 8)).sum().backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+    assert session.findings == []

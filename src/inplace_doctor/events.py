@@ -99,8 +99,18 @@ class HeldTensorOverwritten:
     handed_out: Site  # where it was handed out
 
 
+@dataclass(frozen=True)
+class SideEffectRepeated:
+    """During backward (a checkpoint's recompute), state that forward already changed is changed again."""
+
+    write: WriteInfo  # the repeated write, or the batch-norm op whose running-stat update repeats
+    first: Site | None  # the same write during forward, when it was seen
+    what: str  # "a tensor written in forward" or "BatchNorm running statistics"
+
+
 Event = (
-    SavedTensorOverwritten
+    SideEffectRepeated
+    | SavedTensorOverwritten
     | StaleSavedTensorUsed
     | InplaceErrorRaised
     | CallerInputWritten

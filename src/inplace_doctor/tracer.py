@@ -35,6 +35,7 @@ from .events import (
     InplaceErrorRaised,
     SavedInfo,
     SavedTensorOverwritten,
+    SideEffectRepeated,
     StaleSavedTensorUsed,
     WriteInfo,
 )
@@ -84,6 +85,9 @@ def write_spec(func: Any) -> WriteSpec:
     return spec
 
 
+_BATCH_NORMS = frozenset(
+    {torch.ops.aten.native_batch_norm.default, torch.ops.aten._native_batch_norm_legit.default}
+)
 _restore_bump: dict[Any, bool] = {}
 _foreach_bump_lost: bool | None = None
 
@@ -231,6 +235,8 @@ class _DispatchMode(_compat.TorchDispatchMode):
             tracer._failed_op = (id(exc), func)
             raise
         tracer._last_op = func
+        if func in _BATCH_NORMS and _compat.current_autograd_node() is not None:
+            tracer._batch_norm_in_backward(func, args, kwargs)
         if spec:
             tracer._record_write(func, spec, args, kwargs)
             if restores_version_bump(func):
@@ -276,6 +282,8 @@ class Tracer:
         self._last_op: Any = None
         self._failed_op: tuple[int, Any] | None = None
         self._inputs: dict[int, tuple[str, tuple[int, int, int]]] = {}
+        # storage -> (weakref to the non-grad tensor forward wrote there, unused)
+        self._forward_state: dict[int, tuple[Any, None]] = {}
         self._track_call_inputs = track_call_inputs
         self.modules.on_top_level = self._on_top_level_call
         self.inplace_calls = InplaceCalls(self)
@@ -328,6 +336,7 @@ class Tracer:
             self._pending_nodes.clear()
             self._save_frames = None
             self._inputs = {}
+            self._forward_state = {}
             self.inplace_calls.clear()
             self._active = False
 
@@ -465,6 +474,14 @@ class Tracer:
         span = storage_span(t)
         if span is None:
             return
+        node = _compat.current_autograd_node()
+        if node is None:
+            if not t.requires_grad:  # state (counters, running sums), not activations
+                if len(self._forward_state) > 4096:
+                    self._forward_state = {k: v for k, v in self._forward_state.items() if v[0]() is not None}
+                self._forward_state[span[0]] = (weakref.ref(t), None)
+        elif span[0] in self._forward_state and node.name() != "torch::autograd::AccumulateGrad":
+            self._state_written_again(func, t, span)
         argument = self._caller_argument(span) if self._inputs else None
         held = []
         if self.held.by_storage and _writes_bytes(func):
@@ -489,6 +506,24 @@ class Tracer:
                 raise error
         if candidates:
             self._pending_writes.append(_PendingWrite(info, span, candidates, t))
+
+    def _state_written_again(self, func: Any, t: torch.Tensor, span: tuple[int, int, int]) -> None:
+        ref, _ = self._forward_state.pop(span[0])
+        if ref() is None:  # that tensor died; the memory was reused by a fresh one
+            return
+        error = self._sink(SideEffectRepeated(self._write_info(func, t), None, "a tensor written in forward"))
+        if error is not None:
+            raise error
+
+    def _batch_norm_in_backward(self, func: Any, args: Any, kwargs: Any) -> None:
+        """A training-mode batch norm running during backward is a recompute: its running stats update again."""
+        training = args[5] if len(args) > 5 else kwargs.get("training")
+        running_mean = args[3] if len(args) > 3 else kwargs.get("running_mean")
+        if training and running_mean is not None:
+            info = self._write_info(func, running_mean)
+            error = self._sink(SideEffectRepeated(info, None, "BatchNorm running statistics"))
+            if error is not None:
+                raise error
 
     def _write_info(self, func: Any, t: torch.Tensor) -> WriteInfo:
         frames, api = capture_frames()

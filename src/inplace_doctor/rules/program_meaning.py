@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..events import OriginalValueRead
+from ..events import OriginalValueRead, SideEffectRepeated
 from ..findings import Finding, Severity
 from .describe import fix_for_write, tensor_desc, where
 from .registry import make_finding, rule
@@ -74,4 +74,58 @@ def inplace_changes_result(event: OriginalValueRead, ctx: Any) -> Finding | None
         severity=Severity.ERROR if event.kind == "flag" else Severity.WARNING,
         max_difference=event.max_difference,
         kind=event.kind,
+    )
+
+
+@rule(
+    "IPD108",
+    "side-effect-repeated-on-recompute",
+    "Side effect runs again when a checkpoint recomputes",
+    Severity.WARNING,
+    events=(SideEffectRepeated,),
+)
+def side_effect_repeated(event: SideEffectRepeated, ctx: Any) -> Finding | None:
+    """State changed in forward is changed again during backward: a checkpoint's recompute repeats a side effect.
+
+    What: ``torch.utils.checkpoint`` (reentrant or not) runs the region's
+    forward a second time during backward. Everything it does to state that
+    outlives the call happens twice: a training-mode BatchNorm updates its
+    running statistics (and ``num_batches_tracked``) again, an in-place
+    accumulation (``self.total += x.sum()``, a counter) adds twice.
+
+    Why: training gradients are unaffected, so nothing looks wrong, but the
+    running statistics used in eval mode drift (momentum applied twice per
+    step) and counters and metrics are off. Severity warning: the numbers a
+    model reports or uses in eval change silently.
+
+    What is seen: training-mode batch norm ops running during backward, and
+    dispatch-visible writes during backward to tensors (not requiring grad)
+    that forward wrote and that are still alive. Gradient accumulation is not
+    a side effect and is never reported.
+
+    Example::
+
+        y = checkpoint(block, x, use_reentrant=False)   # block contains BatchNorm2d
+        y.sum().backward()                               # IPD108: running stats updated again
+
+    Fix: keep BatchNorm outside checkpointed regions, or freeze its statistics
+    during the recompute (``torch.utils.checkpoint`` has no hook for it: use
+    ``module.momentum`` bookkeeping or ``track_running_stats=False``); move
+    accumulations out of the region or guard them with
+    ``torch.is_grad_enabled()``/a recompute flag.
+    """
+    write = event.write
+    return make_finding(
+        "IPD108",
+        what=f"{where(write.site, ctx.root_label)} ran again during backward: {event.what} changed a second time.",
+        why=(
+            "A checkpointed region's forward is recomputed during backward, so its side effects happen twice; "
+            "gradients are unaffected, but running statistics used in eval, counters and metrics are off."
+        ),
+        fix=(
+            "keep BatchNorm and in-place accumulations out of the checkpointed region, or guard the "
+            "accumulation so it runs once per step"
+        ),
+        mutation=write.site,
+        what_changed=event.what,
     )
