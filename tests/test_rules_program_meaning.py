@@ -215,3 +215,44 @@ def test_no_checkpoint_and_gradient_accumulation_are_not_side_effects():
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
     assert session.findings == []
+
+
+def test_forward_hook_feature_extractor_followed_by_an_inplace_relu():
+    """Grad-CAM / feature extraction: the stored activation is overwritten by the next ReLU(inplace=True)."""
+    torchvision = pytest.importorskip("torchvision")
+    model = torchvision.models.resnet18(weights=None).eval()
+    features = {}
+    model.bn1.register_forward_hook(lambda module, args, output: features.__setitem__("bn1", output))
+    with ipd.watch(model) as session:
+        with torch.no_grad():
+            model(torch.randn(1, 3, 32, 32))
+            smallest = features["bn1"].min()  # <features-read>
+    [f] = ipd105(session.findings)
+    assert f.mutation.module == "relu" and f.read.line == line_of("features-read")
+    assert float(smallest) >= 0.0  # what the hook "kept" was rectified in place
+    assert f.details["max_difference"] > 0 and "model.relu.inplace = False" in f.fix
+
+
+def _region(x):
+    y = torch.sin(x)
+    x.mul_(2)  # <ckpt-input-write>
+    return y
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_inplace_write_to_a_checkpoint_input_raises_like_pytorch_and_is_explained(reentrant):
+    from torch.utils.checkpoint import checkpoint
+
+    def run():
+        x = torch.randn(3, requires_grad=True) * 1
+        checkpoint(_region, x, use_reentrant=reentrant).sum().backward()
+
+    with pytest.raises(RuntimeError):
+        run()  # plain PyTorch raises in both modes
+    with pytest.raises(ipd.InplaceError) as raised:
+        with ipd.watch() as session:
+            run()
+    [f] = session.findings
+    assert f.code == "IPD108" and f.severity is ipd.Severity.ERROR and f.confirmed is True
+    assert f.mutation.line == line_of("ckpt-input-write")
+    assert raised.value.findings[0].code == "IPD108"

@@ -6,7 +6,7 @@ from collections import OrderedDict
 from typing import Sequence
 
 from .errors import InplaceError
-from .events import Event, SavedTensorOverwritten, StaleSavedTensorUsed
+from .events import Event, InplaceErrorRaised, SavedTensorOverwritten, StaleSavedTensorUsed
 from .findings import Finding, Severity
 from .rules import Rule
 
@@ -50,7 +50,8 @@ class Analyzer:
     def handle(self, event: Event) -> list[Finding]:
         """Run the rules for one event and record what they find."""
         produced = []
-        confirming = isinstance(event, StaleSavedTensorUsed)
+        # Errors PyTorch raised confirm what was found earlier; they are not new occurrences.
+        confirming = isinstance(event, (StaleSavedTensorUsed, InplaceErrorRaised))
         for r in self._by_event.get(type(event), ()):
             finding = r.check(event, self)
             if finding is not None:

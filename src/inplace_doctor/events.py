@@ -19,6 +19,15 @@ class SavedInfo:
     dtype: str
     read_by_backward: bool  # False for fields the node's backward never reads
     key: int  # stable id of this saved tensor within one tracer
+    in_checkpoint: bool = False  # saved inside a checkpointed region (its forward or recompute)
+
+    @property
+    def is_checkpoint_input(self) -> bool:
+        """Saved by torch.utils.checkpoint itself for its region (its inputs), not by code inside the region."""
+        api = (self.site.api or "").rsplit(".", 1)[-1]
+        return not self.in_checkpoint or api in ("checkpoint", "checkpoint_sequential") or (
+            self.node in ("CheckpointFunctionBackward", "_NoopSaveInputsBackward")
+        )
 
     @property
     def slot(self) -> str:
@@ -35,6 +44,7 @@ class WriteInfo:
     shape: tuple[int, ...]
     dtype: str
     writes_bytes: bool  # False for metadata-only in-place ops (squeeze_, t_, set_)
+    in_checkpoint: bool = False  # inside a torch.utils.checkpoint region (forward or recompute)
 
 
 @dataclass(frozen=True)
@@ -70,6 +80,7 @@ class InplaceErrorRaised:
 
     error: BaseException
     site: Site
+    in_checkpoint: bool = False
 
 
 @dataclass(frozen=True)

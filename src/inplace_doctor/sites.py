@@ -164,6 +164,7 @@ def _is_api_frame(code: object) -> bool:
     return known
 
 
+_CHECKPOINT_FILE = os.path.join(os.path.dirname(torch.__file__), "utils", "checkpoint.py")
 MAX_STACK = 24  # user frames kept for a write: the line everyone reads first
 SAVE_STACK = 8  # for a save, captured on every saved tensor: kept short for speed
 
@@ -179,9 +180,19 @@ def capture_frames(
     Runs on every saved tensor, so it builds plain tuples; `make_site` turns
     them into `Frame`s only when a finding needs them.
     """
-    f: FrameType | None = frame if frame is not None else sys._getframe(1)
+    frames, api, _ = _walk(frame if frame is not None else sys._getframe(1), limit)
+    return frames, api
+
+
+def capture_save_frames(limit: int) -> tuple[tuple[RawFrame, ...], str | None, bool]:
+    """`capture_frames` for a save, plus whether the save happens inside a checkpointed region."""
+    return _walk(sys._getframe(1), limit)
+
+
+def _walk(f: FrameType | None, limit: int) -> tuple[tuple[RawFrame, ...], str | None, bool]:
     frames: list[RawFrame] = []
     api: str | None = None
+    through_checkpoint = False
     cache = _is_user_file_cache
     while f is not None and len(frames) < limit:
         code = f.f_code
@@ -191,11 +202,14 @@ def capture_frames(
             user = is_user_file(filename)
         if user:
             frames.append((filename, f.f_lineno, code.co_name))
-        elif not frames and filename.startswith(_TORCH_DIR) and _is_api_frame(code):
-            api = code.co_qualname  # outermost non-wrapper torch frame below the user's line
+        else:
+            if filename == _CHECKPOINT_FILE:
+                through_checkpoint = True
+            if not frames and filename.startswith(_TORCH_DIR) and _is_api_frame(code):
+                api = code.co_qualname  # outermost non-wrapper torch frame below the user's line
         f = f.f_back
     frames.reverse()
-    return tuple(frames), api
+    return tuple(frames), api, through_checkpoint
 
 
 _INPLACE_CALL = re.compile(r"\b(?P<name>[a-z][a-z0-9_]*_)\(")
@@ -237,6 +251,26 @@ def source_line(frame: Frame | None) -> str | None:
         return None
     text = linecache.getline(frame.file, frame.line).strip()
     return text or None
+
+
+
+
+def in_checkpoint_region(frame: FrameType | None = None) -> bool:
+    """Whether torch.utils.checkpoint is on the current Python stack."""
+    f: FrameType | None = frame if frame is not None else sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_filename == _CHECKPOINT_FILE:
+            return True
+        f = f.f_back
+    return False
+
+
+def checkpoint_in_traceback(tb: TracebackType | None) -> bool:
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == _CHECKPOINT_FILE:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def make_site(

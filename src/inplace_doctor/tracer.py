@@ -47,7 +47,10 @@ from .sites import (
     RawFrame,
     Site,
     capture_frames,
+    capture_save_frames,
+    checkpoint_in_traceback,
     frames_from_traceback,
+    in_checkpoint_region,
     inplace_op_in_traceback,
     make_site,
 )
@@ -143,13 +146,13 @@ class _SavedRecord:
     def __init__(
         self,
         key: int,
-        where: tuple[tuple[RawFrame, ...], str | None, ModuleContext | None, str],
+        where: tuple[tuple[RawFrame, ...], str | None, ModuleContext | None, str, bool],
         version: int,
         t: torch.Tensor,
         span: tuple[int, int, int] | None,
     ) -> None:
         self.key = key
-        self.where = where  # (user frames, torch api, module context, phase)
+        self.where = where  # (user frames, torch api, module context, phase, inside a checkpoint region)
         self.version = version
         self.shape = t.shape
         self.dtype = t.dtype
@@ -162,8 +165,9 @@ class _SavedRecord:
 
     def info(self) -> SavedInfo:
         op = self.op or (self.node.removesuffix("Backward0") if self.node else "<unknown op>")
-        frames, api, module, phase = self.where
+        frames, api, module, phase, in_region = self.where
         return SavedInfo(
+            in_checkpoint=in_region,
             site=make_site(op, frames, api, module, phase),
             node=self.node,
             field=self.field,
@@ -288,7 +292,7 @@ class Tracer:
         self.modules.on_top_level = self._on_top_level_call
         self.inplace_calls = InplaceCalls(self)
         self.held = HeldTensors(self)
-        self._save_frames: tuple[tuple[RawFrame, ...], str | None, ModuleContext | None, str] | None = None
+        self._save_frames: tuple[tuple[RawFrame, ...], str | None, ModuleContext | None, str, bool] | None = None
         self._error_module: tuple[int, ModuleContext | None] | None = None
         self._contexts: list[Any] = []
         self._active = False
@@ -363,8 +367,8 @@ class Tracer:
         where = self._save_frames
         if where is None:
             phase = "backward" if _compat.current_autograd_node() is not None else "forward"
-            frames, api = capture_frames(limit=SAVE_STACK)
-            where = self._save_frames = (frames, api, self.modules.current, phase)
+            frames, api, in_region = capture_save_frames(SAVE_STACK)
+            where = self._save_frames = (frames, api, self.modules.current, phase, in_region)
         span = storage_span(t)
         record = _SavedRecord(next(self._keys), where, t._version, t, span)
         holder = _Holder(alias, record)
@@ -534,6 +538,7 @@ class Tracer:
             shape=tuple(t.shape),
             dtype=str(t.dtype).removeprefix("torch."),
             writes_bytes=_writes_bytes(func),
+            in_checkpoint=in_checkpoint_region(),
         )
 
     # -- the caller's inputs ------------------------------------------------
@@ -610,7 +615,7 @@ class Tracer:
             module = self.modules.current
         phase = "forward"
         site = make_site(op, frames, api, module, phase)
-        return InplaceErrorRaised(exc, site)
+        return InplaceErrorRaised(exc, site, checkpoint_in_traceback(exc.__traceback__))
 
 
 def _writes_bytes(func: Any) -> bool:

@@ -46,8 +46,8 @@ def inplace_on_leaf(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
     or modify a ``.clone()``.
     """
     text = str(event.error)
-    if not _LEAF.search(text):
-        return None
+    if not _LEAF.search(text) or event.in_checkpoint:
+        return None  # inside a checkpoint's recompute: IPD108 explains it
     kind = "a view of a leaf tensor" if "view of a leaf" in text.lower() else "a leaf tensor"
     site = event.site
     return make_finding(

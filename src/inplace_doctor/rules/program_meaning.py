@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..events import OriginalValueRead, SideEffectRepeated
+from ..events import InplaceErrorRaised, OriginalValueRead, SavedTensorOverwritten, SideEffectRepeated, StaleSavedTensorUsed
 from ..findings import Finding, Severity
 from .describe import fix_for_write, tensor_desc, where
 from .registry import make_finding, rule
@@ -82,9 +82,9 @@ def inplace_changes_result(event: OriginalValueRead, ctx: Any) -> Finding | None
     "side-effect-repeated-on-recompute",
     "Side effect runs again when a checkpoint recomputes",
     Severity.WARNING,
-    events=(SideEffectRepeated,),
+    events=(SideEffectRepeated, SavedTensorOverwritten, StaleSavedTensorUsed, InplaceErrorRaised),
 )
-def side_effect_repeated(event: SideEffectRepeated, ctx: Any) -> Finding | None:
+def side_effect_repeated(event: Any, ctx: Any) -> Finding | None:
     """State changed in forward is changed again during backward: a checkpoint's recompute repeats a side effect.
 
     What: ``torch.utils.checkpoint`` (reentrant or not) runs the region's
@@ -108,12 +108,19 @@ def side_effect_repeated(event: SideEffectRepeated, ctx: Any) -> Finding | None:
         y = checkpoint(block, x, use_reentrant=False)   # block contains BatchNorm2d
         y.sum().backward()                               # IPD108: running stats updated again
 
+    An in-place write inside a checkpointed region to a tensor saved outside
+    it (the region's input) is reported here too, with both lines: PyTorch
+    raises at backward (the reentrant form re-runs the write on a detached
+    copy, "a leaf Variable that requires grad..."); severity error then.
+
     Fix: keep BatchNorm outside checkpointed regions, or freeze its statistics
     during the recompute (``torch.utils.checkpoint`` has no hook for it: use
     ``module.momentum`` bookkeeping or ``track_running_stats=False``); move
     accumulations out of the region or guard them with
     ``torch.is_grad_enabled()``/a recompute flag.
     """
+    if not isinstance(event, SideEffectRepeated):
+        return _write_to_checkpoint_input(event, ctx)
     write = event.write
     return make_finding(
         "IPD108",
@@ -128,4 +135,48 @@ def side_effect_repeated(event: SideEffectRepeated, ctx: Any) -> Finding | None:
         ),
         mutation=write.site,
         what_changed=event.what,
+    )
+
+
+def _write_to_checkpoint_input(event: Any, ctx: Any) -> Finding | None:
+    fix = (
+        "make the write out of place inside the checkpointed function (`x = x * 2`, not `x.mul_(2)`), "
+        "or clone the input first (`x = x.clone()`)"
+    )
+    why = (
+        "The region's forward runs again during backward, on its saved inputs; writing one of them in "
+        "place breaks the recompute, and PyTorch raises at backward."
+    )
+    if isinstance(event, InplaceErrorRaised):
+        text = str(event.error).lower()
+        if not event.in_checkpoint:
+            return None
+        if "modified by an inplace operation" in text:
+            earlier = [f for f in ctx.findings if f.code == "IPD108" and f.details.get("what_changed") == "a checkpoint input"]
+            if earlier:  # found at the write, with both lines: this error confirms it
+                return earlier[-1].with_(confirmed=True)
+        elif "leaf variable" not in text:
+            return None
+        return make_finding(
+            "IPD108", what=f"{where(event.site, ctx.root_label)} writes in place to a checkpointed region's input.",
+            why=why, fix=fix, mutation=event.site, confirmed=True, severity=Severity.ERROR,
+            what_changed="a checkpoint input",
+        )
+    write = event.write if isinstance(event, SavedTensorOverwritten) else None
+    if isinstance(event, StaleSavedTensorUsed):
+        prior = ctx.overwrite_for(event.saved.key)
+        write = prior.write if prior is not None else None
+    if write is None or not write.in_checkpoint or not event.saved.is_checkpoint_input:
+        return None  # saved inside the region too: an ordinary IPD101
+    if isinstance(event, SavedTensorOverwritten) and (not event.shares_version_counter or event.already_used_by_backward):
+        return None
+    return make_finding(
+        "IPD108",
+        what=(
+            f"{where(write.site, ctx.root_label)} writes in place, inside a checkpointed region, to a tensor "
+            f"saved at {event.saved.site.location} (the region's input)."
+        ),
+        why=why, fix=fix, mutation=write.site, saved=event.saved.site,
+        confirmed=True if isinstance(event, StaleSavedTensorUsed) else None, severity=Severity.ERROR,
+        what_changed="a checkpoint input",
     )

@@ -61,10 +61,14 @@ def saved_tensor_overwritten(event: Any, ctx: Any) -> Finding | None:
     if isinstance(event, SavedTensorOverwritten):
         if not event.shares_version_counter or event.already_used_by_backward:
             return None  # IPD104's case; or it matters only if backward runs again (then it raises)
+        if event.write.in_checkpoint and event.saved.is_checkpoint_input:
+            return None  # a checkpointed region writing its own input: IPD108 explains it
         write, saved = event.write, event.saved
         confirmed: bool | None = None
     else:
         prior = ctx.overwrite_for(event.saved.key)
+        if prior is not None and prior.write.in_checkpoint and prior.saved.is_checkpoint_input:
+            return None
         if prior is None:
             return _stale_without_write(event, ctx)
         write, saved = prior.write, prior.saved
@@ -116,8 +120,8 @@ def _stale_without_write(event: StaleSavedTensorUsed, ctx: Any) -> Finding:
 
 def _from_pytorch_error(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
     text = str(event.error)
-    if not _PYTORCH_STALE.search(text):
-        return None
+    if not _PYTORCH_STALE.search(text) or event.in_checkpoint:
+        return None  # raised by a checkpoint's recompute: IPD108 explains it
     found = _STALE_DETAILS.search(text)
     what = f"`{found['node']}` saved a [{found['shape']}] tensor" if found else "a saved tensor"
     return make_finding(
