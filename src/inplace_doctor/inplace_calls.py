@@ -78,6 +78,9 @@ class InplaceCalls(TorchFunctionMode):
         super().__init__()
         self.tracer = tracer
         self.overwritten: dict[int, _Overwritten] = {}
+        # Snapshots usually die right after the call's module returns: reusing their
+        # memory avoids a fresh (page-faulting) allocation for every in-place call.
+        self._pool: dict[tuple[Any, ...], list[torch.Tensor]] = {}
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         tracer = self.tracer
@@ -113,7 +116,12 @@ class InplaceCalls(TorchFunctionMode):
         ):
             return func(*args, **kwargs)
         with _compat.DisableTorchDispatch(), torch.no_grad():
-            snapshot = target.clone()
+            spare = self._pool.get((target.shape, target.dtype, target.device))
+            if spare:
+                snapshot = spare.pop()
+                snapshot.copy_(target)
+            else:
+                snapshot = target.clone(memory_format=torch.contiguous_format)
         frames, api = capture_frames()
         out = func(*args, **kwargs)
         if out is not target:
@@ -133,8 +141,17 @@ class InplaceCalls(TorchFunctionMode):
         return alias
 
     def _forget(self, key: int) -> Any:
-        overwritten = self.overwritten
-        return lambda _ref: overwritten.pop(key, None)
+        def forget(_ref: Any) -> None:
+            entry = self.overwritten.pop(key, None)
+            if entry is not None:
+                self._recycle(entry.snapshot)
+
+        return forget
+
+    def _recycle(self, snapshot: torch.Tensor) -> None:
+        spares = self._pool.setdefault((snapshot.shape, snapshot.dtype, snapshot.device), [])
+        if len(spares) < 4:
+            spares.append(snapshot)
 
     def check_reads(self, func: Any, args: Any, kwargs: Any) -> None:
         """Called for each forward op while overwritten objects exist: report reads of them."""
@@ -169,3 +186,4 @@ class InplaceCalls(TorchFunctionMode):
 
     def clear(self) -> None:
         self.overwritten.clear()
+        self._pool.clear()
