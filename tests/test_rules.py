@@ -7,7 +7,6 @@ so editing the file never silently breaks the assertions.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,13 +15,12 @@ from torch import nn
 
 import inplace_doctor as ipd
 
-SOURCE = Path(__file__).read_text().splitlines()
+from _markers import marker_line
+
 
 
 def line_of(marker: str) -> int:
-    hits = [i + 1 for i, text in enumerate(SOURCE) if text.rstrip().endswith(f"# <{marker}>")]
-    assert len(hits) == 1, f"marker {marker!r} found {len(hits)} times"
-    return hits[0]
+    return marker_line(__file__, marker)
 
 
 def only(findings, code):

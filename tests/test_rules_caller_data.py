@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
@@ -10,12 +9,12 @@ from torch import nn
 
 import inplace_doctor as ipd
 
-SOURCE = Path(__file__).read_text().splitlines()
+from _markers import marker_line
+
 
 
 def line_of(marker: str) -> int:
-    [hit] = [i + 1 for i, text in enumerate(SOURCE) if text.rstrip().endswith(f"# <{marker}>")]
-    return hit
+    return marker_line(__file__, marker)
 
 
 def ipd106(findings):
