@@ -17,3 +17,10 @@ def test_readme_audit_output_matches_the_command(capsys, monkeypatch):
     code = main(command.split()[1:])
     assert code == 1  # the bundled example has a real finding
     assert capsys.readouterr().out == shown
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    commands = re.findall(r"```bash\n(.*?)\n```", readme, re.S)
+    assert len(commands) >= 2 and "pytest" in commands[1]
+    assert commands[1] in (ROOT / ".ci" / "run").read_text().splitlines()
