@@ -255,3 +255,36 @@ def test_inplace_write_to_a_checkpoint_input_raises_like_pytorch_and_is_explaine
     assert f.code == "IPD108" and f.severity is ipd.Severity.ERROR and f.confirmed is True
     assert f.mutation.line == line_of("ckpt-input-write")
     assert raised.value.findings[0].code == "IPD108"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x: F.relu(x, inplace=True),
+        lambda x: F.relu6(x, inplace=True),
+        lambda x: F.hardtanh(x, -0.5, 0.7, inplace=True),
+        lambda x: F.leaky_relu(x, 0.2, inplace=True),
+        lambda x: x.add_(torch.full_like(x, -0.3), alpha=2.0),
+        lambda x: x.sub_(1.5),
+    ],
+    ids=["relu", "relu6", "hardtanh", "leaky_relu", "add_", "sub_"],
+)
+def test_change_measured_without_a_copy_equals_the_exact_difference(call):
+    """IPD105 measures these ops with a read-only reduction before the write; it must be exact."""
+    from inplace_doctor.inplace_calls import largest_change
+
+    torch.manual_seed(0)
+    x = torch.randn(64) * 8
+    recorded = {}
+
+    class Spy(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if "change" not in recorded and (kwargs.get("inplace") or getattr(func, "__name__", "") in ("add_", "sub_")):
+                recorded["change"] = largest_change(func, args, kwargs)
+            return func(*args, **kwargs)
+
+    original = x.clone()
+    with Spy():
+        call(x)
+    assert recorded["change"] == pytest.approx(float((x - original).abs().max()), rel=1e-6)

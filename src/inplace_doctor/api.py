@@ -117,12 +117,14 @@ def audit(
 def _refuse_lazy(model: torch.nn.Module) -> None:
     from torch.nn.parameter import UninitializedParameter
 
-    for name, p in model.named_parameters():
-        if isinstance(p, UninitializedParameter):
-            raise UsageError(
-                f"parameter {name!r} is an uninitialized lazy parameter; call the model once on a real "
-                "input before auditing it (audit would otherwise leave it initialized)"
-            )
+    for module_name, module in model.named_modules():
+        for name, p in module._parameters.items():
+            if isinstance(p, UninitializedParameter):
+                full = f"{module_name}.{name}" if module_name else name
+                raise UsageError(
+                    f"parameter {full!r} is an uninitialized lazy parameter; call the model once on a real "
+                    "input before auditing it (audit would otherwise leave it initialized)"
+                )
 
 
 def _forget_frames(exc: BaseException | None) -> None:

@@ -60,15 +60,48 @@ def _augmentable(func: Any) -> bool:
 
 
 class _Overwritten:
-    """An object an in-place call overwrote, with its value from before."""
+    """An object an in-place call overwrote, with its value from before (or the largest change made)."""
 
-    __slots__ = ("ref", "snapshot", "write", "kind")
+    __slots__ = ("ref", "snapshot", "change", "write", "kind")
 
-    def __init__(self, ref: Any, snapshot: torch.Tensor, write: WriteInfo, kind: str) -> None:
+    def __init__(
+        self, ref: Any, snapshot: torch.Tensor | None, change: float | None, write: WriteInfo, kind: str
+    ) -> None:
         self.ref = ref
         self.snapshot = snapshot
+        self.change = change
         self.write = write
         self.kind = kind
+
+
+def _arg(args: Any, kwargs: Any, index: int, name: str, default: Any) -> Any:
+    return args[index] if len(args) > index else kwargs.get(name, default)
+
+
+def largest_change(func: Any, args: Any, kwargs: Any) -> float | None:
+    """The largest change an in-place call is about to make, from a read-only reduction
+    (no copy of the tensor), for the common ops; None when it needs a snapshot."""
+    x = args[0]
+    if not x.is_floating_point() or x.numel() == 0:
+        return None
+    name = getattr(func, "__name__", "")
+    if name == "relu":
+        return max(0.0, -float(x.min()))
+    if name in ("hardtanh", "relu6"):
+        low, high = (0.0, 6.0) if name == "relu6" else (_arg(args, kwargs, 1, "min_val", -1.0), _arg(args, kwargs, 2, "max_val", 1.0))
+        smallest, biggest = torch.aminmax(x)
+        return max(0.0, float(low) - float(smallest), float(biggest) - float(high))
+    if name == "leaky_relu":
+        slope = float(_arg(args, kwargs, 1, "negative_slope", 0.01))
+        return abs(1.0 - slope) * max(0.0, -float(x.min()))
+    if name in ("add_", "sub_", "__iadd__", "__isub__"):
+        other = _arg(args, kwargs, 1, "other", None)
+        alpha = abs(float(kwargs.get("alpha", 1.0)))
+        if isinstance(other, torch.Tensor) and other.is_floating_point():
+            return alpha * float(other.detach().abs().max()) if other.numel() else 0.0
+        if isinstance(other, (int, float)):
+            return alpha * abs(float(other))
+    return None
 
 
 class InplaceCalls(TorchFunctionMode):
@@ -115,13 +148,16 @@ class InplaceCalls(TorchFunctionMode):
             or target.numel() == 0
         ):
             return func(*args, **kwargs)
+        snapshot: torch.Tensor | None = None
         with _compat.DisableTorchDispatch(), torch.no_grad():
-            spare = self._pool.get((target.shape, target.dtype, target.device))
-            if spare:
-                snapshot = spare.pop()
-                snapshot.copy_(target)
-            else:
-                snapshot = target.clone(memory_format=torch.contiguous_format)
+            change = largest_change(func, args, kwargs)
+            if change is None:
+                spare = self._pool.get((target.shape, target.dtype, target.device))
+                if spare:
+                    snapshot = spare.pop()
+                    snapshot.copy_(target)
+                else:
+                    snapshot = target.clone(memory_format=torch.contiguous_format)
         frames, api = capture_frames()
         out = func(*args, **kwargs)
         if out is not target:
@@ -137,13 +173,13 @@ class InplaceCalls(TorchFunctionMode):
             writes_bytes=True,
         )
         key = id(target)
-        self.overwritten[key] = _Overwritten(weakref.ref(target, self._forget(key)), snapshot, write, kind)
+        self.overwritten[key] = _Overwritten(weakref.ref(target, self._forget(key)), snapshot, change, write, kind)
         return alias
 
     def _forget(self, key: int) -> Any:
         def forget(_ref: Any) -> None:
             entry = self.overwritten.pop(key, None)
-            if entry is not None:
+            if entry is not None and entry.snapshot is not None:
                 self._recycle(entry.snapshot)
 
         return forget
@@ -173,11 +209,14 @@ class InplaceCalls(TorchFunctionMode):
         name = op_name(func)
         if name in ("aten.copy_", "aten.fill_", "aten.zero_", "aten.set_", "aten.resize_"):
             return  # overwrites without reading
-        with _compat.DisableTorchDispatch(), torch.no_grad():
-            if t.is_floating_point() or t.is_complex():
-                difference = float((t - entry.snapshot).abs().max())
-            else:
-                difference = float(torch.ne(t, entry.snapshot).sum())
+        if entry.snapshot is None:  # measured before the write, without a copy
+            difference = float(entry.change or 0.0)
+        else:
+            with _compat.DisableTorchDispatch(), torch.no_grad():
+                if t.is_floating_point() or t.is_complex():
+                    difference = float((t - entry.snapshot).abs().max())
+                else:
+                    difference = float(torch.ne(t, entry.snapshot).sum())
         frames, api = capture_frames()
         read = make_site(name, frames, api, self.tracer.modules.current, "forward")
         error = self.tracer._sink(OriginalValueRead(entry.write, read, entry.kind, difference))

@@ -133,12 +133,13 @@ class Preserved:
 
     def __enter__(self) -> "Preserved":
         model = self.model
+        modules = list(model.modules())  # one walk of the tree serves everything below
         self._parameters = [
-            (module, name, p) for module in model.modules() for name, p in module._parameters.items()
+            (module, name, p) for module in modules for name, p in module._parameters.items() if p is not None
         ]
-        self._training = [(m, m.training) for m in model.modules()]
+        self._training = [(m, m.training) for m in modules]
         self._rng = RngState()
-        leaves: list[torch.Tensor] = list({id(p): p for p in model.parameters()}.values())
+        leaves: list[torch.Tensor] = list({id(p): p for _, _, p in self._parameters}.values())
         known = {id(p) for p in leaves}
         leaves += [t for t in self.inputs if t.is_leaf and t.requires_grad and id(t) not in known]
         self._grads = [(t, t.grad) for t in leaves]
@@ -146,7 +147,7 @@ class Preserved:
             t.grad = None
         self._buffers: list[tuple[torch.nn.Module, str, torch.Tensor]] = []
         clones: dict[int, torch.Tensor] = {}
-        for module in model.modules():
+        for module in modules:
             for name, buf in list(module._buffers.items()):
                 if buf is None:
                     continue
@@ -190,5 +191,6 @@ class Preserved:
         for t, grad in self._grads:
             t.grad = grad
         for m, flag in self._training:
-            m.training = flag
+            if m.training is not flag:  # Module.__setattr__ is slow: only where it changed
+                m.training = flag
         self._rng.restore()
