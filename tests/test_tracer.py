@@ -10,7 +10,8 @@ from torch import nn
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from inplace_doctor.events import SavedTensorOverwritten, StaleSavedTensorUsed
-from inplace_doctor.tracer import Tracer, op_name, write_spec
+from inplace_doctor.ops import op_name, write_spec
+from inplace_doctor.tracer import Tracer
 
 
 class Recorder(list):

@@ -6,7 +6,12 @@ from collections import OrderedDict
 from typing import Sequence
 
 from .errors import InplaceError
-from .events import Event, InplaceErrorRaised, SavedTensorOverwritten, StaleSavedTensorUsed
+from .events import (
+    Event,
+    InplaceErrorRaised,
+    SavedTensorOverwritten,
+    StaleSavedTensorUsed,
+)
 from .findings import Finding, Severity
 from .rules import Rule
 

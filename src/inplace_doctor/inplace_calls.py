@@ -27,6 +27,7 @@ from torch.overrides import TorchFunctionMode
 
 from . import _compat
 from .events import OriginalValueRead, WriteInfo
+from .ops import op_name
 from .sites import capture_frames, is_user_file, make_site
 
 if TYPE_CHECKING:
@@ -204,8 +205,6 @@ class InplaceCalls(TorchFunctionMode):
         if entry is None or entry.ref() is not t:
             return
         del self.overwritten[id(t)]  # report the first read; the snapshot is freed with the entry
-        from .tracer import op_name
-
         name = op_name(func)
         if name in ("aten.copy_", "aten.fill_", "aten.zero_", "aten.set_", "aten.resize_"):
             return  # overwrites without reading

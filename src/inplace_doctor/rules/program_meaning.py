@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..events import InplaceErrorRaised, OriginalValueRead, SavedTensorOverwritten, SideEffectRepeated, StaleSavedTensorUsed
+from ..events import (
+    InplaceErrorRaised,
+    OriginalValueRead,
+    SavedTensorOverwritten,
+    SideEffectRepeated,
+    StaleSavedTensorUsed,
+)
 from ..findings import Finding, Severity
 from .describe import fix_for_write, tensor_desc, where
 from .registry import make_finding, rule
