@@ -228,7 +228,7 @@ class watch:
             return False
         if exc is None or not isinstance(exc, Exception):
             return False
-        produced = [f for f in self._analyzer.handle(self._tracer.describe_exception(exc))]
+        produced = self._analyzer.handle(self._tracer.describe_exception(exc))
         if produced:
             raise InplaceError(produced[0].message, produced) from exc
         return False

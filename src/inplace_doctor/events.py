@@ -115,7 +115,6 @@ class SideEffectRepeated:
     """During backward (a checkpoint's recompute), state that forward already changed is changed again."""
 
     write: WriteInfo  # the repeated write, or the batch-norm op whose running-stat update repeats
-    first: Site | None  # the same write during forward, when it was seen
     what: str  # "a tensor written in forward" or "BatchNorm running statistics"
 
 

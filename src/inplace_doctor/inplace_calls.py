@@ -218,9 +218,7 @@ class InplaceCalls(TorchFunctionMode):
                     difference = float(torch.ne(t, entry.snapshot).sum())
         frames, api = capture_frames()
         read = make_site(name, frames, api, self.tracer.modules.current, "forward")
-        error = self.tracer._sink(OriginalValueRead(entry.write, read, entry.kind, difference))
-        if error is not None:
-            raise error
+        self.tracer.emit(OriginalValueRead(entry.write, read, entry.kind, difference))
 
     def clear(self) -> None:
         self.overwritten.clear()

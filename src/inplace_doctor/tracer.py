@@ -43,7 +43,6 @@ from .inplace_calls import InplaceCalls
 from .modules import ModuleContext, ModuleTracker
 from .ops import (
     _BATCH_NORMS,
-    WriteSpec,
     _write_specs,
     _writes_bytes,
     _written,
@@ -156,8 +155,9 @@ class _DispatchMode(_compat.TorchDispatchMode):
         spec = _write_specs.get(func)
         if spec is None:
             spec = write_spec(func)
-        if spec and tracer._before_write is not None:
-            tracer._call_before_write(spec, args, kwargs)
+        written = _written(spec, args, kwargs) if spec else None
+        if written and tracer._before_write is not None:
+            tracer._call_before_write(written)
         if tracer.inplace_calls.overwritten and _compat.current_autograd_node() is None:
             tracer.inplace_calls.check_reads(func, args, kwargs)  # before the op: the values it reads
         try:
@@ -170,12 +170,10 @@ class _DispatchMode(_compat.TorchDispatchMode):
         tracer._last_op = func
         if func in _BATCH_NORMS and _compat.current_autograd_node() is not None:
             tracer._batch_norm_in_backward(func, args, kwargs)
-        if spec:
-            tracer._record_write(func, spec, args, kwargs)
+        if written:
+            tracer._record_write(func, written)
             if restores_version_bump(func):
-                torch.autograd.graph.increment_version(
-                    [t for t in _written(spec, args, kwargs) if not t.is_inference()]
-                )
+                torch.autograd.graph.increment_version([t for t in written if not t.is_inference()])
         return out
 
 
@@ -215,8 +213,8 @@ class Tracer:
         self._last_op: Any = None
         self._failed_op: tuple[int, Any] | None = None
         self._inputs: dict[int, tuple[str, tuple[int, int, int]]] = {}
-        # storage -> (weakref to the non-grad tensor forward wrote there, unused)
-        self._forward_state: dict[int, tuple[Any, None]] = {}
+        # storage -> weakref to the non-grad tensor forward wrote there (IPD108)
+        self._forward_state: dict[int, weakref.ref[torch.Tensor]] = {}
         self._track_call_inputs = track_call_inputs
         self.modules.on_top_level = self._on_top_level_call
         self.inplace_calls = InplaceCalls(self)
@@ -388,19 +386,25 @@ class Tracer:
                         record.op = op_name(last_op)
                     record.read = saved_field_is_read(node, node_name, record.field)
 
+    def emit(self, event: Event) -> None:
+        """Hand an event to the sink; raise what it returns (fail-fast, or a stale tensor's error)."""
+        error = self._sink(event)
+        if error is not None:
+            raise error
+
     # -- writes -----------------------------------------------------------
-    def _call_before_write(self, spec: WriteSpec, args: Any, kwargs: Any) -> None:
+    def _call_before_write(self, written: list[torch.Tensor]) -> None:
         assert self._before_write is not None
         self._busy = True
         try:
-            for t in _written(spec, args, kwargs):
+            for t in written:
                 self._before_write(t)
         finally:
             self._busy = False
 
-    def _record_write(self, func: Any, spec: WriteSpec, args: Any, kwargs: Any) -> None:
+    def _record_write(self, func: Any, written: list[torch.Tensor]) -> None:
         self.writes += 1
-        for t in _written(spec, args, kwargs):
+        for t in written:
             self._record_written_tensor(func, t)
 
     def _record_written_tensor(self, func: Any, t: torch.Tensor) -> None:
@@ -411,8 +415,8 @@ class Tracer:
         if node is None:
             if not t.requires_grad:  # state (counters, running sums), not activations
                 if len(self._forward_state) > 4096:
-                    self._forward_state = {k: v for k, v in self._forward_state.items() if v[0]() is not None}
-                self._forward_state[span[0]] = (weakref.ref(t), None)
+                    self._forward_state = {k: ref for k, ref in self._forward_state.items() if ref() is not None}
+                self._forward_state[span[0]] = weakref.ref(t)
         elif span[0] in self._forward_state and node.name() != "torch::autograd::AccumulateGrad":
             self._state_written_again(func, t, span)
         argument = self._caller_argument(span) if self._inputs else None
@@ -430,33 +434,23 @@ class Tracer:
             return
         info = self._write_info(func, t)
         for entry in held:
-            error = self._sink(HeldTensorOverwritten(info, entry.label, entry.site))
-            if error is not None:
-                raise error
+            self.emit(HeldTensorOverwritten(info, entry.label, entry.site))
         if argument is not None:
-            error = self._sink(CallerInputWritten(info, argument))
-            if error is not None:
-                raise error
+            self.emit(CallerInputWritten(info, argument))
         if candidates:
             self._pending_writes.append(_PendingWrite(info, span, candidates, t))
 
     def _state_written_again(self, func: Any, t: torch.Tensor, span: tuple[int, int, int]) -> None:
-        ref, _ = self._forward_state.pop(span[0])
-        if ref() is None:  # that tensor died; the memory was reused by a fresh one
+        if self._forward_state.pop(span[0])() is None:  # that tensor died; its memory was reused
             return
-        error = self._sink(SideEffectRepeated(self._write_info(func, t), None, "a tensor written in forward"))
-        if error is not None:
-            raise error
+        self.emit(SideEffectRepeated(self._write_info(func, t), "a tensor written in forward"))
 
     def _batch_norm_in_backward(self, func: Any, args: Any, kwargs: Any) -> None:
         """A training-mode batch norm running during backward is a recompute: its running stats update again."""
         training = args[5] if len(args) > 5 else kwargs.get("training")
         running_mean = args[3] if len(args) > 3 else kwargs.get("running_mean")
         if training and running_mean is not None:
-            info = self._write_info(func, running_mean)
-            error = self._sink(SideEffectRepeated(info, None, "BatchNorm running statistics"))
-            if error is not None:
-                raise error
+            self.emit(SideEffectRepeated(self._write_info(func, running_mean), "BatchNorm running statistics"))
 
     def _write_info(self, func: Any, t: torch.Tensor) -> WriteInfo:
         frames, api = capture_frames()
@@ -517,7 +511,7 @@ class Tracer:
                 elif not (write.info.writes_bytes and record.read and _overlaps(write.span, record.span)):
                     continue
                 reported.add(node_key)
-                error = self._sink(
+                self.emit(
                     SavedTensorOverwritten(
                         write=write.info,
                         saved=record.info(),
@@ -527,8 +521,6 @@ class Tracer:
                         write_bumped_a_version=shares or write.bumped(),
                     )
                 )
-                if error is not None:
-                    raise error
 
     # -- errors PyTorch raised at an op -----------------------------------
     def describe_exception(self, exc: BaseException) -> InplaceErrorRaised:
