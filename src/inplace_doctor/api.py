@@ -117,9 +117,10 @@ def audit(
 def _refuse_lazy(model: torch.nn.Module) -> None:
     from torch.nn.parameter import UninitializedParameter
 
-    for module_name, module in model.named_modules():
+    for module in model.modules():  # names only on the rare failure: named_modules() is slow
         for name, p in module._parameters.items():
             if isinstance(p, UninitializedParameter):
+                module_name = next(n for n, m in model.named_modules() if m is module)
                 full = f"{module_name}.{name}" if module_name else name
                 raise UsageError(
                     f"parameter {full!r} is an uninitialized lazy parameter; call the model once on a real "
