@@ -586,3 +586,26 @@ def _plain_alias_case():
     y = a * a
     b.mul_(2)
     y.sum().backward()
+
+
+class ExpThenMul(nn.Module):
+    """The mul saves its input right after exp saved its result, with no op in
+    between: a kernel saves its inputs before it dispatches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.cos()
+        a = torch.exp(self.w)  # <exp-saves>
+        b = y * self.w  # <mul-saves>
+        y.add_(1)  # <y-overwritten>
+        return a.sum() + b.sum()
+
+
+def test_an_input_save_right_after_another_ops_output_save_is_attributed_to_its_own_line() -> None:
+    finding = next(f for f in ipd.audit(ExpThenMul(), torch.randn(3, 4)).findings if f.code == "IPD101")
+    assert finding.saved is not None and finding.saved.line == line_of("mul-saves")
+    assert finding.saved.op.startswith("aten.mul") or "mul" in finding.saved.op
+    assert finding.mutation.line == line_of("y-overwritten")

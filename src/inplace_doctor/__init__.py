@@ -4,6 +4,7 @@
     report = ipd.audit(model, x)          # one instrumented forward + backward
     with ipd.watch() as session:          # or any training code
         train_step()
+    mem = ipd.memory(model, x, optimizer=opt)  # where a training step's memory goes
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ from .api import audit, watch
 from .equivalence import VerifyResult, verify
 from .errors import InplaceDoctorError, InplaceError, ModelError, UsageError
 from .findings import Finding, Severity
+from .config import apply_config
+from .ledger import MemoryReport
+from .ledger import measure_memory as memory
+from .optimize import Plan, optimize
 from .report import Report
 from .rules import RULES, Rule, get_rule
 from .sites import Frame, Site
@@ -24,7 +29,9 @@ __all__ = [
     "Frame",
     "InplaceDoctorError",
     "InplaceError",
+    "MemoryReport",
     "ModelError",
+    "Plan",
     "RULES",
     "Report",
     "Rule",
@@ -32,8 +39,11 @@ __all__ = [
     "Site",
     "UsageError",
     "VerifyResult",
+    "apply_config",
     "audit",
     "get_rule",
+    "memory",
+    "optimize",
     "verify",
     "watch",
 ]

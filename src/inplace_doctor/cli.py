@@ -180,6 +180,7 @@ def _parser() -> _Parser:
     audit.add_argument("--ignore", action="append", default=[], metavar="CODES",
                        help="skip these rule codes or prefixes (comma-separated)")
     audit.add_argument("--seed", type=int, default=0, help="seed for weights and random inputs (default 0)")
+    audit.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     check = sub.add_parser("verify", help="check that the in-place configuration computes what its out-of-place form does")
     check.add_argument("spec", metavar="PKG.MODULE:FACTORY", help="factory returning a model or (model, inputs)")
     check.add_argument("--input", action="append", default=[], metavar="SHAPE[:DTYPE]",
@@ -190,6 +191,26 @@ def _parser() -> _Parser:
     check.add_argument("--atol", type=float, default=1e-6)
     check.add_argument("--rtol", type=float, default=1e-5)
     check.add_argument("--seed", type=int, default=0, help="seed for weights and random inputs (default 0)")
+    for name, text in (
+        ("memory", "measure where a training step's memory goes, and why autograd keeps it"),
+        ("optimize", "decide every in-place flag from evidence, verify it, measure the memory it saves"),
+    ):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("spec", metavar="PKG.MODULE:FACTORY", help="factory returning a model or (model, inputs)")
+        cmd.add_argument("--input", action="append", default=[], metavar="SHAPE[:DTYPE]",
+                         help="an input tensor, e.g. 2x3x224x224 or 2x16:int64 (repeat for several)")
+        cmd.add_argument("--eval", action="store_true", help="eval mode (default: train mode)")
+        cmd.add_argument("--optimizer", default="sgd-momentum", help=f"one of {', '.join(_OPTIMIZERS)} (default sgd-momentum)")
+        cmd.add_argument("--steps", type=int, default=2, help="training steps per measurement; the last is reported (default 2)")
+        cmd.add_argument("--format", default="text", help="text or json")
+        cmd.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+        cmd.add_argument("--png", metavar="FILE", help="also write the memory timeline as a PNG (needs matplotlib)")
+        cmd.add_argument("--seed", type=int, default=0, help="seed for weights and random inputs (default 0)")
+        if name == "optimize":
+            cmd.add_argument("--write", metavar="FILE", help="write the config (TOML) to FILE, e.g. inplace.toml")
+            cmd.add_argument("--enable-safe", action="store_true",
+                             help="turn on every safe site, not only those that lower the peak")
+            cmd.add_argument("--no-checkpoint", action="store_true", help="skip the activation-checkpointing measurement")
     rules = sub.add_parser("rules", help="list the rules")
     rules.set_defaults()
     rule = sub.add_parser("rule", help="print one rule's documentation")
@@ -217,6 +238,10 @@ def _audit(ns: argparse.Namespace) -> int:
             raise CliUsageError(f"cannot write {ns.output!r}: {e.strerror}") from None
     else:
         renderer(report, sys.stdout)
+    if ns.html:
+        from .render.html import write_html
+
+        write_html(ns.html, f"inplace-doctor audit: {ns.spec}", report=report)
     return EXIT_FINDINGS if report.failed() else EXIT_OK
 
 
@@ -232,6 +257,120 @@ def _verify(ns: argparse.Namespace) -> int:
     print(f"inplace-doctor verify of {ns.spec} ({'eval' if ns.eval else 'train'} mode)\n")
     print(result)
     return EXIT_OK if result else EXIT_FINDINGS
+
+
+_OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "none")
+
+
+def _optimizer(name: str) -> Any:
+    import torch
+
+    key = name.strip().lower()
+    makers = {
+        "sgd": lambda p: torch.optim.SGD(p, lr=0.01),
+        "sgd-momentum": lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9),
+        "adam": lambda p: torch.optim.Adam(p, lr=1e-3),
+        "adamw": lambda p: torch.optim.AdamW(p, lr=1e-3),
+        "none": None,
+    }
+    if key not in makers:
+        close = difflib.get_close_matches(key, list(makers), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"choose from {', '.join(_OPTIMIZERS)}"
+        raise CliUsageError(f"unknown optimizer {name!r}; {hint}")
+    return makers[key]
+
+
+def _progress() -> Any:
+    """A live status line on a terminal (stderr); silent otherwise."""
+    import contextlib
+
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext(lambda stage: None)
+    from rich.console import Console
+
+    console = Console(stderr=True)
+
+    @contextlib.contextmanager
+    def status() -> Any:
+        with console.status("starting") as live:
+            yield lambda stage: live.update(stage)
+
+    return status()
+
+
+def _write_json(data: Any) -> None:
+    import json
+
+    json.dump(data, sys.stdout, indent=2, sort_keys=False)
+    sys.stdout.write("\n")
+
+
+def _memory(ns: argparse.Namespace) -> int:
+    from . import memory
+    from .render.html import write_html, write_png
+
+    if ns.format not in ("text", "json"):
+        raise CliUsageError(f"unknown format {ns.format!r}; choose text or json")
+    optimizer = _optimizer(ns.optimizer)
+    model, args, kwargs = build_model(ns.spec, ns.input, ns.seed)
+    model.train(not ns.eval)
+    with _progress() as say:
+        say(f"measuring {ns.steps} training step(s)")
+        try:
+            report = memory(model, *args, optimizer=optimizer, steps=ns.steps, **kwargs)
+        except RuntimeError as e:
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            print(
+                f"inplace-doctor: the training step of {ns.spec} raised, so its memory cannot be measured: {first}\n"
+                f"run `inplace-doctor audit {ns.spec}` to name the op that overwrote and the one that saved, or "
+                f"`inplace-doctor optimize {ns.spec}` for a configuration that runs",
+                file=sys.stderr,
+            )
+            return EXIT_FINDINGS
+    report.target = ns.spec
+    if ns.format == "json":
+        _write_json(report.to_dict())
+    else:
+        print(report, end="")
+    if ns.html:
+        write_html(ns.html, f"inplace-doctor memory: {ns.spec}", memory=[("as shipped", report)])
+    if ns.png and not write_png(ns.png, [("as shipped", report)]):
+        print("note: --png needs matplotlib (pip install matplotlib); no PNG written", file=sys.stderr)
+    return EXIT_OK
+
+
+def _optimize(ns: argparse.Namespace) -> int:
+    from . import optimize
+    from .render.html import write_html, write_png
+
+    if ns.format not in ("text", "json"):
+        raise CliUsageError(f"unknown format {ns.format!r}; choose text or json")
+    optimizer = _optimizer(ns.optimizer)
+    model, args, kwargs = build_model(ns.spec, ns.input, ns.seed)
+    model.train(not ns.eval)
+    specs = list(ns.input) or None
+    with _progress() as say:
+        plan = optimize(model, *args, optimizer=optimizer, enable_safe=ns.enable_safe,
+                        suggest_checkpoint=not ns.no_checkpoint, steps=ns.steps, input_specs=specs,
+                        progress=say, **kwargs)
+    plan.target = ns.spec
+    if ns.format == "json":
+        _write_json(plan.to_dict())
+    else:
+        print(plan, end="")
+    if ns.write:
+        try:
+            plan.write(ns.write)
+        except OSError as e:
+            raise CliUsageError(f"cannot write {ns.write!r}: {e.strerror}") from None
+        if ns.format == "text":
+            print(f"wrote {ns.write}")
+    if ns.html:
+        write_html(ns.html, f"inplace-doctor optimize: {ns.spec}", plan=plan)
+    series = [("shipped", plan.memory_shipped)] if plan.memory_shipped is not None else []
+    if ns.png and not write_png(ns.png, series + [("planned", plan.memory_planned)]):
+        print("note: --png needs matplotlib (pip install matplotlib); no PNG written", file=sys.stderr)
+    return EXIT_OK if bool(plan.verified) else EXIT_FINDINGS
 
 
 def _rules() -> int:
@@ -259,6 +398,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _audit(ns)
         if ns.command == "verify":
             return _verify(ns)
+        if ns.command == "memory":
+            return _memory(ns)
+        if ns.command == "optimize":
+            return _optimize(ns)
         if ns.command == "rules":
             return _rules()
         return _rule(ns.code)

@@ -216,6 +216,7 @@ def verify(
     atol: float = 1e-6,
     rtol: float = 1e-5,
     localize: bool = True,
+    inplace_calls_off: Iterable[str] = (),
     **kwargs: Any,
 ) -> VerifyResult:
     """Check that the in-place configuration of `model` computes what its out-of-place form does.
@@ -229,6 +230,9 @@ def verify(
             or a callable `params -> optimizer`.
         atol, rtol: tolerances; the differences reported are exact either way.
         localize: when the runs differ, find the responsible in-place sites.
+        inplace_calls_off: functional `inplace=True` calls (`file:line`, as in
+            `result.sites`) to run as `inplace=False` in the configured run too,
+            as if their line were changed (what `optimize` asks of the user).
 
     Example:
         >>> from inplace_doctor.examples import ResidualReLU
@@ -242,6 +246,7 @@ def verify(
         raise UsageError(f"steps must be at least 1, got {steps}")
     rng = RngState()
     result = VerifyResult(equivalent=True)
+    calls_off = set(inplace_calls_off)
 
     def run(off_modules: set[str] | None, off_calls: set[str] | None) -> tuple[dict[str, torch.Tensor], _Functional]:
         copy_ = copy.deepcopy(model)
@@ -249,7 +254,7 @@ def verify(
             if m.__dict__.get("inplace") is True and (off_modules is None or name in off_modules):
                 m.inplace = False
         rng.restore()
-        mode = _Functional(off_calls)
+        mode = _Functional(None if off_calls is None else off_calls | calls_off)
         result.runs += 1
         with mode:
             recorded = _record(copy_, _clone_inputs(args), _clone_inputs(kwargs), loss_fn, steps, optimizer)

@@ -107,6 +107,9 @@ def describe_site(site: Site, root_label: str, slot: str | None = None) -> str:
 
 
 def _short_path(path: str) -> str:
+    marker = os.sep + "site-packages" + os.sep
+    if marker in path:  # an installed package: its import path reads best
+        return path.rsplit(marker, 1)[1]
     try:
         rel = os.path.relpath(path)
     except ValueError:

@@ -20,6 +20,7 @@ Known limitations:
 from __future__ import annotations
 
 import itertools
+import sys
 import weakref
 from typing import Any, Callable
 
@@ -65,6 +66,18 @@ from .sites import (
 from .storage import storage_span
 
 Sink = Callable[[Event], "BaseException | None"]
+
+def _stack_key(depth: int = 8) -> tuple[Any, ...]:
+    """(code, instruction) of the `depth` frames above the pack hook's caller."""
+    frame: Any = sys._getframe(2)
+    key = []
+    while frame is not None and depth:
+        key.append(frame.f_code)
+        key.append(frame.f_lasti)
+        frame = frame.f_back
+        depth -= 1
+    return tuple(key)
+
 
 class _SavedRecord:
     """What the tracer knows about one saved tensor (private, mutable)."""
@@ -188,6 +201,8 @@ class Tracer:
             uses it to snapshot the caller's parameters and inputs).
         track_call_inputs: treat the arguments of each top-level module call
             as the caller's inputs (audit names them itself instead).
+        observe_reads: watch in-place calls and `state_dict()` holders (IPD105,
+            IPD107). Off for memory measurement: measuring a change allocates.
     """
 
     def __init__(
@@ -197,8 +212,10 @@ class Tracer:
         fail_fast: bool = False,
         before_write: Callable[[torch.Tensor], None] | None = None,
         track_call_inputs: bool = True,
+        observe_reads: bool = True,
     ) -> None:
         self._sink = sink
+        self._observe_reads = observe_reads
         self._before_write = before_write
         self.ops = 0
         self._fail_fast = fail_fast
@@ -219,7 +236,9 @@ class Tracer:
         self.modules.on_top_level = self._on_top_level_call
         self.inplace_calls = InplaceCalls(self)
         self.held = HeldTensors(self)
-        self._save_frames: tuple[tuple[RawFrame, ...], str | None, ModuleContext | None, str, bool] | None = None
+        self._save_frames: (
+            tuple[Any, tuple[tuple[RawFrame, ...], str | None, ModuleContext | None, str, bool]] | None
+        ) = None
         self._error_module: tuple[int, ModuleContext | None] | None = None
         self._contexts: list[Any] = []
         self._active = False
@@ -244,10 +263,11 @@ class Tracer:
             self._contexts.append(mode)
             # Also settles writes as the user-level call returns when fail_fast,
             # so the raise points at the line that overwrote.
-            self.inplace_calls.__enter__()
-            self._contexts.append(self.inplace_calls)
-            self.held.__enter__()
-            self._contexts.append(self.held)
+            if self._observe_reads:
+                self.inplace_calls.__enter__()
+                self._contexts.append(self.inplace_calls)
+                self.held.__enter__()
+                self._contexts.append(self.held)
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -289,13 +309,21 @@ class Tracer:
                 alias = t.detach()
             finally:
                 self._busy = False
-        # Packs with no dispatched op between them come from one autograd kernel
-        # call: they share the Python stack, captured once (reset at each op).
-        where = self._save_frames
-        if where is None:
+        # Packs from one autograd kernel call share the Python stack: captured
+        # once. Not "no op dispatched in between" alone (the cache is reset at
+        # each op): a kernel saves its inputs before it dispatches, so the next
+        # op's input saves follow this op's output saves directly. The key is
+        # the calling code and instruction of the innermost frames (code objects,
+        # not frame ids, which CPython reuses) and the module on the stack.
+        call = (_stack_key(), self.modules.current)
+        cached = self._save_frames
+        if cached is not None and cached[0] == call:
+            where = cached[1]
+        else:
             phase = "backward" if _compat.current_autograd_node() is not None else "forward"
             frames, api, in_region = capture_save_frames(SAVE_STACK)
-            where = self._save_frames = (frames, api, self.modules.current, phase, in_region)
+            where = (frames, api, self.modules.current, phase, in_region)
+            self._save_frames = (call, where)
         span = storage_span(t)
         record = _SavedRecord(next(self._keys), where, t._version, t, span)
         holder = _Holder(alias, record)
@@ -344,6 +372,13 @@ class Tracer:
         if ctx is not None:
             where = f" in module {ctx[0] or '<root>'} ({ctx[2]})"
         return f"after {self.ops} ops, {self.saves} saved tensors{where}"
+
+    def saved_records(self, storage_ptr: int) -> list[_SavedRecord]:
+        """Records of the saved tensors autograd still holds on one storage, oldest first."""
+        bucket = self._by_storage.get(storage_ptr)
+        if not bucket:
+            return []
+        return [h.record for _, ref in sorted(bucket.items()) if (h := ref()) is not None]
 
     def live_saved_tensors(self) -> int:
         return sum(len(b) for b in self._by_storage.values())

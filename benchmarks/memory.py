@@ -1,0 +1,131 @@
+"""Peak memory of a training step: every in-place flag off, as shipped, after `optimize`,
+and with the suggested activation checkpointing — for torchvision's classification
+models, a transformer encoder and a model with Dropout.
+
+    . .venv/bin/activate && python benchmarks/memory.py                # every model; long
+    python benchmarks/memory.py --models resnet18,mobilenet_v2          # a few
+    python benchmarks/memory.py --max-params 60e6 --input 1x3x64x64     # defaults shown
+
+Prints a Markdown table (bytes, exact; measured by `ipd.memory`, one SGD-momentum
+step after one warm-up step, train mode, random weights). It asserts nothing.
+Models above --max-params are listed as skipped, not dropped silently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import time
+
+import torch
+import torchvision
+from torch import nn
+
+import inplace_doctor as ipd
+from inplace_doctor.config import inplace_modules
+
+
+def sgd(params):
+    return torch.optim.SGD(params, lr=0.01, momentum=0.9)
+
+
+def encoder() -> nn.Module:
+    layer = nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.1, batch_first=True)
+    return nn.TransformerEncoder(layer, 4, enable_nested_tensor=False)
+
+
+class DropoutMLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Linear(256, 1024), nn.ReLU(), nn.Dropout(0.2, inplace=True),
+            nn.Linear(1024, 1024), nn.ReLU(inplace=True), nn.Dropout(0.2),
+            nn.Linear(1024, 10),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def all_off(model: nn.Module) -> nn.Module:
+    model = copy.deepcopy(model)
+    for m in inplace_modules(model).values():
+        m.inplace = False
+    return model
+
+
+def measure(name: str, model: nn.Module, x: torch.Tensor) -> str:
+    model.train()
+    start = time.perf_counter()
+    def peak(m: nn.Module) -> int | str:
+        try:
+            return ipd.memory(m, x, optimizer=sgd).peak
+        except RuntimeError as e:  # the in-place configuration breaks backward
+            return "raises: " + str(e).splitlines()[0][:60]
+
+    off, shipped = peak(all_off(model)), peak(model)
+    try:
+        plan = ipd.optimize(model, x, optimizer=sgd)
+    except Exception as e:  # reported, never hidden
+        return f"| {name} | error in optimize: {type(e).__name__}: {str(e).splitlines()[0][:80]} | | | | | | | |"
+    sites = len(inplace_modules(model))
+    cp = plan.checkpoint
+    cp_cell = f"{cp.peak_after:,} ({cp.module})" if cp else "-"
+    verified = "yes" if plan.verified else "no"
+    def cell(v: int | str) -> str:
+        return f"{v:,}" if isinstance(v, int) else v
+
+    saves = cell(off - shipped) if isinstance(off, int) and isinstance(shipped, int) else "-"
+    return (
+        f"| {name} | {sites} | {cell(off)} | {cell(shipped)} | {plan.peak_planned:,} | {cp_cell} | "
+        f"{saves} | {verified} | {time.perf_counter() - start:.0f} s |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", help="comma-separated torchvision builder names (default: every classification model)")
+    parser.add_argument("--input", default="1x3x64x64", help="input shape for the image models")
+    parser.add_argument("--max-params", type=float, default=60e6, help="skip larger models (counted on the meta device)")
+    ns = parser.parse_args()
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    shape = tuple(int(d) for d in ns.input.split("x"))
+    names = ns.models.split(",") if ns.models else torchvision.models.list_models(module=torchvision.models)
+    print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, inplace-doctor {ipd.__version__}")
+    print()
+    print("| model | inplace sites | all off (B) | as shipped (B) | after optimize (B) | checkpointing the largest holder (B) | in-place saves (B) | verified | time |")
+    print("|---|--:|--:|--:|--:|--:|--:|---|--:|")
+    sys.stdout.flush()
+    for name in names:
+        with torch.device("meta"):
+            try:
+                size = sum(p.numel() for p in torchvision.models.get_model(name, weights=None).parameters())
+            except Exception:
+                size = 0
+        if size > ns.max_params:
+            print(f"| {name} | skipped: {size / 1e6:.0f} M parameters > --max-params | | | | | | | |")
+            continue
+        torch.manual_seed(0)
+        h = 299 if name == "inception_v3" else shape[-1]
+        x = torch.randn(*shape[:-2], max(h, shape[-2]), max(h, shape[-1]))
+        try:
+            model = torchvision.models.get_model(name, weights=None)
+        except Exception as e:
+            print(f"| {name} | build error: {e} | | | | | | | |")
+            continue
+        if name in ("inception_v3", "googlenet"):
+            model.aux_logits = False
+            model.AuxLogits = None if name == "inception_v3" else None
+            if name == "googlenet":
+                model.aux1 = model.aux2 = None
+        print(measure(name, model, x))
+        sys.stdout.flush()
+    torch.manual_seed(0)
+    print(measure("TransformerEncoder 4x256 (dropout 0.1)", encoder(), torch.randn(8, 64, 256)))
+    torch.manual_seed(0)
+    print(measure("MLP with Dropout(inplace=True)", DropoutMLP(), torch.randn(512, 256)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,539 @@
+"""optimize: decide, per call site, whether in-place is safe; measure what it saves.
+
+    plan = ipd.optimize(model, x, optimizer=opt)
+    plan.apply(model)              # or ipd.apply_config(model, "inplace.toml")
+    plan.write("inplace.toml")
+
+How a decision is made, for every module with an `inplace` option that the
+traced run executed (a module called from several places is one site: it is
+safe only if every call is):
+
+1. Unsafe: audit the model with every such flag on; a site is unsafe when an
+   error or warning finding names its write (IPD101 a saved tensor, IPD105 a
+   later read, IPD106 the caller's input, IPD102/103 a leaf or view, ...).
+   Turn those off and audit again until no finding names a flag: one site's
+   write can reach another's tensor only through aliasing the first created.
+2. Effect: measure the training step's peak (`ipd.memory`) with the unsafe
+   sites off and the safe ones as shipped, and with every safe one on. Safe
+   sites are turned on only where that lowers the peak (each measured on its
+   own); otherwise they are reported "safe, saves 0 bytes": enabling them adds
+   risk for no gain. `enable_safe=True` turns them all on.
+3. Proof: `verify` compares the planned configuration with the out-of-place
+   program (outputs, loss, gradients, buffers, inputs, and parameters after
+   optimizer steps). A site it names is turned off and the plan is redone, so
+   the plan it returns is one verify accepts.
+
+Functional `inplace=True` calls cannot be switched from outside the code:
+they are decided the same way and reported with the line to change (verify
+runs with the unsafe ones switched off, as if the line were changed).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+
+from ._compat import TORCH_VERSION
+from .config import HEADER_TABLE, apply_config, compress, inplace_modules, toml_string
+from .errors import UsageError
+from .findings import Finding, Severity
+from .ledger import MemoryReport, measure_memory, step_time
+from .render.memory_text import fmt_bytes
+
+
+@dataclass
+class Decision:
+    """One in-place site and what the plan does with it."""
+
+    site: str  # module path ("layer1.0.relu"), or file:line of a functional inplace=True call
+    kind: str  # "module" or "call"
+    module_type: str | None
+    shipped: bool
+    inplace: bool  # the planned setting
+    safe: bool | None  # None: the traced run never executed it
+    reason: str
+    saves_bytes: int | None = None  # peak reduction measured for this decision (negative: costs)
+    evidence: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return self.inplace != self.shipped
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "site": self.site,
+            "kind": self.kind,
+            "module_type": self.module_type,
+            "shipped": self.shipped,
+            "inplace": self.inplace,
+            "safe": self.safe,
+            "reason": self.reason,
+            "saves_bytes": self.saves_bytes,
+            "evidence": list(self.evidence),
+        }
+
+
+@dataclass
+class CheckpointSuggestion:
+    """What wrapping the module that holds the most saved activations in checkpointing measures."""
+
+    module: str
+    saved_bytes: int  # saved activations its subtree holds at the peak
+    peak_before: int
+    peak_after: int
+    time_ratio: float  # step time with checkpointing / without
+    caveats: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "module": self.module,
+            "saved_bytes": self.saved_bytes,
+            "peak_before": self.peak_before,
+            "peak_after": self.peak_after,
+            "time_ratio": self.time_ratio,
+            "caveats": list(self.caveats),
+        }
+
+
+@dataclass
+class Plan:
+    """The decisions, their evidence and the measurements before and after."""
+
+    target: str
+    mode: str
+    inputs: list[str]
+    optimizer: str | None
+    decisions: list[Decision]
+    peak_shipped: int | None  # None: the shipped configuration raises
+    peak_planned: int
+    time_shipped: float | None
+    time_planned: float
+    verified: Any  # VerifyResult of the planned configuration
+    memory_shipped: MemoryReport | None
+    memory_planned: MemoryReport
+    shipped_error: str | None = None
+    other_findings: list[Finding] = field(default_factory=list)  # not controlled by any flag
+    saved_by_module: list[tuple[str, int]] = field(default_factory=list)
+    checkpoint: CheckpointSuggestion | None = None
+    all_paths: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    # -- the config ----------------------------------------------------------
+    def config(self) -> dict[str, bool]:
+        """Module path -> planned `inplace` flag, for every module site the run executed."""
+        return {d.site: d.inplace for d in self.decisions if d.kind == "module" and d.safe is not None}
+
+    @property
+    def never_executed(self) -> list[str]:
+        return [d.site for d in self.decisions if d.kind == "module" and d.safe is None]
+
+    def apply(self, model: torch.nn.Module) -> dict[str, bool]:
+        """Set `model`'s flags as planned; returns what changed (path -> new flag)."""
+        return apply_config(model, self.config(), never_executed=[])
+
+    def toml(self) -> str:
+        reasons = {d.site: d for d in self.decisions}
+        lines = [
+            "# inplace-doctor in-place config: which modules run in place.",
+            "# Keys are module paths (fnmatch globs allowed; later entries win).",
+            "# Apply with inplace_doctor.apply_config(model, path) or plan.apply(model).",
+            f"# Derived {datetime.date.today().isoformat()} from one traced training step; re-derive when the",
+            "# model, its inputs or its mode change.",
+            f"# Peak memory: shipped {_bytes_or(self.peak_shipped, self.shipped_error)}, "
+            f"planned {fmt_bytes(self.peak_planned)}.",
+            "",
+            f"[{HEADER_TABLE}]",
+            f"target = {toml_string(self.target)}",
+            "inputs = [" + ", ".join(toml_string(i) for i in self.inputs) + "]",
+            f"mode = {toml_string(self.mode)}",
+            f"optimizer = {toml_string(self.optimizer or 'none')}",
+            f"torch = {toml_string(TORCH_VERSION)}",
+            f"peak-shipped-bytes = {self.peak_shipped if self.peak_shipped is not None else -1}",
+            f"peak-planned-bytes = {self.peak_planned}",
+            f"verified = {'true' if bool(self.verified) else 'false'}",
+            "never-executed = [" + ", ".join(toml_string(p) for p in self.never_executed) + "]",
+            "",
+            "[inplace]",
+        ]
+        for pattern, flag, members in compress(self.config(), self.all_paths):
+            d = reasons[members[0]]
+            note = d.reason if len(members) == 1 else f"{len(members)} modules: {d.reason}"
+            lines.append(f"{toml_string(pattern)} = {'true' if flag else 'false'}  # {note}")
+        calls = [d for d in self.decisions if d.kind == "call"]
+        if calls:
+            lines.append("")
+            lines.append("# Functional inplace=True calls (change the line itself):")
+            for d in calls:
+                lines.append(f"#   {d.site}: {'keep' if d.inplace else 'change to inplace=False'} ({d.reason})")
+        return "\n".join(lines) + "\n"
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.toml())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "mode": self.mode,
+            "inputs": list(self.inputs),
+            "optimizer": self.optimizer,
+            "decisions": [d.to_dict() for d in self.decisions],
+            "peak_shipped": self.peak_shipped,
+            "peak_planned": self.peak_planned,
+            "time_shipped": self.time_shipped,
+            "time_planned": self.time_planned,
+            "verified": bool(self.verified),
+            "shipped_error": self.shipped_error,
+            "other_findings": [f.to_dict() for f in self.other_findings],
+            "saved_by_module": [list(x) for x in self.saved_by_module],
+            "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
+            "notes": list(self.notes),
+        }
+
+    def __str__(self) -> str:
+        from .render.plan_text import plan_to_plain_text
+
+        return plan_to_plain_text(self)
+
+
+def _bytes_or(n: int | None, error: str | None) -> str:
+    return fmt_bytes(n) if n is not None else f"raises ({error})"
+
+
+# -- building the plan -------------------------------------------------------------
+
+
+def _configured(model: torch.nn.Module, flags: Mapping[str, bool]) -> torch.nn.Module:
+    copy_ = copy.deepcopy(model)
+    modules = inplace_modules(copy_)
+    for path, flag in flags.items():
+        setattr(modules[path], "inplace", flag)
+    return copy_
+
+
+def _site_of_call(f: Finding) -> str | None:
+    return f"{f.mutation.file}:{f.mutation.line}" if f.mutation.file else None
+
+
+def _executed(model: torch.nn.Module, args: Any, kwargs: Any, loss_fn: Any) -> tuple[set[str], list[str]]:
+    """On a copy: the inplace-capable modules one step executes, and the
+    functional `inplace=True` calls it makes (file:line)."""
+    from .equivalence import _Functional
+    from .ledger import training_step
+
+    copy_ = copy.deepcopy(model)
+    seen: set[str] = set()
+    handles = [
+        m.register_forward_pre_hook(lambda mod, inp, name=name: seen.add(name))
+        for name, m in inplace_modules(copy_).items()
+    ]
+    calls = _Functional(set())
+    try:
+        with calls:
+            training_step(copy_, copy.deepcopy(args), copy.deepcopy(kwargs), loss_fn, None)
+    except RuntimeError:
+        pass  # the shipped configuration may break backward: forward already ran
+    finally:
+        for h in handles:
+            h.remove()
+    return seen, list(calls.seen)
+
+
+def _describe(f: Finding) -> str:
+    where = f" at {f.mutation.location}" if f.mutation.file else ""
+    slot = f" ({f.details['slot']})" if f.details.get("slot") else ""
+    return f"{f.code} {f.title}{slot}{where}"
+
+
+def optimize(
+    model: torch.nn.Module,
+    *args: Any,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    optimizer: Any = None,
+    enable_safe: bool = False,
+    suggest_checkpoint: bool = True,
+    steps: int = 2,
+    input_specs: list[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+    **kwargs: Any,
+) -> Plan:
+    """Decide every in-place site of `model` from evidence; the model itself is not changed.
+
+    Args:
+        model: the model as shipped, in the mode to plan for (train or eval).
+        *args, **kwargs: its inputs.
+        loss_fn: output -> scalar loss; default: the sum of floating outputs.
+        optimizer: an optimizer over `model`'s parameters, or `params -> optimizer`;
+            its step is part of the measured peak and of the verification.
+        enable_safe: turn on every safe site, not only those that lower the peak.
+        suggest_checkpoint: also measure checkpointing the module that holds
+            the most saved activations.
+        steps: training steps per memory measurement (the last is reported).
+        input_specs: how to name the inputs in the config header (the CLI's `--input`).
+        progress: called with a short description of each stage.
+    """
+    from .api import audit
+    from .equivalence import verify
+    from .preserve import RngState, tensors_in
+
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(f"optimize() needs a torch.nn.Module, got {type(model).__name__}")
+    say = progress or (lambda stage: None)
+    rng = RngState()
+    try:
+        modules = inplace_modules(model)
+        shipped = {path: bool(m.inplace) for path, m in modules.items()}
+        say("tracing which modules run")
+        executed, call_sites = _executed(model, args, kwargs, loss_fn)
+        rng.restore()
+
+        def measure(flags: Mapping[str, bool]) -> MemoryReport:
+            rng.restore()
+            return measure_memory(_configured(model, flags), *args, loss_fn=loss_fn, optimizer=optimizer, steps=steps, **kwargs)
+
+        unsafe: dict[str, list[str]] = {}  # module path -> evidence
+        unsafe_calls: dict[str, list[str]] = {}  # file:line -> evidence
+        other: list[Finding] = []
+        plan_flags: dict[str, bool] = {}
+        verified: Any = None
+        for attempt in range(len(modules) + 8):
+            other = []
+            # 1. Unsafe sites: audit with every executed flag on, until no finding names a flag.
+            for round_ in range(len(executed) + 2):
+                say(f"auditing with {len(executed) - len(unsafe)} flags on (round {round_ + 1})")
+                flags = {p: (p not in unsafe) for p in executed}
+                rng.restore()
+                report = audit(_configured(model, flags), *args, loss_fn=loss_fn, **kwargs)
+                new = False
+                other = []
+                for f in report.findings:
+                    if f.severity not in (Severity.ERROR, Severity.WARNING):
+                        continue
+                    path = f.mutation.module
+                    if path is not None and flags.get(path):
+                        unsafe.setdefault(path, []).append(_describe(f))
+                        new = True
+                    elif _site_of_call(f) in call_sites:
+                        unsafe_calls.setdefault(_site_of_call(f) or "", []).append(_describe(f))
+                    else:
+                        other.append(f)
+                if not new:
+                    break
+            # 2. Effect of the safe sites on the peak.
+            safe = [p for p in executed if p not in unsafe]
+            base = {p: (False if p in unsafe else shipped[p]) for p in executed}
+            say("measuring memory with the unsafe sites off")
+            mem_base = measure(base)
+            savings: dict[str, int] = {}
+            off_safe = [p for p in safe if not base[p]]
+            if off_safe:
+                say(f"measuring memory with all {len(safe)} safe sites on")
+                mem_all = measure({**base, **{p: True for p in safe}})
+                group_saving = mem_base.peak - mem_all.peak
+                if enable_safe:
+                    plan_flags = {**base, **{p: True for p in safe}}
+                    for p in off_safe:
+                        savings[p] = group_saving
+                elif group_saving > 0:
+                    plan_flags = dict(base)
+                    for i, p in enumerate(off_safe):
+                        say(f"measuring safe site {i + 1}/{len(off_safe)}: {p}")
+                        saving = mem_base.peak - measure({**base, p: True}).peak
+                        savings[p] = saving
+                        if saving > 0:
+                            plan_flags[p] = True
+                else:
+                    plan_flags = dict(base)
+                    for p in off_safe:
+                        savings[p] = 0
+            else:
+                plan_flags = dict(base)
+            # 3. Proof.
+            say("verifying the planned configuration against the out-of-place program")
+            rng.restore()
+            planned_model = _configured(model, plan_flags)
+            verified = verify(
+                planned_model, *args, loss_fn=loss_fn, optimizer=optimizer, steps=max(1, steps),
+                inplace_calls_off=set(unsafe_calls), **kwargs,
+            )
+            if verified.equivalent:
+                break
+            culprits = [c for c in verified.culprits if c.kind == "module" and plan_flags.get(c.where)]
+            culprit_calls = [c for c in verified.culprits if c.kind == "call" and c.where not in unsafe_calls]
+            if not culprits and not culprit_calls:
+                break  # nothing left to switch off: reported as not verified
+            for c in culprits:
+                unsafe.setdefault(c.where, []).append(f"verify: {verified.first_difference}")
+            for c in culprit_calls:
+                unsafe_calls.setdefault(c.where, []).append(f"verify: {verified.first_difference}")
+        say("measuring the planned and shipped configurations")
+        mem_planned = measure(plan_flags)
+        safe_on = [p for p in executed if p not in unsafe and plan_flags[p] and p not in savings]
+        if safe_on:
+            say(f"measuring the {len(safe_on)} safe sites kept on, switched off together")
+            group = measure({**plan_flags, **{p: False for p in safe_on}}).peak - mem_planned.peak
+            for p in safe_on:
+                savings[p] = group
+            kept_as_group = set(safe_on)
+        else:
+            kept_as_group = set()
+        mem_shipped: MemoryReport | None = None
+        shipped_error = None
+        try:
+            mem_shipped = measure(shipped)
+        except RuntimeError as e:
+            shipped_error = str(e).splitlines()[0][:200]
+        rng.restore()
+        time_planned = step_time(_configured(model, plan_flags), *args, loss_fn=loss_fn, optimizer=optimizer, **kwargs)
+        time_shipped = None
+        if mem_shipped is not None:
+            rng.restore()
+            time_shipped = step_time(_configured(model, shipped), *args, loss_fn=loss_fn, optimizer=optimizer, **kwargs)
+
+        decisions = _decisions(
+            modules, shipped, executed, unsafe, plan_flags, savings, kept_as_group, mem_base.peak, mem_shipped
+        )
+        for call in call_sites:
+            evidence = unsafe_calls.get(call, [])
+            decisions.append(
+                Decision(
+                    site=call, kind="call", module_type=None, shipped=True, inplace=not evidence,
+                    safe=not evidence,
+                    reason=("unsafe: " + evidence[0]) if evidence else "safe: no finding names this call",
+                    evidence=evidence,
+                )
+            )
+        plan = Plan(
+            target=type(model).__name__,
+            mode="train" if model.training else "eval",
+            inputs=input_specs or [_spec(t) for t in tensors_in((args, kwargs))],
+            optimizer=mem_planned.optimizer,
+            decisions=decisions,
+            peak_shipped=mem_shipped.peak if mem_shipped is not None else None,
+            peak_planned=mem_planned.peak,
+            time_shipped=time_shipped,
+            time_planned=time_planned,
+            verified=verified,
+            memory_shipped=mem_shipped,
+            memory_planned=mem_planned,
+            shipped_error=shipped_error,
+            other_findings=other,
+            saved_by_module=_saved_by_module(mem_planned),
+            all_paths=list(modules),
+        )
+        if not modules:
+            plan.notes.append("no module has an `inplace` option")
+        if suggest_checkpoint and plan.saved_by_module:
+            say("measuring activation checkpointing of the largest holder")
+            plan.checkpoint = _checkpoint_suggestion(model, plan_flags, plan, args, kwargs, loss_fn, optimizer, steps, rng)
+        return plan
+    finally:
+        rng.restore()
+
+
+def _decisions(
+    modules: dict[str, torch.nn.Module],
+    shipped: dict[str, bool],
+    executed: set[str],
+    unsafe: dict[str, list[str]],
+    plan_flags: dict[str, bool],
+    savings: dict[str, int],
+    kept_as_group: set[str],
+    base_peak: int,
+    mem_shipped: MemoryReport | None,
+) -> list[Decision]:
+    out = []
+    for path, module in modules.items():
+        kind = type(module).__name__
+        if path not in executed:
+            out.append(Decision(path, "module", kind, shipped[path], shipped[path], None,
+                                "not executed by the traced run: left as shipped"))
+            continue
+        flag = plan_flags[path]
+        if path in unsafe:
+            evidence = unsafe[path]
+            effect = (mem_shipped.peak - base_peak) if (mem_shipped is not None and shipped[path]) else None
+            out.append(Decision(path, "module", kind, shipped[path], False, False, "unsafe: " + evidence[0],
+                                saves_bytes=effect, evidence=evidence))
+        elif path in kept_as_group:
+            n = len(kept_as_group)
+            saving = savings[path]
+            what = f"save {fmt_bytes(saving)}" if saving else "save 0 bytes"
+            reason = f"safe, kept as shipped; the {n} kept safe sites together {what} at the peak (measured)"
+            out.append(Decision(path, "module", kind, shipped[path], flag, True, reason, saves_bytes=saving))
+        elif path in savings:
+            saving = savings[path]
+            if flag:
+                reason = f"safe, lowers the peak by {fmt_bytes(saving)}"
+            else:
+                reason = "safe, saves 0 bytes at the peak: left off (enabling it adds risk for no gain)"
+            out.append(Decision(path, "module", kind, shipped[path], flag, True, reason, saves_bytes=saving))
+        else:
+            out.append(Decision(path, "module", kind, shipped[path], flag, True, "safe: kept as shipped"))
+    return out
+
+
+def _spec(t: torch.Tensor) -> str:
+    return "x".join(str(d) for d in t.shape) + ":" + str(t.dtype).removeprefix("torch.")
+
+
+def _saved_by_module(report: MemoryReport) -> list[tuple[str, int]]:
+    """Saved-activation bytes at the forward peak per module subtree, largest first (root excluded)."""
+    peak = report.peaks.get("forward") or report.peak_phase
+    totals: dict[str, int] = {}
+    for h in peak.holdings:
+        if h.category != "saved activations" or not h.module or h.module == "model":
+            continue
+        parts = h.module.split(".")[1:]  # drop "model"
+        for i in range(1, len(parts) + 1):
+            key = ".".join(parts[:i])
+            totals[key] = totals.get(key, 0) + h.nbytes
+    return sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _checkpoint_suggestion(
+    model: torch.nn.Module,
+    flags: Mapping[str, bool],
+    plan: Plan,
+    args: Any,
+    kwargs: Any,
+    loss_fn: Any,
+    optimizer: Any,
+    steps: int,
+    rng: Any,
+) -> CheckpointSuggestion | None:
+    import torch.utils.checkpoint as cp
+
+    name, saved = plan.saved_by_module[0]
+    wrapped = _configured(model, flags)
+    target = wrapped.get_submodule(name)
+    forward = target.forward
+
+    def checkpointed(*a: Any, **k: Any) -> Any:
+        return cp.checkpoint(forward, *a, use_reentrant=False, **k)
+
+    target.forward = checkpointed  # type: ignore[method-assign]
+    rng.restore()
+    try:
+        after = measure_memory(wrapped, *args, loss_fn=loss_fn, optimizer=optimizer, steps=steps, **kwargs)
+    except Exception as e:  # a module that cannot be checkpointed (non-tensor outputs, ...)
+        plan.notes.append(f"checkpointing {name} could not be measured: {type(e).__name__}: {e}"[:300])
+        return None
+    rng.restore()
+    t_after = step_time(wrapped, *args, loss_fn=loss_fn, optimizer=optimizer, **kwargs)
+    caveats = []
+    if model.training and any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in target.modules()):
+        caveats.append("contains BatchNorm: its running statistics update again on recompute (IPD108)")
+    return CheckpointSuggestion(
+        module=name,
+        saved_bytes=saved,
+        peak_before=plan.peak_planned,
+        peak_after=after.peak,
+        time_ratio=t_after / plan.time_planned if plan.time_planned > 0 else float("nan"),
+        caveats=caveats,
+    )

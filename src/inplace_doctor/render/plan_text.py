@@ -1,0 +1,75 @@
+"""Terminal view of an optimize Plan: every decision with its reason and measured effect."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .memory_text import fmt_bytes, peak_lines
+
+if TYPE_CHECKING:
+    from ..optimize import Plan
+
+
+def _flag(value: bool) -> str:
+    return "on " if value else "off"
+
+
+def plan_lines(plan: "Plan") -> list[str]:
+    opt = plan.optimizer or "no optimizer"
+    lines = [f"inplace-doctor optimize: {plan.target}, {plan.mode} mode, {opt}, inputs {', '.join(plan.inputs)}", ""]
+    modules = [d for d in plan.decisions if d.kind == "module"]
+    if modules:
+        lines.append("module inplace flags (shipped -> planned):")
+        width = max(len(d.site or "<root>") for d in modules)
+        for d in modules:
+            mark = "*" if d.changed else " "
+            lines.append(f" {mark} {d.site or '<root>':<{width}}  {_flag(d.shipped)} -> {_flag(d.inplace)}  {d.reason}")
+    calls = [d for d in plan.decisions if d.kind == "call"]
+    if calls:
+        lines.append("functional inplace=True calls (change the line itself):")
+        for d in calls:
+            action = "keep" if d.inplace else "change to inplace=False"
+            lines.append(f"   {d.site}: {action} ({d.reason})")
+    if not plan.decisions:
+        lines.append("no in-place site: nothing to decide")
+    for f in plan.other_findings:
+        lines.append(f"other finding, not controlled by a flag: {f.code} {f.message.splitlines()[0]}")
+    lines.append("")
+    shipped = (
+        fmt_bytes(plan.peak_shipped) if plan.peak_shipped is not None else f"raises ({plan.shipped_error})"
+    )
+    delta = ""
+    if plan.peak_shipped is not None:
+        diff = plan.peak_shipped - plan.peak_planned
+        delta = f", {fmt_bytes(diff)} saved" if diff > 0 else (" (no change)" if diff == 0 else f", {fmt_bytes(-diff)} more")
+    lines.append(f"peak memory: shipped {shipped}, planned {fmt_bytes(plan.peak_planned)}{delta}")
+    if plan.time_shipped is not None and plan.time_shipped > 0:
+        lines.append(
+            f"step time: shipped {plan.time_shipped * 1e3:.1f} ms, planned {plan.time_planned * 1e3:.1f} ms "
+            f"(x{plan.time_planned / plan.time_shipped:.2f}; timings vary by a few percent run to run)"
+        )
+    lines.append(f"verify: {plan.verified}")
+    if plan.saved_by_module:
+        lines.append("")
+        lines.append("what would save memory: saved activations at the end of forward, by module")
+        for name, nbytes in plan.saved_by_module[:5]:
+            lines.append(f"  {fmt_bytes(nbytes):>11}  {name}")
+    cp = plan.checkpoint
+    if cp is not None:
+        saved = cp.peak_before - cp.peak_after
+        effect = f"{fmt_bytes(saved)} saved" if saved > 0 else ("no saving" if saved == 0 else f"{fmt_bytes(-saved)} more")
+        lines.append(
+            f"checkpointing {cp.module} (measured): peak {fmt_bytes(cp.peak_before)} -> {fmt_bytes(cp.peak_after)} "
+            f"({effect}), step time x{cp.time_ratio:.2f}"
+        )
+        lines += [f"  caveat: {c}" for c in cp.caveats]
+    peak = plan.memory_planned.peak_phase if plan.memory_planned.peaks else None
+    if peak is not None:
+        lines.append("")
+        lines += peak_lines(peak, top=4)
+    lines += [f"note: {n}" for n in plan.notes]
+    return lines
+
+
+def plan_to_plain_text(plan: "Plan") -> str:
+    return "\n".join(plan_lines(plan)) + "\n"

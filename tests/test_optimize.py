@@ -1,0 +1,182 @@
+"""optimize: decisions from evidence, a config verify accepts, apply_config's checks."""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+import warnings
+
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+import inplace_doctor as ipd
+from inplace_doctor.examples import ResidualReLU, SigmoidThenReLU
+
+
+def sgd(params):
+    return torch.optim.SGD(params, lr=0.01, momentum=0.9)
+
+
+class Mixed(nn.Module):
+    """Three flagged sites: one breaks backward, one corrupts a residual, one is safe;
+    and one ReLU that ships out-of-place and could safely run in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(16, 16)
+        self.fc2 = nn.Linear(16, 16)
+        self.fc3 = nn.Linear(16, 16)
+        self.after_sigmoid = nn.ReLU(inplace=True)  # sigmoid saved its result: IPD101
+        self.residual = nn.ReLU(inplace=True)  # h is read again by the add: IPD105
+        self.plain = nn.ReLU(inplace=True)  # after a Linear: safe
+        self.off = nn.ReLU(inplace=False)  # safe, ships off
+        self.unused = nn.ReLU(inplace=True)  # never called
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = self.after_sigmoid(torch.sigmoid(self.fc1(x)))
+        h = self.fc2(a)
+        h = h + self.residual(h)
+        return self.off(self.fc3(self.plain(h)))
+
+
+@pytest.fixture(scope="module")
+def mixed_plan() -> ipd.Plan:
+    torch.manual_seed(0)
+    return ipd.optimize(Mixed(), torch.randn(8, 16), optimizer=sgd, suggest_checkpoint=False)
+
+
+def test_unsafe_sites_are_turned_off_with_their_evidence(mixed_plan: ipd.Plan) -> None:
+    d = {x.site: x for x in mixed_plan.decisions}
+    assert d["after_sigmoid"].inplace is False and d["after_sigmoid"].safe is False
+    assert "IPD101" in d["after_sigmoid"].reason
+    assert d["residual"].inplace is False and "IPD105" in d["residual"].reason
+    assert d["plain"].inplace is True and d["plain"].safe is True
+    assert d["unused"].safe is None and d["unused"].inplace is True  # left as shipped, no evidence
+    assert mixed_plan.never_executed == ["unused"]
+
+
+def test_a_safe_site_that_saves_nothing_is_left_off_and_says_so(mixed_plan: ipd.Plan) -> None:
+    off = next(x for x in mixed_plan.decisions if x.site == "off")
+    assert off.safe is True and off.inplace is False
+    assert off.saves_bytes == 0 and "saves 0 bytes" in off.reason
+
+
+def test_the_plan_verifies_and_the_shipped_model_is_untouched(mixed_plan: ipd.Plan) -> None:
+    assert bool(mixed_plan.verified)
+    torch.manual_seed(0)
+    model = Mixed()
+    original = {n: m.inplace for n, m in model.named_modules() if hasattr(m, "inplace")}
+    changed = mixed_plan.apply(model)
+    assert changed == {"after_sigmoid": False, "residual": False}
+    assert bool(ipd.verify(model, torch.randn(8, 16), optimizer=sgd, steps=2))
+    assert original["after_sigmoid"] is True  # the dict was taken before apply
+
+
+def test_the_config_round_trips_and_records_what_it_was_derived_from(mixed_plan: ipd.Plan, tmp_path) -> None:
+    path = tmp_path / "inplace.toml"
+    mixed_plan.write(path)
+    data = tomllib.loads(path.read_text())
+    header = data["inplace-doctor"]
+    assert header["inputs"] == ["8x16:float32"] and header["mode"] == "train"
+    assert header["never-executed"] == ["unused"]
+    assert data["inplace"]["after_sigmoid"] is False and data["inplace"]["plain"] is True
+    model = Mixed()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        changed = ipd.apply_config(model, path)
+    assert changed == {"after_sigmoid": False, "residual": False}
+
+
+def test_apply_config_refuses_a_pattern_that_matches_nothing_before_changing_anything(tmp_path) -> None:
+    model = Mixed()
+    with pytest.raises(ipd.UsageError, match=r"'residul' matches no module of Mixed; did you mean 'residual'\?"):
+        ipd.apply_config(model, {"plain": False, "residul": False})
+    assert model.plain.inplace is True
+    with pytest.raises(ipd.UsageError, match="only modules without an `inplace` option"):
+        ipd.apply_config(model, {"fc*": True})
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[inplace]\n"plain" = "yes"\n')
+    with pytest.raises(ipd.UsageError, match="must be true or false"):
+        ipd.apply_config(model, bad)
+    bad.write_text('[inplace-docter]\n')
+    with pytest.raises(ipd.UsageError, match=r"did you mean \[inplace-doctor\]"):
+        ipd.apply_config(model, bad)
+
+
+def test_apply_config_warns_about_modules_the_traced_run_never_executed(mixed_plan: ipd.Plan, tmp_path) -> None:
+    path = tmp_path / "inplace.toml"
+    path.write_text(mixed_plan.toml() + '"unused" = false\n')
+    with pytest.warns(UserWarning, match="never executed.*unused"):
+        ipd.apply_config(Mixed(), path)
+
+
+def test_glob_patterns_cover_repeated_blocks() -> None:
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(weights=None)
+    plan = ipd.optimize(model, torch.randn(2, 3, 32, 32), optimizer=sgd, suggest_checkpoint=False)
+    text = plan.toml()
+    assert '"layer*.*.relu" = true' in text
+    assert all(d.safe for d in plan.decisions)
+    # conv-BN-ReLU: the in-place ReLUs save nothing at the peak, measured.
+    assert all(d.saves_bytes == 0 for d in plan.decisions)
+    assert plan.peak_planned == plan.peak_shipped and bool(plan.verified)
+    clone = torchvision.models.resnet18(weights=None)
+    for m in clone.modules():
+        if isinstance(m, nn.ReLU):
+            m.inplace = False
+    assert ipd.apply_config(clone, tomllib.loads(text)["inplace"]) == {
+        n: True for n, m in clone.named_modules() if isinstance(m, nn.ReLU)
+    }
+
+
+@pytest.mark.parametrize("factory", [SigmoidThenReLU, ResidualReLU])
+def test_examples_that_need_a_flag_off_get_a_config_verify_accepts(factory) -> None:
+    torch.manual_seed(0)
+    model, x = factory(), torch.randn(4, 8)
+    plan = ipd.optimize(model, x, optimizer=sgd, suggest_checkpoint=False)
+    assert [d.site for d in plan.decisions if d.changed] == ["act"]
+    fixed = copy.deepcopy(model)
+    plan.apply(fixed)
+    assert bool(ipd.verify(fixed, x, optimizer=sgd, steps=2))
+    assert model.act.inplace is True
+
+
+class WantsInplace(nn.Module):
+    """A big out-of-place activation whose in-place form lowers the forward peak."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(64, 4096)
+        self.act = nn.Hardtanh(inplace=False)
+        self.fc2 = nn.Linear(4096, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            h = self.fc(x)
+        return self.fc2(self.act(h))
+
+
+def test_a_safe_site_that_lowers_the_peak_is_turned_on_with_its_measured_saving() -> None:
+    torch.manual_seed(0)
+    plan = ipd.optimize(WantsInplace(), torch.randn(256, 64), suggest_checkpoint=False)
+    act = next(d for d in plan.decisions if d.site == "act")
+    assert act.safe and act.inplace and act.saves_bytes and act.saves_bytes > 0
+    assert plan.peak_shipped is not None and plan.peak_shipped - plan.peak_planned == act.saves_bytes
+    assert bool(plan.verified)
+
+
+def test_checkpoint_suggestion_is_measured() -> None:
+    torch.manual_seed(0)
+    def block(width: int) -> nn.Module:
+        return nn.Sequential(nn.Linear(64, width), nn.GELU(), nn.Linear(width, 64), nn.GELU())
+
+    # Activations dominate (a large batch through narrow layers); block 0 holds the most.
+    model = nn.Sequential(block(256), block(128), nn.Linear(64, 1))
+    plan = ipd.optimize(model, torch.randn(2048, 64), optimizer=sgd)
+    cp = plan.checkpoint
+    assert cp is not None and cp.module == "0"
+    assert plan.saved_by_module[0][0] == "0" and cp.saved_bytes == plan.saved_by_module[0][1]
+    assert cp.peak_after < cp.peak_before and cp.time_ratio > 0
+    assert "checkpointing 0 (measured)" in str(plan)
