@@ -4,7 +4,7 @@ models, a transformer encoder and a model with Dropout.
 
     . .venv/bin/activate && python benchmarks/memory.py                # every model; long
     python benchmarks/memory.py --models resnet18,mobilenet_v2          # a few
-    python benchmarks/memory.py --max-params 60e6 --input 1x3x64x64     # defaults shown
+    python benchmarks/memory.py --max-params 60e6 --input 2x3x64x64     # defaults shown
 
 Prints a Markdown table (bytes, exact; measured by `ipd.memory`, one SGD-momentum
 step after one warm-up step, train mode, random weights). It asserts nothing.
@@ -86,7 +86,7 @@ def measure(name: str, model: nn.Module, x: torch.Tensor) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", help="comma-separated torchvision builder names (default: every classification model)")
-    parser.add_argument("--input", default="1x3x64x64", help="input shape for the image models")
+    parser.add_argument("--input", default="2x3x64x64", help="input shape for the image models")
     parser.add_argument("--max-params", type=float, default=60e6, help="skip larger models (counted on the meta device)")
     ns = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))

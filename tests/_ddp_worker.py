@@ -54,6 +54,36 @@ def train(model: DDP, opt: torch.optim.Optimizer, rank: int) -> None:
         opt.step()
 
 
+class _BufferUser(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(16, 8)
+        self.register_buffer("buf", torch.ones(1, 8))
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return (self.lin(z) * self.buf).sum()
+
+
+def _buffer_module() -> nn.Module:
+    return _BufferUser()
+
+
+def _bn_module() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(2, 2, 1), nn.BatchNorm2d(2))
+
+
+def _call_twice_then_backward(ddp: DDP, which: str) -> None:
+    if which == "22095":
+        a = ddp(torch.randn(4, 16))
+        b = ddp(torch.randn(4, 16))
+        (a + b).backward()
+    else:
+        x1 = torch.randn(2, 2, 3, 4)
+        out = ddp(x1).sum()
+        ddp(torch.randn(2, 2, 3, 4))  # the extra forward after the one backward needs
+        out.backward()
+
+
 def state(model: DDP) -> dict[str, torch.Tensor]:
     out = {k: v.detach().clone() for k, v in model.module.state_dict().items()}
     out.update({f"{k}.grad": p.grad.detach().clone() for k, p in model.module.named_parameters()})
@@ -100,6 +130,49 @@ def run(rank: int, world: int, port: int, result_dir: str) -> None:
         result["identical_to_plain"] = not differ
         result["differ"] = differ
         result["checksum"] = [float(p.detach().double().sum()) for p in model.module.parameters()]
+
+        # Historic reports: a DDP module using a buffer (pytorch/pytorch#22095) or a BatchNorm
+        # (#65907) called twice before backward raised an in-place error, because the buffer
+        # broadcast at each forward bumped versions. Plain and watched, on this torch:
+        result["historic"] = {}
+        for name, make in (("22095", _buffer_module), ("65907", _bn_module)):
+            for watched_run in (False, True):
+                torch.manual_seed(0)
+                ddp = DDP(make())
+                try:
+                    if watched_run:
+                        with ipd.watch(ddp) as s:
+                            _call_twice_then_backward(ddp, name)
+                        outcome = [f.code for f in s.findings]
+                    else:
+                        _call_twice_then_backward(ddp, name)
+                        outcome = []
+                except Exception as e:  # recorded, the test says which
+                    outcome = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+                result["historic"][f"{name}{' watched' if watched_run else ''}"] = outcome
+
+        # A deliberate hazard inside a DDP model, stopped at the write (fail_fast: no
+        # backward starts, so no all-reduce is left pending); gathered on rank 0.
+        torch.manual_seed(0)
+        bad = DDP(nn.Sequential(nn.Linear(4, 4), nn.Sigmoid(), nn.ReLU(inplace=True), nn.Linear(4, 1)))
+        try:
+            with ipd.watch(bad, fail_fast=True) as hazard:
+                bad(torch.randn(2, 4)).sum()
+        except ipd.InplaceError:
+            pass
+        report = hazard.report()
+        result["hazard_rank"] = report.rank
+        gathered = ipd.gather(report)
+        result["gathered"] = None if gathered is None else [
+            {
+                "code": f.code,
+                "ranks": f.details.get("ranks"),
+                "mutation": f.mutation.module,
+                "saved": f.saved.module if f.saved else None,
+                "slot": f.details.get("slot"),
+            }
+            for f in gathered.findings
+        ]
         dist.barrier()
     except BaseException:
         result["error"] = traceback.format_exc()

@@ -180,3 +180,37 @@ def test_checkpoint_suggestion_is_measured() -> None:
     assert plan.saved_by_module[0][0] == "0" and cp.saved_bytes == plan.saved_by_module[0][1]
     assert cp.peak_after < cp.peak_before and cp.time_ratio > 0
     assert "checkpointing 0 (measured)" in str(plan)
+
+
+ZOO = ["resnet18", "mobilenet_v3_small", "squeezenet1_0", "shufflenet_v2_x0_5", "mnasnet0_5", "efficientnet_b0"]
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_optimize_on_the_torchvision_zoo_gives_a_config_verify_accepts(name: str) -> None:
+    torch.manual_seed(0)
+    model = torchvision.models.get_model(name, weights=None)
+    x = torch.randn(2, 3, 64, 64)
+    plan = ipd.optimize(model, x, optimizer=sgd, suggest_checkpoint=False, steps=1)
+    assert bool(plan.verified), str(plan.verified)
+    configured = copy.deepcopy(model)
+    plan.apply(configured)
+    assert bool(ipd.verify(configured, x, optimizer=sgd, steps=2))
+
+
+def test_cli_optimize_writes_a_config_that_apply_config_reads(tmp_path, capsys) -> None:
+    import json
+
+    from inplace_doctor.cli import main
+
+    path = tmp_path / "inplace.toml"
+    assert main(["optimize", "inplace_doctor.examples:residual_relu", "--write", str(path), "--no-checkpoint"]) == 0
+    out = capsys.readouterr().out
+    assert "* act  on  -> off  unsafe: IPD105" in out and f"wrote {path}" in out
+    model, _ = __import__("inplace_doctor.examples", fromlist=["residual_relu"]).residual_relu()
+    assert ipd.apply_config(model, path) == {"act": False}
+    assert main(["optimize", "inplace_doctor.examples:residual_relu", "--format", "json", "--no-checkpoint"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["decisions"][0]["site"] == "act" and data["decisions"][0]["inplace"] is False
+    assert data["verified"] is True
+    assert main(["optimize", "inplace_doctor.examples:residual_relu", "--optimizer", "adma"]) == 2
+    assert "did you mean 'adam'" in capsys.readouterr().err

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from . import _compat  # noqa: F401  (fails early, naming the torch version)
 from .api import audit, watch
+from .distributed import gather
 from .equivalence import VerifyResult, verify
 from .errors import InplaceDoctorError, InplaceError, ModelError, UsageError
 from .findings import Finding, Severity
@@ -21,6 +22,7 @@ from .optimize import Plan, optimize
 from .report import Report
 from .rules import RULES, Rule, get_rule
 from .sites import Frame, Site
+from .suppress import suppress
 
 __version__ = "0.1.0"
 
@@ -41,9 +43,11 @@ __all__ = [
     "VerifyResult",
     "apply_config",
     "audit",
+    "gather",
     "get_rule",
     "memory",
     "optimize",
+    "suppress",
     "verify",
     "watch",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from .errors import InplaceError
 from .events import (
@@ -14,6 +14,7 @@ from .events import (
 )
 from .findings import Finding, Severity
 from .rules import Rule
+from .suppress import is_suppressed
 
 _REMEMBERED_OVERWRITES = 4096
 
@@ -21,8 +22,21 @@ _REMEMBERED_OVERWRITES = 4096
 class Analyzer:
     """The tracer's sink. Returns the exception the tracer should raise, if any."""
 
-    def __init__(self, rules: Sequence[Rule], *, root_label: str = "", fail_fast: bool = False) -> None:
+    def __init__(
+        self,
+        rules: Sequence[Rule],
+        *,
+        root_label: str = "",
+        fail_fast: bool = False,
+        per_module_ignores: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
         self.root_label = root_label
+        self.per_module_ignores = dict(per_module_ignores or {})
+        self.suppressed = 0
+        # Saved tensors whose overwrite was suppressed: PyTorch's error when backward
+        # reaches them (and our confirmation of it) is part of the same suppressed finding.
+        self._suppressed_saved: set[int] = set()
+        self._suppressed_error = False
         self.fail_fast = fail_fast
         self.findings: list[Finding] = []
         self._index: dict[tuple[object, ...], int] = {}
@@ -54,13 +68,29 @@ class Analyzer:
 
     def handle(self, event: Event) -> list[Finding]:
         """Run the rules for one event and record what they find."""
-        produced = []
+        produced: list[Finding] = []
         # Errors PyTorch raised confirm what was found earlier; they are not new occurrences.
         confirming = isinstance(event, (StaleSavedTensorUsed, InplaceErrorRaised))
+        if isinstance(event, StaleSavedTensorUsed) and event.saved.key in self._suppressed_saved:
+            self._suppressed_error = True
+            self.suppressed += 1
+            return produced
+        if isinstance(event, InplaceErrorRaised) and self._suppressed_error:
+            self._suppressed_error = False
+            self.suppressed += 1
+            return produced
         for r in self._by_event.get(type(event), ()):
             finding = r.check(event, self)
-            if finding is not None:
-                produced.append(self._record(finding, confirming))
+            if finding is None:
+                continue
+            if is_suppressed(finding, self.per_module_ignores):
+                self.suppressed += 1
+                if isinstance(event, SavedTensorOverwritten):
+                    if len(self._suppressed_saved) > _REMEMBERED_OVERWRITES:
+                        self._suppressed_saved.clear()  # bounded in long runs, like the overwrites
+                    self._suppressed_saved.add(event.saved.key)
+                continue
+            produced.append(self._record(finding, confirming))
         return produced
 
     def adopt(self, findings: list[Finding]) -> None:

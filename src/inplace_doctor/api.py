@@ -42,6 +42,7 @@ def audit(
     backward: bool = True,
     select: Selection = None,
     ignore: Selection = None,
+    per_module_ignores: dict[str, list[str]] | None = None,
     **kwargs: Any,
 ) -> Report:
     """Run `model(*args, **kwargs)` (and backward) once under the tracer; return a Report.
@@ -57,6 +58,8 @@ def audit(
             every floating output that requires grad.
         backward: also run backward, which confirms the findings it reaches.
         select, ignore: rule codes or prefixes (`"IPD101"`, `"IPD1"`).
+        per_module_ignores: module-path glob -> codes to drop there
+            (`{"model.backbone.*": ["IPD105"]}`); see also `ipd.suppress`.
 
     Example:
         >>> import inplace_doctor as ipd
@@ -72,7 +75,7 @@ def audit(
     except UnsupportedModuleError as e:
         raise UsageError(str(e)) from None
     _refuse_lazy(model)
-    analyzer = Analyzer(select_rules(select, ignore), root_label="model")
+    analyzer = Analyzer(select_rules(select, ignore), root_label="model", per_module_ignores=per_module_ignores)
     args, kwargs = private_inputs(args), private_inputs(kwargs)
     inputs = tensors_in((args, kwargs))
     preserved = Preserved(model, inputs)
@@ -137,7 +140,10 @@ def _forget_frames(exc: BaseException | None) -> None:
 
 
 def _finish(report: Report, tracer: Tracer) -> Report:
+    from .distributed import current_rank
+
     report.findings = _sorted(report.findings)
+    report.rank = current_rank()
     report.stats = {"ops": tracer.ops, "saved_tensors": tracer.saves, "writes": tracer.writes}
     return report
 
@@ -160,6 +166,10 @@ def _classify_or_raise(
         report.notes.append(f"{stage} stopped at an in-place error of a rule not selected ({codes})")
         _forget_frames(exc)
         return
+    if analyzer.suppressed:
+        report.notes.append(f"{stage} stopped at the in-place error of a suppressed finding (PyTorch still raises it)")
+        _forget_frames(exc)
+        return
     raise ModelError(
         f"{type(model).__name__} raised {type(exc).__name__} during {stage} ({tracer.progress()}): {exc}"
     ) from exc
@@ -179,6 +189,7 @@ class watch:
             (`layer1.0.relu`); others are named by class (`ResNet.layer1.0.relu`).
         fail_fast: raise at the write instead of collecting.
         select, ignore: rule codes or prefixes.
+        per_module_ignores: module-path glob -> codes to drop there.
 
     Example:
         >>> with ipd.watch() as session:
@@ -189,10 +200,17 @@ class watch:
     """
 
     def __init__(
-        self, *models: torch.nn.Module, fail_fast: bool = False, select: Selection = None, ignore: Selection = None
+        self,
+        *models: torch.nn.Module,
+        fail_fast: bool = False,
+        select: Selection = None,
+        ignore: Selection = None,
+        per_module_ignores: dict[str, list[str]] | None = None,
     ) -> None:
         root_label = "model" if len(models) == 1 else ""
-        self._analyzer = Analyzer(select_rules(select, ignore), root_label=root_label, fail_fast=fail_fast)
+        self._analyzer = Analyzer(
+            select_rules(select, ignore), root_label=root_label, fail_fast=fail_fast, per_module_ignores=per_module_ignores
+        )
         self._tracer = Tracer(self._analyzer, fail_fast=fail_fast)
         for m in models:
             try:

@@ -211,6 +211,19 @@ def _parser() -> _Parser:
             cmd.add_argument("--enable-safe", action="store_true",
                              help="turn on every safe site, not only those that lower the peak")
             cmd.add_argument("--no-checkpoint", action="store_true", help="skip the activation-checkpointing measurement")
+    runner = sub.add_parser(
+        "run", help="run a training script (or -m module) as python would, under watch()",
+        usage="inplace-doctor run [options] (SCRIPT.py | -m MODULE) [ARGS ...]",
+    )
+    runner.add_argument("--fail-fast", action="store_true", help="stop at the overwriting op itself")
+    runner.add_argument("--steps", type=int, metavar="N", help="watch only the first N backward passes, then run at full speed")
+    runner.add_argument("--select", action="append", default=[], metavar="CODES", help="only these rule codes or prefixes")
+    runner.add_argument("--ignore", action="append", default=[], metavar="CODES", help="skip these rule codes or prefixes")
+    runner.add_argument("--fail-on", metavar="SEVERITY", help="error, warning (default), info or never")
+    runner.add_argument("--format", default="text", help="report format: text or json")
+    runner.add_argument("--output", metavar="FILE", help="write the report to FILE (default: stderr)")
+    runner.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m does")
+    runner.add_argument("target", nargs=argparse.REMAINDER, metavar="SCRIPT.py [ARGS ...]")
     rules = sub.add_parser("rules", help="list the rules")
     rules.set_defaults()
     rule = sub.add_parser("rule", help="print one rule's documentation")
@@ -373,6 +386,78 @@ def _optimize(ns: argparse.Namespace) -> int:
     return EXIT_OK if bool(plan.verified) else EXIT_FINDINGS
 
 
+def _run(ns: argparse.Namespace) -> int:
+    import os
+
+    from .project_config import load_project_config, merged
+    from .render import get_renderer
+    from .runner import run_script
+
+    renderer = get_renderer(ns.format)
+    if ns.module:
+        target, args, module = ns.module, list(ns.target), True
+    elif ns.target:
+        target, args, module = ns.target[0], list(ns.target[1:]), False
+        if not os.path.isfile(target):
+            raise CliUsageError(f"no script {target!r}: give a path to a .py file, or -m MODULE")
+    else:
+        raise CliUsageError("run needs a script: inplace-doctor run train.py [ARGS ...] or -m MODULE [ARGS ...]")
+    if ns.steps is not None and ns.steps < 1:
+        raise CliUsageError(f"--steps must be at least 1, got {ns.steps}")
+    config = merged(load_project_config(), _codes(ns.select), _codes(ns.ignore), ns.fail_on)
+    from .rules import select_rules
+
+    select_rules(config.select, config.ignore)  # unknown codes fail before the script runs
+    status, report, stats = run_script(
+        target, args, module=module, fail_fast=ns.fail_fast, steps=ns.steps, select=config.select,
+        ignore=config.ignore, per_module_ignores=config.per_module_ignores,
+    )
+    report.target = f"-m {target}" if module else target
+    report.command = "run"
+    if ns.output:
+        try:
+            with open(ns.output, "w", encoding="utf-8") as stream:
+                renderer(report, stream)
+        except OSError as e:
+            raise CliUsageError(f"cannot write {ns.output!r}: {e.strerror}") from None
+    if report.findings or (ns.format != "text" and not ns.output):
+        sys.stderr.flush()
+        (renderer if not ns.output else get_renderer("text"))(report, sys.stderr)
+    print(f"inplace-doctor: {len(report.findings)} finding(s); {stats.summary(ns.steps)}", file=sys.stderr)
+    if status:
+        return int(status)
+    threshold = config.fail_severity()
+    return EXIT_FINDINGS if threshold is not None and report.failed(threshold) else EXIT_OK
+
+
+_RUN_VALUE_OPTIONS = {"--steps", "--select", "--ignore", "--fail-on", "--format", "--output"}
+
+
+def _split_run(argv: list[str]) -> tuple[list[str], list[str]]:
+    """`run [our options] (SCRIPT | -m MODULE) [script args]`: everything after the
+    script (or module) belongs to it, unchanged, even what looks like our options."""
+    i = 1
+    while i < len(argv):
+        token = argv[i]
+        if token == "-m":
+            return argv[: i + 2], argv[i + 2 :]
+        if token.startswith("-m") and len(token) > 2:  # -mpackage.module
+            return argv[:i] + ["-m", token[2:]], argv[i + 1 :]
+        if token in _RUN_VALUE_OPTIONS:
+            i += 2
+            continue
+        if token.startswith("-"):
+            i += 1
+            continue
+        return argv[: i + 1], argv[i + 1 :]
+    return argv, []
+
+
+def _codes(values: list[str]) -> list[str] | None:
+    out = [c for v in values for c in v.split(",") if c.strip()]
+    return out or None
+
+
 def _rules() -> int:
     from .rules import RULES
 
@@ -393,11 +478,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .errors import ModelError, UsageError
 
     try:
+        argv = list(sys.argv[1:] if argv is None else argv)
+        script_args: list[str] | None = None
+        if argv[:1] == ["run"]:
+            argv, script_args = _split_run(argv)
         ns = _parser().parse_args(argv)
+        if script_args is not None:
+            ns.target = ns.target + script_args
         if ns.command == "audit":
             return _audit(ns)
         if ns.command == "verify":
             return _verify(ns)
+        if ns.command == "run":
+            return _run(ns)
         if ns.command == "memory":
             return _memory(ns)
         if ns.command == "optimize":

@@ -87,6 +87,13 @@ class VerifyResult:
             lines.append("responsible: " + "; ".join(str(c) for c in self.culprits))
         return "\n".join(lines)
 
+    def _repr_html_(self) -> str:
+        """Jupyter: `str(result)` in a <pre>, green when equivalent, red when not (escaped, no script)."""
+        import html
+
+        color = "#2e7d32" if self.equivalent else "#b00020"
+        return f'<pre class="inplace-doctor-verify" style="white-space:pre-wrap;color:{color}">{html.escape(str(self))}</pre>'
+
 
 class _Functional(TorchFunctionMode):
     """Records inplace=True calls made outside torch.nn's modules; forces the chosen ones off."""

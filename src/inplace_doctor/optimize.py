@@ -458,7 +458,14 @@ def _decisions(
         if path in unsafe:
             evidence = unsafe[path]
             effect = (mem_shipped.peak - base_peak) if (mem_shipped is not None and shipped[path]) else None
-            out.append(Decision(path, "module", kind, shipped[path], False, False, "unsafe: " + evidence[0],
+            reason = "unsafe: " + evidence[0]
+            if shipped[path]:
+                if mem_shipped is None:
+                    reason += "; switching it off is what lets the step run"
+                else:
+                    n = sum(1 for p in unsafe if shipped.get(p))
+                    reason += f"; the {n} unsafe site(s) switched off together change the peak by {fmt_bytes(-(effect or 0))}"
+            out.append(Decision(path, "module", kind, shipped[path], False, False, reason,
                                 saves_bytes=effect, evidence=evidence))
         elif path in kept_as_group:
             n = len(kept_as_group)
@@ -496,6 +503,22 @@ def _saved_by_module(report: MemoryReport) -> list[tuple[str, int]]:
     return sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
+def _checkpoint_candidate(saved_by_module: list[tuple[str, int]]) -> tuple[str, int]:
+    """The largest holder of saved activations that holds at most half of them.
+
+    Checkpointing a module frees its activations between forward and its
+    backward, but recomputes them all at once there: wrapping a module that
+    holds nearly everything (`features`, the whole encoder) moves the peak
+    instead of lowering it. Half leaves the rest of the network's activations
+    to be freed while this one recomputes.
+    """
+    top_level = sum(n for name, n in saved_by_module if "." not in name)
+    for name, n in saved_by_module:
+        if n * 2 <= top_level:
+            return name, n
+    return saved_by_module[0]
+
+
 def _checkpoint_suggestion(
     model: torch.nn.Module,
     flags: Mapping[str, bool],
@@ -509,7 +532,7 @@ def _checkpoint_suggestion(
 ) -> CheckpointSuggestion | None:
     import torch.utils.checkpoint as cp
 
-    name, saved = plan.saved_by_module[0]
+    name, saved = _checkpoint_candidate(plan.saved_by_module)
     wrapped = _configured(model, flags)
     target = wrapped.get_submodule(name)
     forward = target.forward

@@ -23,6 +23,7 @@ class Report:
     stats: dict[str, int] = field(default_factory=dict)
     command: str = "audit"
     root_label: str = "model"
+    rank: int | None = None  # torch.distributed rank of the process that ran it
 
     def count(self, severity: Severity) -> int:
         return sum(1 for f in self.findings if f.severity is severity)
@@ -40,6 +41,26 @@ class Report:
 
         return to_plain_text(self)
 
+    def _repr_html_(self) -> str:
+        """Jupyter: the text report in a <pre>, headlines coloured by severity (escaped, no script)."""
+        import html
+
+        from .render.text import _lines
+
+        css = {  # the text report's rich styles
+            "bold red": "color:#b00020;font-weight:bold",
+            "bold yellow": "color:#a66300;font-weight:bold",
+            "bold blue": "color:#0b5394;font-weight:bold",
+            "bold": "font-weight:bold",
+            "green": "color:#2e7d32",
+            "dim": "opacity:.7",
+        }
+        body = "\n".join(
+            f'<span style="{css[style]}">{html.escape(text)}</span>' if style in css else html.escape(text)
+            for text, style in _lines(self)
+        )
+        return f'<pre class="inplace-doctor-report" style="white-space:pre-wrap">{body}</pre>'
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
@@ -53,4 +74,5 @@ class Report:
             "findings": [f.to_dict() for f in self.findings],
             "notes": list(self.notes),
             "stats": dict(self.stats),
+            "rank": self.rank,
         }

@@ -268,6 +268,34 @@ def in_checkpoint_region(frame: FrameType | None = None) -> bool:
     return False
 
 
+try:
+    import torch.nn.parallel.distributed as _ddp_module
+
+    _DDP_FILE: str | None = _ddp_module.__file__
+except Exception:  # torch built without distributed support
+    _DDP_FILE = None
+# DistributedDataParallel methods that overwrite parameters or buffers on purpose, under
+# `torch.autograd.graph._unsafe_preserve_version_counter` (buffer broadcast at each forward,
+# parameter sync at construction): PyTorch hides these writes from autograd by design.
+_DDP_SYNC_FUNCTIONS = frozenset(
+    {"_sync_buffers", "_sync_module_buffers", "_default_broadcast_coalesced",
+     "_distributed_broadcast_coalesced", "_sync_params_and_buffers", "_broadcast_coalesced"}
+)
+
+
+def in_ddp_state_sync(frame: FrameType | None = None) -> bool:
+    """Whether DistributedDataParallel's own parameter/buffer synchronisation is on the stack."""
+    if _DDP_FILE is None:
+        return False
+    f: FrameType | None = frame if frame is not None else sys._getframe(1)
+    while f is not None:
+        code = f.f_code
+        if code.co_filename == _DDP_FILE and code.co_name in _DDP_SYNC_FUNCTIONS:
+            return True
+        f = f.f_back
+    return False
+
+
 def checkpoint_in_traceback(tb: TracebackType | None) -> bool:
     while tb is not None:
         if tb.tb_frame.f_code.co_filename == _CHECKPOINT_FILE:

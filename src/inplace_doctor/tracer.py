@@ -60,6 +60,7 @@ from .sites import (
     checkpoint_in_traceback,
     frames_from_traceback,
     in_checkpoint_region,
+    in_ddp_state_sync,
     inplace_op_in_traceback,
     make_site,
 )
@@ -439,6 +440,8 @@ class Tracer:
 
     def _record_write(self, func: Any, written: list[torch.Tensor]) -> None:
         self.writes += 1
+        if in_ddp_state_sync():  # DDP's deliberate, version-preserving sync: not the user's write
+            return
         for t in written:
             self._record_written_tensor(func, t)
 

@@ -7,11 +7,13 @@ from typing import Callable, TextIO
 from ..errors import UsageError
 from ..report import Report
 from . import json as json_format
+from . import sarif as sarif_format
 from . import text as text_format
 
 FORMATS: dict[str, Callable[[Report, TextIO], None]] = {
     "text": text_format.render,
     "json": json_format.render,
+    "sarif": sarif_format.render,
 }
 
 

@@ -47,7 +47,8 @@ def finding_lines(f: Finding, root_label: str = "model") -> list[tuple[str, str]
 def _header(report: Report) -> str:
     what = f"{report.command} of {report.target}" if report.target else report.command
     mode = f" ({report.mode}{', forward + backward' if report.backward else ', forward only'})" if report.mode else ""
-    return f"inplace-doctor {what}{mode}"
+    rank = f" on rank {report.rank}" if report.rank is not None else ""
+    return f"inplace-doctor {what}{mode}{rank}"
 
 
 def _summary(report: Report) -> str:

@@ -1,0 +1,117 @@
+"""`[tool.inplace-doctor]` in pyproject.toml, found by walking up from the working directory.
+
+    [tool.inplace-doctor]
+    select = ["IPD1"]                 # codes or prefixes (default: every rule)
+    ignore = ["IPD104"]
+    fail-on = "warning"               # error | warning | info | never
+    per-module-ignores = { "model.backbone.*" = ["IPD105"] }
+
+Command-line flags override the file: `--select`/`--ignore` replace its lists,
+`--fail-on` its threshold. Unknown keys and codes are a UsageError naming the
+closest valid one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+from .findings import Severity
+
+KEYS = ("select", "ignore", "fail-on", "per-module-ignores")
+FAIL_ON = ("error", "warning", "info", "never")
+
+
+@dataclass
+class ProjectConfig:
+    select: list[str] | None = None
+    ignore: list[str] | None = None
+    fail_on: str = "warning"
+    per_module_ignores: dict[str, list[str]] = field(default_factory=dict)
+    path: str | None = None  # the pyproject.toml it came from
+
+    def fail_severity(self) -> Severity | None:
+        """The least severity that fails the run; None for `never`."""
+        return None if self.fail_on == "never" else Severity(self.fail_on)
+
+
+def find_pyproject(start: str | os.PathLike[str] | None = None) -> Path | None:
+    here = Path(start or os.getcwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _did_you_mean(word: str, choices: tuple[str, ...] | list[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f"did you mean {close[0]!r}?" if close else f"valid: {', '.join(choices)}"
+
+
+def _code_list(value: Any, key: str, where: str) -> list[str]:
+    from .rules import select_rules
+
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise UsageError(f"{where}: {key} must be a list of rule codes, e.g. [\"IPD105\"]")
+    try:
+        select_rules(value)
+    except UsageError as e:
+        raise UsageError(f"{where}: {key}: {e}") from None
+    return list(value)
+
+
+def load_project_config(start: str | os.PathLike[str] | None = None) -> ProjectConfig:
+    """The `[tool.inplace-doctor]` table of the nearest pyproject.toml (defaults without one)."""
+    path = find_pyproject(start)
+    if path is None:
+        return ProjectConfig()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{path}: not valid TOML: {e}") from None
+    table = data.get("tool", {}).get("inplace-doctor")
+    if table is None:
+        return ProjectConfig(path=str(path))
+    where = f"{path} [tool.inplace-doctor]"
+    for key in table:
+        if key not in KEYS:
+            raise UsageError(f"{where}: unknown key {key!r}; {_did_you_mean(key, KEYS)}")
+    config = ProjectConfig(path=str(path))
+    if "select" in table:
+        config.select = _code_list(table["select"], "select", where)
+    if "ignore" in table:
+        config.ignore = _code_list(table["ignore"], "ignore", where)
+    if "fail-on" in table:
+        value = str(table["fail-on"]).lower()
+        if value not in FAIL_ON:
+            raise UsageError(f"{where}: fail-on = {table['fail-on']!r}; {_did_you_mean(value, FAIL_ON)}")
+        config.fail_on = value
+    if "per-module-ignores" in table:
+        pmi = table["per-module-ignores"]
+        if not isinstance(pmi, dict):
+            raise UsageError(f"{where}: per-module-ignores must be a table of \"module.glob\" = [codes]")
+        config.per_module_ignores = {
+            str(glob): _code_list(codes, f"per-module-ignores[{glob!r}]", where) for glob, codes in pmi.items()
+        }
+    return config
+
+
+def merged(config: ProjectConfig, select: list[str] | None, ignore: list[str] | None, fail_on: str | None) -> ProjectConfig:
+    """The file's settings with command-line flags (when given) taking precedence."""
+    if fail_on is not None and fail_on.lower() not in FAIL_ON:
+        raise UsageError(f"--fail-on {fail_on!r}; {_did_you_mean(fail_on.lower(), FAIL_ON)}")
+    return ProjectConfig(
+        select=select or config.select,
+        ignore=ignore or config.ignore,
+        fail_on=(fail_on or config.fail_on).lower(),
+        per_module_ignores=dict(config.per_module_ignores),
+        path=config.path,
+    )

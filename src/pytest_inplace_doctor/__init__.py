@@ -1,0 +1,174 @@
+"""pytest plugin: the `inplace_audit` fixture and the `@pytest.mark.inplace_audit` marker.
+
+    def test_model(inplace_audit):
+        inplace_audit(MyModel(), torch.randn(2, 3, 64, 64))   # fails the test on a hazard
+
+    @pytest.mark.inplace_audit(ignore=["IPD103"])
+    def test_training_step():
+        train_one_step()                                       # the body runs under ipd.watch()
+
+The fixture audits one model call (`ipd.audit`); the marker watches everything
+the test body runs (`ipd.watch`), fixtures excluded. Both fail the test with
+the text report when a finding at or above `fail_on` exists (default
+"warning", or `--inplace-doctor-fail-on`).
+
+At import this module needs only pytest: inplace_doctor's modules (and torch)
+are imported, by absolute name, when a test uses the fixture or the marker.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Generator, Iterable, Protocol
+
+import pytest
+
+if TYPE_CHECKING:
+    import torch
+
+    from inplace_doctor.api import watch
+    from inplace_doctor.findings import Severity
+    from inplace_doctor.report import Report
+
+MARKER = "inplace_audit"
+SEVERITIES = ("error", "warning", "info")
+_OPTION = "inplace_doctor_fail_on"
+_MARKER_KWARGS = frozenset({"select", "ignore", "fail_on"})
+
+
+class InplaceAudit(Protocol):
+    """The type of the `inplace_audit` fixture (for annotating tests)."""
+
+    def __call__(
+        self,
+        model: torch.nn.Module,
+        *args: Any,
+        select: Iterable[str] | str | None = None,
+        ignore: Iterable[str] | str | None = None,
+        fail_on: str | Severity | None = None,
+        **kwargs: Any,
+    ) -> Report: ...
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("inplace-doctor")
+    group.addoption(
+        "--inplace-doctor-fail-on",
+        dest=_OPTION,
+        choices=SEVERITIES,
+        default=None,
+        help="lowest finding severity that fails a test using the inplace_audit fixture or marker "
+        "when the test does not say (default: warning)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(select=None, ignore=None, fail_on=None): run the test body under "
+        "inplace_doctor.watch() and fail the test on in-place hazards at or above fail_on "
+        "(default: --inplace-doctor-fail-on, else warning)",
+    )
+
+
+def _default_fail_on(config: pytest.Config) -> str:
+    value = config.getoption(_OPTION, default=None)
+    return value if isinstance(value, str) else "warning"
+
+
+def _severity(fail_on: str | Severity) -> Severity:
+    from inplace_doctor.errors import UsageError
+    from inplace_doctor.findings import Severity
+
+    if isinstance(fail_on, Severity):
+        return fail_on
+    try:
+        return Severity(str(fail_on).lower())
+    except ValueError:
+        raise UsageError(f"fail_on must be one of {', '.join(SEVERITIES)}, got {fail_on!r}") from None
+
+
+def _failure(report: Report, fail_on: Severity, intro: str) -> str:
+    return f"{intro} (fail_on={fail_on.value}):\n{report}"
+
+
+@pytest.fixture
+def inplace_audit(request: pytest.FixtureRequest) -> InplaceAudit:
+    """`inplace_audit(model, *args, select=None, ignore=None, fail_on=None, **kwargs) -> Report`.
+
+    Audits `model(*args, **kwargs)` (forward and backward, `ipd.audit`; `loss_fn=`
+    and `backward=` are passed on) and fails the test with the text report when
+    a finding at or above `fail_on` exists; returns the Report otherwise.
+    """
+    default = _default_fail_on(request.config)
+
+    def run(
+        model: torch.nn.Module,
+        *args: Any,
+        select: Iterable[str] | str | None = None,
+        ignore: Iterable[str] | str | None = None,
+        fail_on: str | Severity | None = None,
+        **kwargs: Any,
+    ) -> Report:
+        __tracebackhide__ = True
+        from inplace_doctor.api import audit
+
+        threshold = _severity(fail_on if fail_on is not None else default)
+        report = audit(model, *args, select=select, ignore=ignore, **kwargs)
+        if report.failed(threshold):
+            pytest.fail(_failure(report, threshold, "in-place hazards found"))
+        return report
+
+    return run
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, object]:
+    """Run a test marked `inplace_audit` under `ipd.watch()`; fail it on findings at or above fail_on."""
+    marker = pyfuncitem.get_closest_marker(MARKER)
+    if marker is None:
+        return (yield)
+    from inplace_doctor.errors import InplaceError, UsageError
+
+    try:
+        threshold, session = _marker_settings(marker, pyfuncitem.config)
+    except UsageError as exc:
+        pytest.fail(f"@pytest.mark.{MARKER}: {exc}", pytrace=False)
+    try:
+        with session:
+            result = yield
+    except InplaceError:  # an in-place autograd error stopped the body: the report names both culprits
+        report = _watch_report(session, pyfuncitem)
+        pytest.fail(_failure(report, threshold, "the test raised InplaceError"), pytrace=False)
+    except BaseException:  # another failure (or a skip): show the findings next to it
+        _attach(pyfuncitem, _watch_report(session, pyfuncitem))
+        raise
+    report = _watch_report(session, pyfuncitem)
+    if report.failed(threshold):
+        pytest.fail(_failure(report, threshold, "in-place hazards found while the test ran"), pytrace=False)
+    _attach(pyfuncitem, report)  # findings below fail_on: shown with -rP
+    return result
+
+
+def _marker_settings(marker: pytest.Mark, config: pytest.Config) -> tuple[Severity, watch]:
+    """The marker's threshold and the (not yet entered) watch session; UsageError on bad arguments."""
+    from inplace_doctor.api import watch
+    from inplace_doctor.errors import UsageError
+
+    unknown = sorted(set(marker.kwargs) - _MARKER_KWARGS)
+    if marker.args or unknown:
+        what = f"unknown argument(s) {', '.join(unknown)}" if unknown else "positional arguments"
+        raise UsageError(f"{what}; it takes select=, ignore=, fail_on=")
+    fail_on = marker.kwargs.get("fail_on")
+    threshold = _severity(fail_on if fail_on is not None else _default_fail_on(config))
+    return threshold, watch(select=marker.kwargs.get("select"), ignore=marker.kwargs.get("ignore"))
+
+
+def _watch_report(session: watch, item: pytest.Function) -> Report:
+    report = session.report()
+    report.target = item.nodeid
+    return report
+
+
+def _attach(item: pytest.Function, report: Report) -> None:
+    if report.findings:
+        item.add_report_section("call", "inplace-doctor", str(report))

@@ -1,0 +1,147 @@
+"""`inplace-doctor run`: a script under watch(), its arguments and output intact, exit codes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "inplace_doctor", "run", *args],
+        capture_output=True, text=True, timeout=timeout, cwd=cwd,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+
+
+def test_a_broken_training_script_prints_both_sites_and_exits_non_zero() -> None:
+    done = run_cli("-m", "inplace_doctor.examples.train", "--broken", "--steps", "3")
+    assert done.returncode == 1, done.stderr
+    train = "inplace_doctor/examples/train.py:29"
+    assert "IPD101" in done.stderr and "stopped at an in-place error" in done.stderr
+    assert "overwritten `relu_`" in done.stderr and "saved       `sigmoid` -> SigmoidBackward0.result" in done.stderr
+    assert done.stderr.count(train) >= 2
+    assert "Traceback" not in done.stderr
+
+
+def test_a_clean_script_exits_zero_with_its_output_and_arguments_intact() -> None:
+    args = ["--steps", "20", "--every", "10", "--", "-x", "--select", "a b"]
+    done = run_cli("-m", "inplace_doctor.examples.train", *args)
+    assert done.returncode == 0, done.stderr
+    plain = subprocess.run(
+        [sys.executable, "-m", "inplace_doctor.examples.train", *args], capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout == plain.stdout  # the report goes to stderr; stdout is the script's own
+    assert "argv: ['--steps', '20', '--every', '10', '--', '-x', '--select', 'a b']" in done.stdout
+    assert "0 finding(s); watched 20 backward passes" in done.stderr
+
+
+def test_a_script_path_runs_as_main_with_its_folder_on_sys_path(tmp_path: Path) -> None:
+    (tmp_path / "helper_mod.py").write_text("VALUE = 42\n")
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        import torch
+        import helper_mod
+        print(__name__, helper_mod.VALUE, sys.argv)
+        w = torch.randn(3, requires_grad=True)
+        y = w.exp()
+        y.add_(1)  # overwrites exp's saved result
+        y.sum().backward()
+    """))
+    done = run_cli(str(script), "--flag", cwd=tmp_path)
+    assert done.returncode == 1
+    assert f"__main__ 42 ['{script}', '--flag']" in done.stdout
+    assert "train.py:8" in done.stderr and "IPD101" in done.stderr
+
+
+@pytest.mark.parametrize("code,expected", [("sys.exit(3)", 3), ("sys.exit(0)", 0), ("raise ValueError('boom')", 1)])
+def test_the_scripts_own_exit_status_wins(tmp_path: Path, code: str, expected: int) -> None:
+    script = tmp_path / "s.py"
+    script.write_text(f"import sys\n{code}\n")
+    done = run_cli(str(script))
+    assert done.returncode == expected
+    if expected == 1:
+        assert "ValueError: boom" in done.stderr
+
+
+def test_fail_fast_stops_at_the_overwriting_line(tmp_path: Path) -> None:
+    script = tmp_path / "s.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        y = w.sigmoid()
+        y.mul_(2)
+        print("still running")
+    """))
+    done = run_cli("--fail-fast", str(script))
+    assert done.returncode == 1
+    assert "still running" not in done.stdout and "s.py:5" in done.stderr
+
+
+def test_bad_usage_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    done = run_cli(str(tmp_path / "missing.py"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "no script" in done.stderr
+    done = run_cli("--select", "IPD999", "-m", "inplace_doctor.examples.train")
+    assert done.returncode == 2 and "unknown rule code" in done.stderr
+
+
+def test_steps_1_lets_the_rest_of_a_100_step_script_run_at_near_plain_speed(tmp_path: Path) -> None:
+    script = tmp_path / "loop.py"
+    script.write_text(textwrap.dedent("""
+        import time, torch
+        from torch import nn
+        torch.manual_seed(0)
+        model = nn.Sequential(*[m for _ in range(20) for m in (nn.Linear(32, 32), nn.GELU())])
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x = torch.randn(16, 32)
+        def step():
+            opt.zero_grad(); model(x).sum().backward(); opt.step()
+        step()
+        start = time.perf_counter()
+        for _ in range(99):
+            step()
+        print("loop_s", time.perf_counter() - start)
+    """))
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    watched = run_cli("--steps", "1", str(script))
+    assert watched.returncode == 0, watched.stderr
+    plain_s = float(plain.stdout.split()[-1])
+    watched_s = float(watched.stdout.split()[-1])
+    assert "then 99 unwatched" in watched.stderr
+    # Not a timing assert on a tight ratio: instrumented steps cost several times plain;
+    # after --steps 1 the loop must be in plain's range (generous bound for a busy machine).
+    assert watched_s < plain_s * 2.0 + 0.05, (plain_s, watched_s)
+
+
+def test_a_long_loop_under_watch_does_not_grow_memory() -> None:
+    import gc
+
+    import torch
+    from torch import nn
+
+    import inplace_doctor as ipd
+
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(inplace=True), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(8, 16)
+
+    def live() -> int:
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor))
+
+    with ipd.watch(model) as session:
+        for i in range(300):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            if i == 20:
+                early = (live(), session.tracer.live_saved_tensors())
+        late = (live(), session.tracer.live_saved_tensors())
+    assert late == early and late[1] == 0
+    assert session.findings == []
