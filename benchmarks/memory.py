@@ -86,12 +86,14 @@ def measure(name: str, model: nn.Module, x: torch.Tensor) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", help="comma-separated torchvision builder names (default: every classification model)")
+    parser.add_argument("--skip", default="", help="comma-separated builder names already measured (resume by hand)")
     parser.add_argument("--input", default="2x3x64x64", help="input shape for the image models")
     parser.add_argument("--max-params", type=float, default=60e6, help="skip larger models (counted on the meta device)")
     ns = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     shape = tuple(int(d) for d in ns.input.split("x"))
     names = ns.models.split(",") if ns.models else torchvision.models.list_models(module=torchvision.models)
+    names = [n for n in names if n not in set(ns.skip.split(","))]
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, inplace-doctor {ipd.__version__}")
     print()
     print("| model | inplace sites | all off (B) | as shipped (B) | after optimize (B) | checkpointing the largest holder (B) | in-place saves (B) | verified | time |")
@@ -107,7 +109,9 @@ def main() -> None:
             print(f"| {name} | skipped: {size / 1e6:.0f} M parameters > --max-params | | | | | | | |")
             continue
         torch.manual_seed(0)
-        h = 299 if name == "inception_v3" else shape[-1]
+        # Sizes some architectures need: Inception's stem, and the fixed patch/window grids of
+        # ViT, Swin and MaxViT (their builders' image size).
+        h = 299 if name == "inception_v3" else (224 if name.startswith(("vit", "swin", "maxvit")) else shape[-1])
         x = torch.randn(*shape[:-2], max(h, shape[-2]), max(h, shape[-1]))
         try:
             model = torchvision.models.get_model(name, weights=None)
