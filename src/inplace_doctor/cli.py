@@ -318,15 +318,28 @@ def _write_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
-def _memory(ns: argparse.Namespace) -> int:
-    from . import memory
-    from .render.html import write_html, write_png
-
+def _training_setup(ns: argparse.Namespace) -> tuple[Any, Any, tuple[Any, ...], dict[str, Any]]:
+    """memory/optimize: check the format, then (optimizer factory, model in its mode, args, kwargs)."""
     if ns.format not in ("text", "json"):
         raise CliUsageError(f"unknown format {ns.format!r}; choose text or json")
     optimizer = _optimizer(ns.optimizer)
     model, args, kwargs = build_model(ns.spec, ns.input, ns.seed)
     model.train(not ns.eval)
+    return optimizer, model, args, kwargs
+
+
+def _png(path: str | None, series: Any) -> None:
+    from .render.html import write_png
+
+    if path and not write_png(path, series):
+        print("note: --png needs matplotlib (pip install matplotlib); no PNG written", file=sys.stderr)
+
+
+def _memory(ns: argparse.Namespace) -> int:
+    from . import memory
+    from .render.html import write_html
+
+    optimizer, model, args, kwargs = _training_setup(ns)
     with _progress() as say:
         say(f"measuring {ns.steps} training step(s)")
         try:
@@ -347,20 +360,15 @@ def _memory(ns: argparse.Namespace) -> int:
         print(report, end="")
     if ns.html:
         write_html(ns.html, f"inplace-doctor memory: {ns.spec}", memory=[("as shipped", report)])
-    if ns.png and not write_png(ns.png, [("as shipped", report)]):
-        print("note: --png needs matplotlib (pip install matplotlib); no PNG written", file=sys.stderr)
+    _png(ns.png, [("as shipped", report)])
     return EXIT_OK
 
 
 def _optimize(ns: argparse.Namespace) -> int:
     from . import optimize
-    from .render.html import write_html, write_png
+    from .render.html import write_html
 
-    if ns.format not in ("text", "json"):
-        raise CliUsageError(f"unknown format {ns.format!r}; choose text or json")
-    optimizer = _optimizer(ns.optimizer)
-    model, args, kwargs = build_model(ns.spec, ns.input, ns.seed)
-    model.train(not ns.eval)
+    optimizer, model, args, kwargs = _training_setup(ns)
     specs = list(ns.input) or None
     with _progress() as say:
         plan = optimize(model, *args, optimizer=optimizer, enable_safe=ns.enable_safe,
@@ -381,8 +389,7 @@ def _optimize(ns: argparse.Namespace) -> int:
     if ns.html:
         write_html(ns.html, f"inplace-doctor optimize: {ns.spec}", plan=plan)
     series = [("shipped", plan.memory_shipped)] if plan.memory_shipped is not None else []
-    if ns.png and not write_png(ns.png, series + [("planned", plan.memory_planned)]):
-        print("note: --png needs matplotlib (pip install matplotlib); no PNG written", file=sys.stderr)
+    _png(ns.png, series + [("planned", plan.memory_planned)])
     return EXIT_OK if bool(plan.verified) else EXIT_FINDINGS
 
 
