@@ -106,3 +106,17 @@ def test_cli_run_reads_the_config_and_flags_override_it(tmp_path: Path) -> None:
     write_pyproject(tmp_path, 'colour = "red"\n')
     done = run()
     assert done.returncode == 2 and "unknown key 'colour'" in done.stderr
+
+
+def test_cli_audit_reads_the_config_too(tmp_path: Path, monkeypatch, capsys) -> None:
+    from inplace_doctor.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    spec = "inplace_doctor.examples:sigmoid_then_relu"
+    write_pyproject(tmp_path, 'fail-on = "never"\n')
+    assert main(["audit", spec]) == 0 and "IPD101" in capsys.readouterr().out
+    assert main(["audit", spec, "--fail-on", "error"]) == 1
+    write_pyproject(tmp_path, 'ignore = ["IPD101"]\n')
+    assert main(["audit", spec]) == 0
+    assert main(["audit", spec, "--ignore", "IPD105"]) == 1  # the flag replaces the file's list
+    capsys.readouterr()

@@ -173,7 +173,7 @@ def _parser() -> _Parser:
                        help="an input tensor, e.g. 2x3x224x224 or 2x16:int64 (repeat for several)")
     audit.add_argument("--eval", action="store_true", help="audit in eval mode (default: train mode)")
     audit.add_argument("--no-backward", action="store_true", help="run forward only")
-    audit.add_argument("--format", default="text", help="text or json")
+    audit.add_argument("--format", default="text", help="text, json or sarif")
     audit.add_argument("--output", metavar="FILE", help="write the report to FILE instead of stdout")
     audit.add_argument("--select", action="append", default=[], metavar="CODES",
                        help="only these rule codes or prefixes (comma-separated)")
@@ -181,6 +181,7 @@ def _parser() -> _Parser:
                        help="skip these rule codes or prefixes (comma-separated)")
     audit.add_argument("--seed", type=int, default=0, help="seed for weights and random inputs (default 0)")
     audit.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    audit.add_argument("--fail-on", metavar="SEVERITY", help="error, warning (default), info or never: exit 1 at or above it")
     check = sub.add_parser("verify", help="check that the in-place configuration computes what its out-of-place form does")
     check.add_argument("spec", metavar="PKG.MODULE:FACTORY", help="factory returning a model or (model, inputs)")
     check.add_argument("--input", action="append", default=[], metavar="SHAPE[:DTYPE]",
@@ -236,12 +237,15 @@ def _audit(ns: argparse.Namespace) -> int:
     from .render import get_renderer
     from .rules import select_rules
 
+    from .project_config import load_project_config, merged
+
     renderer = get_renderer(ns.format)
-    select_rules(ns.select or None, ns.ignore or None)  # validate codes before running anything
+    config = merged(load_project_config(), _codes(ns.select), _codes(ns.ignore), ns.fail_on)
+    select_rules(config.select, config.ignore)  # validate codes before running anything
     model, args, kwargs = build_model(ns.spec, ns.input, ns.seed)
     model.train(not ns.eval)
-    report = audit(model, *args, backward=not ns.no_backward, select=ns.select or None,
-                   ignore=ns.ignore or None, **kwargs)
+    report = audit(model, *args, backward=not ns.no_backward, select=config.select, ignore=config.ignore,
+                   per_module_ignores=config.per_module_ignores, **kwargs)
     report.target = ns.spec
     if ns.output:
         try:
@@ -255,7 +259,8 @@ def _audit(ns: argparse.Namespace) -> int:
         from .render.html import write_html
 
         write_html(ns.html, f"inplace-doctor audit: {ns.spec}", report=report)
-    return EXIT_FINDINGS if report.failed() else EXIT_OK
+    threshold = config.fail_severity()
+    return EXIT_FINDINGS if threshold is not None and report.failed(threshold) else EXIT_OK
 
 
 def _verify(ns: argparse.Namespace) -> int:
