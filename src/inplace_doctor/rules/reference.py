@@ -1,0 +1,92 @@
+"""The rule reference (docs/rules/), generated from the rule docstrings.
+
+    python -m inplace_doctor.rules.reference            # write docs/rules/
+    python -m inplace_doctor.rules.reference --check    # exit 1 if docs/rules/ is out of date
+
+One page per code (its severity, what it means, why it matters, a minimal
+flagged example and its fix, all from the docstring) and an index. The test
+suite runs the check, so the pages cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import RULES
+from .registry import Rule
+
+
+def _markdown(doc: str) -> str:
+    from ..render.sarif import doc_to_markdown
+
+    return doc_to_markdown(doc)
+
+
+def page(rule: Rule) -> str:
+    body = _markdown("\n".join(rule.doc.splitlines()[1:]).strip())
+    return (
+        f"# {rule.code}: {rule.title}\n\n"
+        f"`{rule.name}` · severity **{rule.severity.value}** · "
+        f"`inplace-doctor rule {rule.code}` prints this page\n\n"
+        f"{rule.summary}\n\n{body}\n"
+        f"Suppress on one line with `# inplace-doctor: ignore[{rule.code}]`, for a region with "
+        f"`ipd.suppress(\"{rule.code}\")`, or project-wide with `ignore = [\"{rule.code}\"]` in "
+        "`[tool.inplace-doctor]`.\n"
+    )
+
+
+def index() -> str:
+    lines = [
+        "# Rule reference",
+        "",
+        "Generated from the rule docstrings by `python -m inplace_doctor.rules.reference`; "
+        "a test keeps it in sync.",
+        "",
+        "| code | name | severity | what it reports |",
+        "|---|---|---|---|",
+    ]
+    for code, r in sorted(RULES.items()):
+        lines.append(f"| [{code}]({code}.md) | `{r.name}` | {r.severity.value} | {r.summary} |")
+    return "\n".join(lines) + "\n"
+
+
+def pages() -> dict[str, str]:
+    """File name -> content of every page of the reference."""
+    out = {"README.md": index()}
+    out.update({f"{code}.md": page(r) for code, r in sorted(RULES.items())})
+    return out
+
+
+def stale(folder: Path) -> list[str]:
+    """Files of `folder` that differ from what the rules generate (or are missing or extra)."""
+    expected = pages()
+    bad = [name for name, text in expected.items() if not (folder / name).is_file() or (folder / name).read_text() != text]
+    if folder.is_dir():
+        bad += sorted(p.name for p in folder.glob("*.md") if p.name not in expected)
+    return bad
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="write or check docs/rules/")
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parents[3] / "docs" / "rules"))
+    ns = parser.parse_args(argv)
+    folder = Path(ns.out)
+    if ns.check:
+        bad = stale(folder)
+        if bad:
+            print(f"docs/rules is out of date ({', '.join(bad)}): run python -m inplace_doctor.rules.reference", file=sys.stderr)
+            return 1
+        return 0
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in pages().items():
+        (folder / name).write_text(text)
+    for extra in stale(folder):
+        (folder / extra).unlink()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
