@@ -225,6 +225,8 @@ def _parser() -> _Parser:
     runner.add_argument("--output", metavar="FILE", help="write the report to FILE (default: stderr)")
     runner.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m does")
     runner.add_argument("target", nargs=argparse.REMAINDER, metavar="SCRIPT.py [ARGS ...]")
+    myths = sub.add_parser("myths", help="run the experiments that check the folklore about in-place ops")
+    myths.add_argument("name", nargs="?", default="", help="only experiments whose name starts with this")
     rules = sub.add_parser("rules", help="list the rules")
     rules.set_defaults()
     rule = sub.add_parser("rule", help="print one rule's documentation")
@@ -503,6 +505,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _verify(ns)
         if ns.command == "run":
             return _run(ns)
+        if ns.command == "myths":
+            from .myths import main as myths_main
+
+            return myths_main([ns.name] if ns.name else [])
         if ns.command == "memory":
             return _memory(ns)
         if ns.command == "optimize":
