@@ -172,14 +172,15 @@ def test_checkpoint_suggestion_is_measured() -> None:
     def block(width: int) -> nn.Module:
         return nn.Sequential(nn.Linear(64, width), nn.GELU(), nn.Linear(width, 64), nn.GELU())
 
-    # Activations dominate (a large batch through narrow layers); block 0 holds the most.
-    model = nn.Sequential(block(256), block(128), nn.Linear(64, 1))
+    # Activations dominate (a large batch through narrow layers), spread over three blocks:
+    # the candidate is the largest holder with at most half of them, one whole block.
+    model = nn.Sequential(block(256), block(256), block(256), nn.Linear(64, 1))
     plan = ipd.optimize(model, torch.randn(2048, 64), optimizer=sgd)
     cp = plan.checkpoint
-    assert cp is not None and cp.module == "0"
-    assert plan.saved_by_module[0][0] == "0" and cp.saved_bytes == plan.saved_by_module[0][1]
+    assert cp is not None and cp.module in ("0", "1", "2")
+    assert cp.saved_bytes == dict(plan.saved_by_module)[cp.module]
     assert cp.peak_after < cp.peak_before and cp.time_ratio > 0
-    assert "checkpointing 0 (measured)" in str(plan)
+    assert f"checkpointing {cp.module} (measured)" in str(plan)
 
 
 ZOO = ["resnet18", "mobilenet_v3_small", "squeezenet1_0", "shufflenet_v2_x0_5", "mnasnet0_5", "efficientnet_b0"]
