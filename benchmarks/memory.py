@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import subprocess
 import sys
 import time
 
@@ -83,10 +84,42 @@ def measure(name: str, model: nn.Module, x: torch.Tensor) -> str:
     )
 
 
+def _num_params(name: str) -> int:
+    """From the builder's published weights metadata (no model is built: some builders
+    allocate real memory even under the meta device), else counted on the meta device."""
+    try:
+        return int(next(iter(torchvision.models.get_model_weights(name))).meta["num_params"])
+    except Exception:
+        with torch.device("meta"):
+            return sum(p.numel() for p in torchvision.models.get_model(name, weights=None).parameters())
+
+
+def measure_builder(name: str, shape: tuple[int, ...], max_params: float) -> None:
+    """Print the row of one torchvision builder (run in a child process by main)."""
+    size = _num_params(name)
+    if size > max_params:
+        print(f"| {name} | skipped: {size / 1e6:.0f} M parameters > --max-params | | | | | | | |")
+        return
+    torch.manual_seed(0)
+    # Sizes some architectures need: Inception's stem, and the fixed patch/window grids of
+    # ViT, Swin and MaxViT (their builders' image size).
+    h = 299 if name == "inception_v3" else (224 if name.startswith(("vit", "swin", "maxvit")) else shape[-1])
+    x = torch.randn(*shape[:-2], max(h, shape[-2]), max(h, shape[-1]))
+    model = torchvision.models.get_model(name, weights=None)
+    if name in ("inception_v3", "googlenet"):
+        model.aux_logits = False
+        if name == "inception_v3":
+            model.AuxLogits = None
+        else:
+            model.aux1 = model.aux2 = None
+    print(measure(name, model, x))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", help="comma-separated torchvision builder names (default: every classification model)")
     parser.add_argument("--skip", default="", help="comma-separated builder names already measured (resume by hand)")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one builder in this process
     parser.add_argument("--input", default="2x3x64x64", help="input shape for the image models")
     parser.add_argument("--max-params", type=float, default=60e6, help="skip larger models (counted on the meta device)")
     ns = parser.parse_args()
@@ -94,36 +127,24 @@ def main() -> None:
     shape = tuple(int(d) for d in ns.input.split("x"))
     names = ns.models.split(",") if ns.models else torchvision.models.list_models(module=torchvision.models)
     names = [n for n in names if n not in set(ns.skip.split(","))]
+    if ns.one:
+        measure_builder(ns.one, shape, ns.max_params)
+        return
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, inplace-doctor {ipd.__version__}")
     print()
     print("| model | inplace sites | all off (B) | as shipped (B) | after optimize (B) | checkpointing the largest holder (B) | in-place saves (B) | verified | time |")
     print("|---|--:|--:|--:|--:|--:|--:|---|--:|")
     sys.stdout.flush()
     for name in names:
-        with torch.device("meta"):
-            try:
-                size = sum(p.numel() for p in torchvision.models.get_model(name, weights=None).parameters())
-            except Exception:
-                size = 0
-        if size > ns.max_params:
-            print(f"| {name} | skipped: {size / 1e6:.0f} M parameters > --max-params | | | | | | | |")
-            continue
-        torch.manual_seed(0)
-        # Sizes some architectures need: Inception's stem, and the fixed patch/window grids of
-        # ViT, Swin and MaxViT (their builders' image size).
-        h = 299 if name == "inception_v3" else (224 if name.startswith(("vit", "swin", "maxvit")) else shape[-1])
-        x = torch.randn(*shape[:-2], max(h, shape[-2]), max(h, shape[-1]))
-        try:
-            model = torchvision.models.get_model(name, weights=None)
-        except Exception as e:
-            print(f"| {name} | build error: {e} | | | | | | | |")
-            continue
-        if name in ("inception_v3", "googlenet"):
-            model.aux_logits = False
-            model.AuxLogits = None if name == "inception_v3" else None
-            if name == "googlenet":
-                model.aux1 = model.aux2 = None
-        print(measure(name, model, x))
+        # Each model in its own process: a model that exhausts memory is reported, not fatal.
+        cmd = [sys.executable, __file__, "--one", name, "--input", ns.input, "--max-params", str(ns.max_params)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
+        if done.returncode != 0 or not rows:
+            why = "killed (out of memory?)" if done.returncode < 0 else (done.stderr.strip().splitlines() or ["?"])[-1][:100]
+            print(f"| {name} | error: {why} | | | | | | | |")
+        else:
+            print(rows[-1])
         sys.stdout.flush()
     torch.manual_seed(0)
     print(measure("TransformerEncoder 4x256 (dropout 0.1)", encoder(), torch.randn(8, 64, 256)))
