@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hypothesis.strategies as st
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import example, HealthCheck, given, settings
 from torch import nn
 
 import inplace_doctor as ipd
@@ -68,6 +68,9 @@ class RandomNet(nn.Module):
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=st.lists(layer, min_size=1, max_size=6), seed=st.integers(0, 2**16))
+# Found by this test: two modules called from one line (`h = module(h) + h` in a loop) were
+# merged into one finding, and the second module's hazard went unnamed.
+@example(spec=[("act", "relu6", False), ("pre-residual", "relu6", True), ("pre-residual", "hardtanh", True)], seed=0)
 def test_audit_explains_every_difference_verify_finds(spec, seed):
     torch.manual_seed(seed)
     model = RandomNet(spec).train()

@@ -190,3 +190,15 @@ def test_watch_is_bit_identical(family: tuple[str, torch.nn.Module, torch.Tensor
 
     differ = [n for n, b in plain["buffers"].items() if not torch.equal(b, watched["buffers"][n])]
     assert not differ, f"{name}: buffers (running stats) differ under watch(): {differ[:5]}"
+
+
+def test_watch_leaves_mvit_subscript_augmented_assignment_alone() -> None:
+    """`x[:, :, 1:, :] += shortcut[...]` in torchvision's MViT: Python writes the result back
+    with __setitem__; handing that write-back an alias instead of the operator's own result
+    made PyTorch raise a memory-overlap error that plain PyTorch does not (found by the zoo run)."""
+    torch.manual_seed(0)
+    model = torchvision.models.get_model("mvit_v2_s", weights=None).train()
+    x = torch.randn(1, 3, 16, 224, 224)
+    with ipd.watch(model) as session:
+        model(x).sum().backward()
+    assert session.findings == []

@@ -44,9 +44,11 @@ class Finding:
     def dedupe_key(self) -> tuple[Any, ...]:
         saved = None
         if self.saved is not None:
-            saved = (self.saved.file, self.saved.line, self.saved.op, self.details.get("slot"))
+            saved = (self.saved.file, self.saved.line, self.saved.op, self.saved.module, self.details.get("slot"))
         read = (self.read.file, self.read.line, self.read.op) if self.read is not None else None
-        return (self.code, self.mutation.file, self.mutation.line, self.mutation.op, saved, read)
+        # The module path too: one line that calls several modules (`for m in self.layers: h = m(h) + h`)
+        # is several sites, each with its own fix; one module called many times is one site.
+        return (self.code, self.mutation.file, self.mutation.line, self.mutation.op, self.mutation.module, saved, read)
 
     def with_(self, **changes: Any) -> "Finding":
         return replace(self, **changes)

@@ -55,6 +55,31 @@ def is_augmented_assignment(frame: FrameType | None) -> bool:
     return raw[i] in _INPLACE_OPCODES
 
 
+_NAME_STORES = frozenset({"STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF"})
+_stores_to_name: dict[Any, frozenset[int]] = {}  # code -> offsets of augmented ops whose result goes to a name
+
+
+def augmented_target_is_a_name(frame: FrameType) -> bool:
+    """Whether the augmented assignment running in `frame` stores into a plain name
+    (`x += y`), not into a subscript or attribute (`x[i] += y`, `self.n += 1`).
+
+    Python writes a subscript or attribute target back with `__setitem__` /
+    `__setattr__` after the operator; handing that write-back a different
+    object than the operator returned changes what PyTorch does (an in-place
+    copy of a tensor onto an alias of itself raises a memory-overlap error).
+    """
+    code = frame.f_code
+    offsets = _stores_to_name.get(code)
+    if offsets is None:
+        instructions = list(dis.get_instructions(code))
+        found = set()
+        for here, after in zip(instructions, instructions[1:]):
+            if after.opname in _NAME_STORES:
+                found.add(here.offset)
+        offsets = _stores_to_name[code] = frozenset(found)
+    return frame.f_lasti in offsets
+
+
 def _augmentable(func: Any) -> bool:
     name = getattr(func, "__name__", "")
     return name.endswith("_") and not name.startswith("_") or name.startswith("__i")
@@ -128,7 +153,11 @@ class InplaceCalls(TorchFunctionMode):
                 caller = sys._getframe(1)
                 # Only the user's own `x += y`: a library's (an optimizer's `step += 1`)
                 # keeps its state objects on purpose.
-                if is_user_file(caller.f_code.co_filename) and is_augmented_assignment(caller):
+                if (
+                    is_user_file(caller.f_code.co_filename)
+                    and is_augmented_assignment(caller)
+                    and augmented_target_is_a_name(caller)
+                ):
                     kind = "augmented"
         if kind is None:
             out = func(*args, **kwargs)
