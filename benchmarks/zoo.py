@@ -192,6 +192,13 @@ def load_results() -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
+def _count(rows: list[dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in rows:
+        out[r["source"]] = out.get(r["source"], 0) + 1
+    return out
+
+
 def render(results: dict[tuple[str, str], dict[str, Any]]) -> str:
     rows = sorted(results.values(), key=lambda r: (r["source"], r["model"]))
     ok = [r for r in rows if r.get("status") == "ok"]
@@ -204,6 +211,8 @@ def render(results: dict[tuple[str, str], dict[str, Any]]) -> str:
         "forward + backward. `cost` is the audit's time over a plain forward + backward in the same process.",
         "",
         f"{len(rows)} models: {len(ok)} audited, {len(rows) - len(ok)} errors, {len(flagged)} with findings.",
+        "By source: " + ", ".join(f"{k} {v}" for k, v in sorted(_count(rows).items()))
+        + f" (the full list: every torchvision builder and {TIMM_TARGET} timm models; a run resumes where it stopped).",
         "",
         "| source | model | input | findings | cost | status |",
         "|---|---|---|---|--:|---|",
