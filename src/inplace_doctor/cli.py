@@ -318,11 +318,15 @@ def _progress() -> Any:
     return status()
 
 
-def _write_json(data: Any) -> None:
-    import json
+def _print_result(ns: argparse.Namespace, result: Any) -> None:
+    """A memory report or a plan on stdout: its text, or its `to_dict()` as JSON."""
+    if ns.format == "json":
+        import json
 
-    json.dump(data, sys.stdout, indent=2, sort_keys=False)
-    sys.stdout.write("\n")
+        json.dump(result.to_dict(), sys.stdout, indent=2, sort_keys=False)
+        sys.stdout.write("\n")
+    else:
+        print(result, end="")
 
 
 def _training_setup(ns: argparse.Namespace) -> tuple[Any, Any, tuple[Any, ...], dict[str, Any]]:
@@ -361,10 +365,7 @@ def _memory(ns: argparse.Namespace) -> int:
             )
             return EXIT_FINDINGS
     report.target = ns.spec
-    if ns.format == "json":
-        _write_json(report.to_dict())
-    else:
-        print(report, end="")
+    _print_result(ns, report)
     if ns.html:
         write_html(ns.html, f"inplace-doctor memory: {ns.spec}", memory=[("as shipped", report)])
     _png(ns.png, [("as shipped", report)])
@@ -382,10 +383,7 @@ def _optimize(ns: argparse.Namespace) -> int:
                         suggest_checkpoint=not ns.no_checkpoint, steps=ns.steps, input_specs=specs,
                         progress=say, **kwargs)
     plan.target = ns.spec
-    if ns.format == "json":
-        _write_json(plan.to_dict())
-    else:
-        print(plan, end="")
+    _print_result(ns, plan)
     if ns.write:
         try:
             plan.write(ns.write)
@@ -395,8 +393,7 @@ def _optimize(ns: argparse.Namespace) -> int:
             print(f"wrote {ns.write}")
     if ns.html:
         write_html(ns.html, f"inplace-doctor optimize: {ns.spec}", plan=plan)
-    series = [("shipped", plan.memory_shipped)] if plan.memory_shipped is not None else []
-    _png(ns.png, series + [("planned", plan.memory_planned)])
+    _png(ns.png, plan.memory_series())
     return EXIT_OK if bool(plan.verified) else EXIT_FINDINGS
 
 

@@ -36,47 +36,36 @@ if TYPE_CHECKING:
 _BINARY_OP = dis.opmap.get("BINARY_OP")  # Python 3.11+: one opcode, the operator in its argument
 _INPLACE_ARGS = frozenset(i for i, (name, _) in enumerate(getattr(dis, "_nb_ops", ())) if name.startswith("NB_INPLACE"))
 _INPLACE_OPCODES = frozenset(op for name, op in dis.opmap.items() if name.startswith("INPLACE_"))  # Python 3.10
-_code_bytes: dict[Any, bytes] = {}  # co_code builds a new bytes object on every access
+_NAME_STORES = frozenset({"STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF"})
+_augmented_into_names: dict[Any, frozenset[int]] = {}  # code -> offsets of `name op= value` operators
 
 
-def is_augmented_assignment(frame: FrameType | None) -> bool:
-    """Whether `frame` is executing `x += y` (any augmented operator) right now."""
+def _is_augmented_operator(instruction: dis.Instruction) -> bool:
+    if _BINARY_OP is not None:
+        return instruction.opcode == _BINARY_OP and instruction.arg in _INPLACE_ARGS
+    return instruction.opcode in _INPLACE_OPCODES
+
+
+def is_augmented_assignment_to_a_name(frame: FrameType | None) -> bool:
+    """Whether `frame` is executing `x += y` (any augmented operator) into a plain name right now.
+
+    Not `x[i] += y` or `self.n += 1`: Python writes a subscript or attribute
+    target back with `__setitem__` / `__setattr__` after the operator; handing
+    that write-back a different object than the operator returned changes what
+    PyTorch does (an in-place copy of a tensor onto an alias of itself raises a
+    memory-overlap error).
+    """
     if frame is None:
         return False
     code = frame.f_code
-    raw = _code_bytes.get(code)
-    if raw is None:
-        raw = _code_bytes[code] = code.co_code
-    i = frame.f_lasti
-    if i < 0 or i + 1 >= len(raw):
-        return False
-    if _BINARY_OP is not None:
-        return raw[i] == _BINARY_OP and raw[i + 1] in _INPLACE_ARGS
-    return raw[i] in _INPLACE_OPCODES
-
-
-_NAME_STORES = frozenset({"STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF"})
-_stores_to_name: dict[Any, frozenset[int]] = {}  # code -> offsets of augmented ops whose result goes to a name
-
-
-def augmented_target_is_a_name(frame: FrameType) -> bool:
-    """Whether the augmented assignment running in `frame` stores into a plain name
-    (`x += y`), not into a subscript or attribute (`x[i] += y`, `self.n += 1`).
-
-    Python writes a subscript or attribute target back with `__setitem__` /
-    `__setattr__` after the operator; handing that write-back a different
-    object than the operator returned changes what PyTorch does (an in-place
-    copy of a tensor onto an alias of itself raises a memory-overlap error).
-    """
-    code = frame.f_code
-    offsets = _stores_to_name.get(code)
+    offsets = _augmented_into_names.get(code)
     if offsets is None:
         instructions = list(dis.get_instructions(code))
-        found = set()
-        for here, after in zip(instructions, instructions[1:]):
-            if after.opname in _NAME_STORES:
-                found.add(here.offset)
-        offsets = _stores_to_name[code] = frozenset(found)
+        offsets = _augmented_into_names[code] = frozenset(
+            here.offset
+            for here, after in zip(instructions, instructions[1:])
+            if _is_augmented_operator(here) and after.opname in _NAME_STORES
+        )
     return frame.f_lasti in offsets
 
 
@@ -153,11 +142,7 @@ class InplaceCalls(TorchFunctionMode):
                 caller = sys._getframe(1)
                 # Only the user's own `x += y`: a library's (an optimizer's `step += 1`)
                 # keeps its state objects on purpose.
-                if (
-                    is_user_file(caller.f_code.co_filename)
-                    and is_augmented_assignment(caller)
-                    and augmented_target_is_a_name(caller)
-                ):
+                if is_user_file(caller.f_code.co_filename) and is_augmented_assignment_to_a_name(caller):
                     kind = "augmented"
         if kind is None:
             out = func(*args, **kwargs)

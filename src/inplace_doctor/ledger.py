@@ -63,7 +63,7 @@ _CUDA_BLOCK = 512
 class _Entry:
     """One live storage."""
 
-    __slots__ = ("nbytes", "device", "ptr", "category", "op", "owner", "phase", "__weakref__")
+    __slots__ = ("nbytes", "device", "ptr", "category", "op", "owner", "phase")
 
     def __init__(self, nbytes: int, device: str, ptr: int, op: str, owner: str | None, phase: str) -> None:
         self.nbytes = nbytes
@@ -192,7 +192,6 @@ class _Ledger(_compat.TorchDispatchMode):
         self._on_free = self._free
         self.live = 0
         self.phase = "setup"
-        self.step = 0
         self.ops = 0
         self.timeline: list[tuple[int, str, str, int]] = []
         self.step_peak = 0
@@ -312,8 +311,7 @@ class _Ledger(_compat.TorchDispatchMode):
             rows.append((entry, entry.category, record))
         return rows
 
-    def new_step(self, step: int) -> None:
-        self.step = step
+    def new_step(self) -> None:
         self.ops = 0
         self.step_peak = self.live
         self.peaks = {}
@@ -365,6 +363,14 @@ def _copy_model_and_optimizer(model: torch.nn.Module, optimizer: Any) -> tuple[t
         return model_copy, opt_copy
     model_copy = copy.deepcopy(model)
     return model_copy, optimizer(model_copy.parameters())
+
+
+def _working_copies(
+    model: torch.nn.Module, optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[torch.nn.Module, Any, tuple[Any, ...], dict[str, Any]]:
+    """Copies to measure on: the model with its optimizer, and private copies of the inputs."""
+    work_model, work_opt = _copy_model_and_optimizer(model, optimizer)
+    return work_model, work_opt, copy.deepcopy(private_inputs(args)), copy.deepcopy(private_inputs(kwargs))
 
 
 def _state_tensors(optimizer: Any) -> Iterator[torch.Tensor]:
@@ -434,8 +440,7 @@ def measure_memory(
         raise UsageError(f"steps must be at least 1, got {steps}")
     rng = RngState()
     try:
-        work_model, work_opt = _copy_model_and_optimizer(model, optimizer)
-        work_args, work_kwargs = copy.deepcopy(private_inputs(args)), copy.deepcopy(private_inputs(kwargs))
+        work_model, work_opt, work_args, work_kwargs = _working_copies(model, optimizer, args, kwargs)
         return _measure(model, work_model, work_opt, work_args, work_kwargs, loss_fn, steps)
     finally:
         rng.restore()
@@ -493,7 +498,7 @@ def _measure(
             register_state()
             with ledger:
                 for step in range(1, steps + 1):
-                    ledger.new_step(step)
+                    ledger.new_step()
                     baseline = ledger.live
                     allocator.clear()
                     try:
@@ -554,8 +559,7 @@ def step_time(
     """Seconds of one plain training step (minimum of `repeat`, after one warm-up), on copies."""
     rng = RngState()
     try:
-        work_model, work_opt = _copy_model_and_optimizer(model, optimizer)
-        work_args, work_kwargs = copy.deepcopy(private_inputs(args)), copy.deepcopy(private_inputs(kwargs))
+        work_model, work_opt, work_args, work_kwargs = _working_copies(model, optimizer, args, kwargs)
         best = float("inf")
         for i in range(repeat + 1):
             start = time.perf_counter()

@@ -128,6 +128,11 @@ class Plan:
         """Module path -> planned `inplace` flag, for every module site the run executed."""
         return {d.site: d.inplace for d in self.decisions if d.kind == "module" and d.safe is not None}
 
+    def memory_series(self) -> list[tuple[str, MemoryReport]]:
+        """(label, report) for the charts: shipped (when it runs) and planned."""
+        series = [("shipped", self.memory_shipped)] if self.memory_shipped is not None else []
+        return series + [("planned", self.memory_planned)]
+
     @property
     def never_executed(self) -> list[str]:
         return [d.site for d in self.decisions if d.kind == "module" and d.safe is None]
@@ -491,15 +496,12 @@ def _spec(t: torch.Tensor) -> str:
 
 def _saved_by_module(report: MemoryReport) -> list[tuple[str, int]]:
     """Saved-activation bytes at the forward peak per module subtree, largest first (root excluded)."""
-    peak = report.peaks.get("forward") or report.peak_phase
     totals: dict[str, int] = {}
-    for h in peak.holdings:
-        if h.category != "saved activations" or not h.module or h.module == "model":
-            continue
-        parts = h.module.split(".")[1:]  # drop "model"
+    for module, nbytes in report.saved_by_module("forward" if "forward" in report.peaks else None):
+        parts = module.split(".")[1:]  # drop "model"; the root's own saves belong to no subtree
         for i in range(1, len(parts) + 1):
             key = ".".join(parts[:i])
-            totals[key] = totals.get(key, 0) + h.nbytes
+            totals[key] = totals.get(key, 0) + nbytes
     return sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))
 
 

@@ -23,7 +23,7 @@ import runpy
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, TextIO
 
 import torch
@@ -39,7 +39,6 @@ class RunStats:
     steps_after: int = 0
     watched_s: float = 0.0  # from the start to the end of the last watched backward
     after_s: float = 0.0  # from then to the end of the last backward
-    marks: list[float] = field(default_factory=list)
 
     first_s: float = 0.0  # to the end of the first watched backward (start-up and warm-up included)
 

@@ -284,8 +284,12 @@ _DDP_SYNC_FUNCTIONS = frozenset(
 
 
 def in_ddp_state_sync(frame: FrameType | None = None) -> bool:
-    """Whether DistributedDataParallel's own parameter/buffer synchronisation is on the stack."""
-    if _DDP_FILE is None:
+    """Whether DistributedDataParallel's own parameter/buffer synchronisation is on the stack.
+
+    Called for every write: outside an initialised process group (where DDP
+    cannot sync) it answers without walking the stack.
+    """
+    if _DDP_FILE is None or not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return False
     f: FrameType | None = frame if frame is not None else sys._getframe(1)
     while f is not None:

@@ -86,10 +86,9 @@ def is_suppressed(finding: Finding, per_module: Mapping[str, Sequence[str]] | No
     code = finding.code
     if any(_matches(code, region) for region in _REGIONS):
         return True
-    for site in (finding.mutation,):
-        codes = comment_codes(site.code)
-        if codes is not None and _matches(code, codes):
-            return True
+    codes = comment_codes(finding.mutation.code)  # the comment on the overwriting line
+    if codes is not None and _matches(code, codes):
+        return True
     if per_module and finding.mutation.module is not None:
         path = finding.mutation.module
         names = (path, f"model.{path}" if path else "model")  # as written, or as reports print it

@@ -154,9 +154,7 @@ def write_html(
         sections.append(findings_section(report))
     if plan is not None:
         sections.append(plan_section(plan))
-        series = [("shipped", plan.memory_shipped)] if plan.memory_shipped is not None else []
-        series.append(("planned", plan.memory_planned))
-        memory = list(memory) + series
+        memory = list(memory) + plan.memory_series()
     if memory:
         sections.append(memory_section(memory))
     with open(path, "w", encoding="utf-8") as f:
