@@ -120,3 +120,39 @@ def test_cli_audit_reads_the_config_too(tmp_path: Path, monkeypatch, capsys) -> 
     assert main(["audit", spec]) == 0
     assert main(["audit", spec, "--ignore", "IPD105"]) == 1  # the flag replaces the file's list
     capsys.readouterr()
+
+
+def test_cli_config_option_sets_the_flags_before_audit_and_verify(tmp_path: Path, monkeypatch, capsys) -> None:
+    from inplace_doctor.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    spec = "inplace_doctor.examples:sigmoid_then_relu"
+    (tmp_path / "inplace.toml").write_text('[inplace]\n"act" = false\n')
+    assert main(["audit", spec]) == 1
+    capsys.readouterr()
+    assert main(["audit", spec, "--config", "inplace.toml"]) == 0
+    captured = capsys.readouterr()
+    assert "applied inplace.toml: 1 flag(s) changed: act -> off" in captured.err
+    assert "IPD101" not in captured.out
+    assert main(["verify", "inplace_doctor.examples:residual_relu", "--config", "inplace.toml"]) == 0
+    (tmp_path / "typo.toml").write_text('[inplace]\n"actt" = false\n')
+    assert main(["audit", spec, "--config", "typo.toml"]) == 2
+    assert "did you mean 'act'" in capsys.readouterr().err
+    assert main(["verify", spec, "--config", "missing.toml"]) == 2
+    assert "config file 'missing.toml' does not exist" in capsys.readouterr().err
+
+
+def test_the_clone_fix_names_the_written_variable_and_drops_the_comment() -> None:
+    from inplace_doctor.rules.describe import without_comment
+
+    assert without_comment("feats[:, 3:] = 0  # pad") == "feats[:, 3:] = 0"
+    assert without_comment("s = '#not a comment'") == "s = '#not a comment'"
+
+    class Pad(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            feats = torch.sigmoid(x)
+            feats[:, 3:] = 0  # zero the padding
+            return feats
+
+    (finding,) = ipd.audit(Pad(), torch.randn(2, 5, requires_grad=True)).findings
+    assert "write into a copy (`feats = feats.clone()` before `feats[:, 3:] = 0`)" in finding.fix

@@ -43,21 +43,19 @@ import pytest
 ROOT = DOCS.parent
 
 
-def console_examples() -> list[tuple[str, str, str]]:
-    """(doc name, command, expected output) for each `$ ` line of a ```console block."""
+def console_examples() -> list[tuple[str, list[tuple[str, str]]]]:
+    """(doc name, [(command, expected output), ...]) for each ```console block: its `$ ` lines
+    run in order (a file one command writes is there for the next)."""
     out = []
     for doc in sorted(DOCS.glob("*.md")):
         for block in re.findall(r"```console\n(.*?)```", doc.read_text(), re.S):
-            command, expected = None, []
+            steps: list[tuple[str, list[str]]] = []
             for line in block.splitlines():
                 if line.startswith("$ "):
-                    if command is not None:
-                        out.append((doc.name, command, "\n".join(expected)))
-                    command, expected = line[2:], []
-                else:
-                    expected.append(line)
-            if command is not None:
-                out.append((doc.name, command, "\n".join(expected)))
+                    steps.append((line[2:], []))
+                elif steps:
+                    steps[-1][1].append(line)
+            out.append((doc.name, [(command, "\n".join(expected)) for command, expected in steps]))
     return out
 
 
@@ -76,24 +74,28 @@ EXAMPLES = console_examples()
 
 
 def test_the_docs_have_console_examples() -> None:
-    assert len(EXAMPLES) >= 4
+    assert sum(len(steps) for _, steps in EXAMPLES) >= 4
 
 
-@pytest.mark.parametrize("doc,command,expected", EXAMPLES, ids=[c for _, c, _ in EXAMPLES])
-def test_console_example_output_matches(doc: str, command: str, expected: str) -> None:
-    argv = shlex.split(command)
-    assert argv[0] == "inplace-doctor", "examples run the tool itself"
-    created = [ROOT / a for a in argv if a.endswith(".toml") and not (ROOT / a).exists()]
+@pytest.mark.parametrize("doc,steps", EXAMPLES, ids=[steps[0][0] for _, steps in EXAMPLES])
+def test_console_example_output_matches(doc: str, steps: list[tuple[str, str]]) -> None:
+    """Run as a user would see it: stdout and stderr interleaved, unbuffered; `.toml` files the
+    block creates are removed afterwards."""
+    created = []
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "inplace_doctor", *argv[1:]], capture_output=True, text=True, cwd=ROOT,
-            env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}, timeout=600,
-        )
+        for command, expected in steps:
+            argv = shlex.split(command)
+            assert argv[0] == "inplace-doctor", "examples run the tool itself"
+            created += [ROOT / a for a in argv if a.endswith(".toml") and not (ROOT / a).exists()]
+            done = subprocess.run(
+                [sys.executable, "-m", "inplace_doctor", *argv[1:]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                text=True, cwd=ROOT, timeout=600,
+                env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "PYTHONUNBUFFERED": "1"},
+            )
+            assert matches(expected, done.stdout), f"{doc}: `{command}` printed:\n{done.stdout}"
     finally:
         for path in created:
             path.unlink(missing_ok=True)
-    actual = done.stdout + done.stderr
-    assert matches(expected, actual), f"{doc}: `{command}` printed:\n{actual}"
 
 
 def test_the_ellipsis_matcher() -> None:

@@ -182,6 +182,7 @@ def _parser() -> _Parser:
     audit.add_argument("--seed", type=int, default=0, help="seed for weights and random inputs (default 0)")
     audit.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     audit.add_argument("--fail-on", metavar="SEVERITY", help="error, warning (default), info or never: exit 1 at or above it")
+    audit.add_argument("--config", metavar="FILE", help="first set the inplace flags from FILE (inplace.toml, as optimize writes it)")
     check = sub.add_parser("verify", help="check that the in-place configuration computes what its out-of-place form does")
     check.add_argument("spec", metavar="PKG.MODULE:FACTORY", help="factory returning a model or (model, inputs)")
     check.add_argument("--input", action="append", default=[], metavar="SHAPE[:DTYPE]",
@@ -192,6 +193,7 @@ def _parser() -> _Parser:
     check.add_argument("--atol", type=float, default=1e-6)
     check.add_argument("--rtol", type=float, default=1e-5)
     check.add_argument("--seed", type=int, default=0, help="seed for weights and random inputs (default 0)")
+    check.add_argument("--config", metavar="FILE", help="first set the inplace flags from FILE (inplace.toml, as optimize writes it)")
     for name, text in (
         ("memory", "measure where a training step's memory goes, and why autograd keeps it"),
         ("optimize", "decide every in-place flag from evidence, verify it, measure the memory it saves"),
@@ -245,6 +247,7 @@ def _audit(ns: argparse.Namespace) -> int:
     config = merged(load_project_config(), _codes(ns.select), _codes(ns.ignore), ns.fail_on)
     select_rules(config.select, config.ignore)  # validate codes before running anything
     model, args, kwargs = build_model(ns.spec, ns.input, ns.seed)
+    _apply_config_option(model, ns.config)
     model.train(not ns.eval)
     report = audit(model, *args, backward=not ns.no_backward, select=config.select, ignore=config.ignore,
                    per_module_ignores=config.per_module_ignores, **kwargs)
@@ -265,12 +268,26 @@ def _audit(ns: argparse.Namespace) -> int:
     return EXIT_FINDINGS if threshold is not None and report.failed(threshold) else EXIT_OK
 
 
+def _apply_config_option(model: Any, path: str | None) -> None:
+    """`--config FILE`: set the model's inplace flags from FILE, saying what changed (on stderr,
+    so that JSON and SARIF on stdout stay clean)."""
+    if path is None:
+        return
+    from .config import apply_config
+
+    changed = apply_config(model, path)
+    flips = ", ".join(f"{name} -> {'on' if flag else 'off'}" for name, flag in sorted(changed.items()))
+    print(f"inplace-doctor: applied {path}: " + (f"{len(changed)} flag(s) changed: {flips}" if changed else "no flag changed"),
+          file=sys.stderr)
+
+
 def _verify(ns: argparse.Namespace) -> int:
     import torch
 
     from . import verify
 
     model, args, kwargs = build_model(ns.spec, ns.input, ns.seed)
+    _apply_config_option(model, ns.config)
     model.train(not ns.eval)
     optimizer = (lambda params: torch.optim.SGD(params, lr=ns.sgd)) if ns.sgd is not None else None
     result = verify(model, *args, steps=ns.steps, optimizer=optimizer, atol=ns.atol, rtol=ns.rtol, **kwargs)

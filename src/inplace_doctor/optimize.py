@@ -146,7 +146,8 @@ class Plan:
         lines = [
             "# inplace-doctor in-place config: which modules run in place.",
             "# Keys are module paths (fnmatch globs allowed; later entries win).",
-            "# Apply with inplace_doctor.apply_config(model, path) or plan.apply(model).",
+            "# Apply with inplace_doctor.apply_config(model, path) or plan.apply(model); check with",
+            "# `inplace-doctor verify SPEC --config FILE` (or audit).",
             f"# Derived {datetime.date.today().isoformat()} from one traced training step; re-derive when the",
             "# model, its inputs or its mode change.",
             f"# Peak memory: shipped {_bytes_or(self.peak_shipped, self.shipped_error)}, "

@@ -30,9 +30,26 @@ _AUGMENTED = re.compile(r"^(?P<lhs>[\w.\[\]:, ]+?)\s*(?P<op>\+|-|\*|/|//|@|%|\*\
 _INPLACE_CALL = re.compile(r"\.(?P<name>[a-z][a-z0-9_]*?)_\(")
 
 
+_INDEXED_TARGET = re.compile(r"^(?P<base>[A-Za-z_][\w.]*)\s*\[.*\]\s*=[^=]")
+
+
+def without_comment(code: str) -> str:
+    """`x[m] = 0  # pad` -> `x[m] = 0` (a `#` inside a string is kept)."""
+    import io
+    import tokenize
+
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+            if tok.type == tokenize.COMMENT:
+                return code[: tok.start[1]].rstrip()
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        pass
+    return code
+
+
 def fix_for_write(site: Site, root_label: str) -> str:
     """The exact change that makes this write out of place."""
-    code = site.code or ""
+    code = without_comment(site.code or "")
     ref = module_ref(site, root_label)
     if site.module_inplace and ref is not None:
         return f"set `{ref}.inplace = False` (or construct it with inplace=False)"
@@ -53,7 +70,12 @@ def fix_for_write(site: Site, root_label: str) -> str:
     if "inplace=True" in code:
         return f"pass inplace=False: replace `{code}` with `{code.replace('inplace=True', 'inplace=False')}` at {site.location}"
     if re.search(r"\]\s*=[^=]", code):
-        return f"write into a copy (`x = x.clone()` before `{code}`) or build the result out of place (torch.where) at {site.location}"
+        target = _INDEXED_TARGET.match(code)
+        name = target["base"] if target else "x"
+        return (
+            f"write into a copy (`{name} = {name}.clone()` before `{code}`) or build the result out of place "
+            f"(torch.where) at {site.location}"
+        )
     op = short_op(site.op)
     if op.endswith("_"):
         return f"use the out-of-place form of `{op}` (`{op[:-1]}`) at {site.location}, or modify a `.clone()`"
