@@ -283,6 +283,27 @@ def test_parameter_data_rebound_in_forward_gets_its_values_back() -> None:
     assert_params_unchanged(model, before, check_version=False)
 
 
+class TransposesWeightData(nn.Module):
+    """Rebinds `.data` to a view of the same memory (same first byte, same shape): only the
+    strides tell the binding changed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.fc.weight.data = self.fc.weight.data.t()
+        return self.fc(x)
+
+
+def test_parameter_data_rebound_to_a_same_memory_view_is_put_back() -> None:
+    torch.manual_seed(0)
+    model = TransposesWeightData()
+    before, stride = model.fc.weight.detach().clone(), model.fc.weight.stride()
+    ipd.audit(model, mlp_input())
+    assert model.fc.weight.stride() == stride and torch.equal(model.fc.weight, before)
+
+
 class ReassignsWeight(nn.Module):
     """Replaces its parameter object in forward (`module.weight = nn.Parameter(...)`)."""
 

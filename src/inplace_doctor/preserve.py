@@ -26,10 +26,6 @@ def tensors_in(value: Any) -> list[torch.Tensor]:
     return found
 
 
-def _binding(t: torch.Tensor) -> tuple[Any, ...]:
-    return (t.data_ptr(), t.shape, t.stride(), t.dtype)  # same first byte, layout and dtype: same view
-
-
 def private_inputs(value: Any) -> Any:
     """The caller's inputs, with each non-leaf tensor that requires grad replaced
     by a private non-leaf copy: backward then stops at the audited model instead
@@ -112,7 +108,10 @@ class RngState:
             torch.cuda.set_rng_state_all(self.cuda)
         random.setstate(self.python)
         if self.numpy is not None:
-            sys.modules["numpy"].random.set_state(self.numpy)
+            numpy = sys.modules["numpy"]
+            now = numpy.random.get_state()  # reading is cheaper than writing 624 words back
+            if now[2:] != self.numpy[2:] or not numpy.array_equal(now[1], self.numpy[1]):
+                numpy.random.set_state(self.numpy)
 
 
 class Preserved:
@@ -128,7 +127,7 @@ class Preserved:
     def __init__(self, model: torch.nn.Module, inputs: Iterable[torch.Tensor]) -> None:
         self.model = model
         self.inputs = list(inputs)
-        self._protected: dict[int, torch.Tensor] = {}  # storage pointer -> a tensor on it
+        self._protected: dict[int, torch.Tensor] | None = None  # storage pointer -> a tensor on it
         self._snapshots: dict[int, tuple[Any, Any]] = {}  # storage pointer -> (storage, its bytes)
 
     def __enter__(self) -> "Preserved":
@@ -148,6 +147,8 @@ class Preserved:
         self._buffers: list[tuple[torch.nn.Module, str, torch.Tensor]] = []
         clones: dict[int, torch.Tensor] = {}
         for module in modules:
+            if not module._buffers:
+                continue
             for name, buf in list(module._buffers.items()):
                 if buf is None:
                     continue
@@ -156,19 +157,28 @@ class Preserved:
                         clones[id(buf)] = buf.clone()
                 self._buffers.append((module, name, buf))
                 module._buffers[name] = clones[id(buf)]
-        # `param.data = other` in forward rebinds storage with no visible write.
-        self._bindings = [(p, p.data, _binding(p)) for p in leaves]
-        for t in leaves + self.inputs:
+        # `param.data = other` in forward rebinds storage with no visible write: keep an alias
+        # of each leaf's original binding (same storage, offset, sizes, strides) to compare.
+        self._bindings = [(p, p.data) for p in leaves]
+        self._protected = None  # built at the first write (many runs write nothing protected)
+        return self
+
+    def _protected_storages(self) -> dict[int, torch.Tensor]:
+        """Storage pointer -> a tensor on it, for the leaves' original bindings and the inputs."""
+        protected: dict[int, torch.Tensor] = {}
+        for t in [data for _, data in self._bindings] + self.inputs:
             span = storage_span(t)
             if span is not None:
-                self._protected[span[0]] = t
-        return self
+                protected[span[0]] = t
+        return protected
 
     def before_write(self, t: torch.Tensor) -> None:
         """Called by the tracer before an op writes `t`: snapshot protected memory once."""
         span = storage_span(t)
         if span is None:
             return
+        if self._protected is None:
+            self._protected = self._protected_storages()
         owner = self._protected.get(span[0])
         if owner is not None and span[0] not in self._snapshots:
             # The whole storage: parameters or inputs may be views of one buffer.
@@ -179,8 +189,8 @@ class Preserved:
         for module, name, param in self._parameters:  # `self.w = nn.Parameter(...)` in forward
             if module._parameters.get(name) is not param:
                 module._parameters[name] = param
-        for t, data, binding in self._bindings:
-            if _binding(t) != binding:
+        for t, data in self._bindings:
+            if t.dtype is not data.dtype or not t.is_set_to(data):
                 t.data = data
         self._bindings = []
         for storage, snapshot in self._snapshots.values():
