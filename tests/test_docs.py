@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
+import re
+import shlex
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
+
+import pytest
 
 from inplace_doctor.rules import RULES
 from inplace_doctor.rules.reference import main, pages, stale
@@ -22,6 +32,28 @@ def test_every_rule_page_has_an_example_and_a_fix() -> None:
         assert "```python" in text and "Fix:" in text, code
 
 
+@pytest.mark.parametrize("code", sorted(RULES))
+def test_every_rule_page_example_is_reported_by_its_rule(code: str, tmp_path: Path, monkeypatch) -> None:
+    """The page's minimal example, run as printed under `ipd.watch()`, is flagged with the page's code."""
+    import torch
+    import torchvision
+    from torch import nn
+    from torch.utils.checkpoint import checkpoint
+
+    import inplace_doctor as ipd
+
+    monkeypatch.chdir(tmp_path)
+    (example,) = re.findall(r"```python\n(.*?)```", pages()[f"{code}.md"], re.S)
+    namespace = {"torch": torch, "torchvision": torchvision, "nn": nn, "checkpoint": checkpoint}
+    torch.manual_seed(0)
+    try:
+        with ipd.watch() as session:
+            exec(compile(example, f"{code} example", "exec"), namespace)
+    except ipd.InplaceError:
+        pass  # the example's point, for the rules whose PyTorch error is the symptom
+    assert code in [f.code for f in session.findings], example
+
+
 def test_the_check_notices_a_stale_page(tmp_path: Path) -> None:
     assert main(["--out", str(tmp_path)]) == 0 and main(["--check", "--out", str(tmp_path)]) == 0
     (tmp_path / "IPD101.md").write_text("old\n")
@@ -32,13 +64,7 @@ def test_the_check_notices_a_stale_page(tmp_path: Path) -> None:
 
 # -- every console example in docs/*.md runs and prints what is shown ------------------
 
-import os
-import re
-import shlex
-import subprocess
-import sys
 
-import pytest
 
 ROOT = DOCS.parent
 
@@ -105,9 +131,6 @@ def test_the_ellipsis_matcher() -> None:
 
 # -- every Python and TOML example in README.md and docs/*.md runs (or parses) ------------
 
-import contextlib
-import io
-import textwrap
 
 DOCUMENTS = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 

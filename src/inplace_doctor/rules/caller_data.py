@@ -89,8 +89,11 @@ def held_tensor_overwritten(event: HeldTensorOverwritten, ctx: Any) -> Finding |
 
     Example::
 
+        model = nn.Linear(8, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(torch.randn(4, 8)).sum().backward()
         best = model.state_dict()      # aliases, not a copy
-        opt.step()                     # IPD107: best['fc.weight'] changes too
+        opt.step()                     # IPD107: best['weight'] changes too
 
     Fix: take a real snapshot: ``copy.deepcopy(model.state_dict())`` or
     ``{k: v.detach().clone() for k, v in model.state_dict().items()}``.

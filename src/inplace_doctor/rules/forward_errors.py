@@ -126,9 +126,10 @@ def forbidden_inplace(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
 
     Example::
 
+        hook = lambda module, grad_input, grad_output: None   # Grad-CAM's, captum's ...
         m = torchvision.models.resnet18()
-        m.layer4.register_full_backward_hook(hook)
-        m(x)                       # IPD103 at the ReLU(inplace=True) after layer4
+        m.bn1.register_full_backward_hook(hook)
+        m(torch.randn(1, 3, 64, 64))   # IPD103 at the ReLU(inplace=True) after bn1
 
     Fix: out-of-place op or a ``.clone()`` before the write, as the finding says.
     """

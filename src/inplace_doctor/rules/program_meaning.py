@@ -51,6 +51,8 @@ def inplace_changes_result(event: OriginalValueRead, ctx: Any) -> Finding | None
             def forward(self, x):
                 return x + self.act(x)      # IPD105: reads x after act overwrote it
 
+        Block()(torch.randn(4, 8))          # (and IPD106: the caller's batch changes)
+
     Fix: set the module's ``inplace=False`` (or pass ``inplace=False``), or
     write ``x = x + y`` instead of ``x += y``; or keep what the later op needs
     (``identity = x.clone()``) before the in-place call.
@@ -111,6 +113,8 @@ def side_effect_repeated(event: Any, ctx: Any) -> Finding | None:
 
     Example::
 
+        block = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))
+        x = torch.randn(2, 3, 8, 8, requires_grad=True)
         y = checkpoint(block, x, use_reentrant=False)   # block contains BatchNorm2d
         y.sum().backward()                               # IPD108: running stats updated again
 

@@ -42,7 +42,9 @@ def index() -> str:
         "# Rule reference",
         "",
         "Generated from the rule docstrings by `python -m inplace_doctor.rules.reference`; "
-        "a test keeps it in sync.",
+        "a test keeps it in sync. Every example runs as it stands after `import torch, torchvision`, "
+        "`from torch import nn` and `from torch.utils.checkpoint import checkpoint`; the test suite runs "
+        "each one under `ipd.watch()` and checks that its rule reports it.",
         "",
         "| code | name | severity | what it reports |",
         "|---|---|---|---|",

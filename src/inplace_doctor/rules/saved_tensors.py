@@ -47,6 +47,7 @@ def saved_tensor_overwritten(event: Any, ctx: Any) -> Finding | None:
 
     Example::
 
+        x = torch.randn(4, requires_grad=True)
         s = torch.sigmoid(x)      # SigmoidBackward0 saves s
         s.mul_(2)                 # IPD101: overwrites s
         s.sum().backward()        # PyTorch raises here
@@ -159,6 +160,7 @@ def saved_tensor_silently_overwritten(event: SavedTensorOverwritten, ctx: Any) -
 
     Example::
 
+        x = torch.randn(4, requires_grad=True)
         s = torch.sigmoid(x)     # SigmoidBackward0 saves s
         s.data.mul_(0.5)         # IPD104: same storage, separate counter
         s.sum().backward()       # no error, wrong x.grad
