@@ -1,5 +1,9 @@
 """torch.compile (Inductor, CPU) against manual in-place: training-step peak and gradients."""
 
+import contextlib
+import os
+import sys
+
 import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
@@ -16,6 +20,21 @@ def _mlp(inplace: bool) -> nn.Module:
     return nn.Sequential(*layers, nn.Linear(256, 10))
 
 
+@contextlib.contextmanager
+def _quiet_stderr():
+    """The profiler's C++ side logs "profiler_start" lines (and, without a GPU, an "ERROR" about
+    device counts) straight to file descriptor 2; keep them out of the experiment's output."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _peak(model: nn.Module, x: torch.Tensor) -> int:
     """Peak bytes of one forward + backward, from the profiler's memory timeline (CPU allocator
     events; it sees Inductor's buffers, which a dispatch mode does not)."""
@@ -24,7 +43,8 @@ def _peak(model: nn.Module, x: torch.Tensor) -> int:
 
     for p in model.parameters():
         p.grad = None
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
+                                  with_stack=True) as prof:
         model(x).sum().backward()
     _, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline(torch.device("cpu"))
     return int(np.array(sizes).sum(axis=1).max())
