@@ -557,16 +557,30 @@ def step_time(
     **kwargs: Any,
 ) -> float:
     """Seconds of one plain training step (minimum of `repeat`, after one warm-up), on copies."""
+    return step_times([model], *args, loss_fn=loss_fn, optimizer=optimizer, repeat=repeat, **kwargs)[0]
+
+
+def step_times(
+    models: list[torch.nn.Module],
+    *args: Any,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    optimizer: Any = None,
+    repeat: int = 3,
+    **kwargs: Any,
+) -> list[float]:
+    """`step_time` of several configurations, in interleaved rounds (each round steps every model
+    once), so that drift in the machine's speed affects them alike."""
     rng = RngState()
     try:
-        work_model, work_opt, work_args, work_kwargs = _working_copies(model, optimizer, args, kwargs)
-        best = float("inf")
+        work = [_working_copies(m, optimizer, args, kwargs) for m in models]
+        best = [float("inf")] * len(models)
         for i in range(repeat + 1):
-            start = time.perf_counter()
-            training_step(work_model, work_args, work_kwargs, loss_fn, work_opt)
-            elapsed = time.perf_counter() - start
-            if i:
-                best = min(best, elapsed)
+            for k, (work_model, work_opt, work_args, work_kwargs) in enumerate(work):
+                start = time.perf_counter()
+                training_step(work_model, work_args, work_kwargs, loss_fn, work_opt)
+                elapsed = time.perf_counter() - start
+                if i:
+                    best[k] = min(best[k], elapsed)
         return best
     finally:
         rng.restore()

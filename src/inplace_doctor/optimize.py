@@ -42,7 +42,7 @@ from ._compat import TORCH_VERSION
 from .config import HEADER_TABLE, apply_config, compress, inplace_modules, toml_string
 from .errors import UsageError
 from .findings import Finding, Severity
-from .ledger import MemoryReport, measure_memory, step_time
+from .ledger import MemoryReport, measure_memory, step_time, step_times
 from .render.memory_text import fmt_bytes
 
 
@@ -395,11 +395,16 @@ def optimize(
         except RuntimeError as e:
             shipped_error = str(e).splitlines()[0][:200]
         rng.restore()
-        time_planned = step_time(_configured(model, plan_flags), *args, loss_fn=loss_fn, optimizer=optimizer, **kwargs)
-        time_shipped = None
-        if mem_shipped is not None:
-            rng.restore()
-            time_shipped = step_time(_configured(model, shipped), *args, loss_fn=loss_fn, optimizer=optimizer, **kwargs)
+        time_shipped: float | None = None
+        if mem_shipped is not None and plan_flags != shipped:
+            time_planned, time_shipped = step_times(
+                [_configured(model, plan_flags), _configured(model, shipped)], *args, loss_fn=loss_fn,
+                optimizer=optimizer, **kwargs,
+            )
+        else:  # one configuration to time: the plan changes no flag, or the shipped one raises
+            time_planned = step_time(_configured(model, plan_flags), *args, loss_fn=loss_fn, optimizer=optimizer, **kwargs)
+            if mem_shipped is not None:
+                time_shipped = time_planned
 
         decisions = _decisions(
             modules, shipped, executed, unsafe, plan_flags, savings, kept_as_group, mem_base.peak, mem_shipped

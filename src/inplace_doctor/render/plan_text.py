@@ -43,7 +43,9 @@ def plan_lines(plan: "Plan") -> list[str]:
         diff = plan.peak_shipped - plan.peak_planned
         delta = f", {fmt_bytes(diff)} saved" if diff > 0 else (" (no change)" if diff == 0 else f", {fmt_bytes(-diff)} more")
     lines.append(f"peak memory: shipped {shipped}, planned {fmt_bytes(plan.peak_planned)}{delta}")
-    if plan.time_shipped is not None and plan.time_shipped > 0:
+    if plan.time_shipped is not None and not any(d.changed for d in plan.decisions if d.kind == "module"):
+        lines.append(f"step time: {plan.time_planned * 1e3:.1f} ms (the plan changes no flag: one configuration, timed once)")
+    elif plan.time_shipped is not None and plan.time_shipped > 0:
         lines.append(
             f"step time: shipped {plan.time_shipped * 1e3:.1f} ms, planned {plan.time_planned * 1e3:.1f} ms "
             f"(x{plan.time_planned / plan.time_shipped:.2f}; timings vary by a few percent run to run)"
