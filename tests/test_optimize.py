@@ -215,3 +215,28 @@ def test_cli_optimize_writes_a_config_that_apply_config_reads(tmp_path, capsys) 
     assert data["verified"] is True
     assert main(["optimize", "inplace_doctor.examples:residual_relu", "--optimizer", "adma"]) == 2
     assert "did you mean 'adam'" in capsys.readouterr().err
+
+
+class _VggLike(nn.Module):
+    """Conv, ReLU(inplace=True), MaxPool with no blocks: the largest holder under half of the saved
+    activations is an in-place ReLU, which cannot be checkpointed (its recompute writes the saved input)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+            nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+        )
+        self.classifier = nn.Sequential(nn.Linear(8 * 4 * 4, 64), nn.ReLU(True), nn.Linear(64, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.features(x), 1))
+
+
+def test_the_checkpointing_suggestion_never_wraps_a_module_that_runs_in_place() -> None:
+    torch.manual_seed(0)
+    model = _VggLike()
+    plan = ipd.optimize(model, torch.randn(2, 3, 16, 16), optimizer=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9))
+    assert plan.checkpoint is not None, plan.notes
+    assert not getattr(model.get_submodule(plan.checkpoint.module), "inplace", False)
+    assert not any("could not be measured" in n for n in plan.notes)

@@ -527,6 +527,14 @@ def _checkpoint_candidate(saved_by_module: list[tuple[str, int]]) -> tuple[str, 
     return saved_by_module[0]
 
 
+def _runs_in_place(model: torch.nn.Module, path: str, flags: Mapping[str, bool]) -> bool:
+    try:
+        module = model.get_submodule(path)
+    except AttributeError:
+        return False
+    return bool(flags.get(path, getattr(module, "inplace", False) is True))
+
+
 def _checkpoint_suggestion(
     model: torch.nn.Module,
     flags: Mapping[str, bool],
@@ -540,7 +548,12 @@ def _checkpoint_suggestion(
 ) -> CheckpointSuggestion | None:
     import torch.utils.checkpoint as cp
 
-    name, saved = _checkpoint_candidate(plan.saved_by_module)
+    # A module that writes its own input in place cannot be checkpointed (the recompute writes
+    # the saved input again, and backward raises), and would free nothing if it could.
+    holders = [(n, b) for n, b in plan.saved_by_module if not _runs_in_place(model, n, flags)]
+    if not holders:
+        return None
+    name, saved = _checkpoint_candidate(holders)
     wrapped = _configured(model, flags)
     target = wrapped.get_submodule(name)
     forward = target.forward
