@@ -240,3 +240,21 @@ def test_the_checkpointing_suggestion_never_wraps_a_module_that_runs_in_place() 
     assert plan.checkpoint is not None, plan.notes
     assert not getattr(model.get_submodule(plan.checkpoint.module), "inplace", False)
     assert not any("could not be measured" in n for n in plan.notes)
+
+
+class _WithUnusedBranch(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = nn.ReLU(inplace=True)
+        self.aux = nn.ReLU(inplace=True)  # never called: not in the plan's flags
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.fc(x))
+
+
+def test_a_plan_that_changes_no_flag_times_one_configuration_even_with_unexecuted_modules() -> None:
+    plan = ipd.optimize(_WithUnusedBranch(), torch.randn(4, 8), suggest_checkpoint=False)
+    assert not any(d.changed for d in plan.decisions)
+    assert plan.time_shipped == plan.time_planned  # one measurement, not two that happen to differ
+    assert "one configuration, timed once" in str(plan)

@@ -396,7 +396,9 @@ def optimize(
             shipped_error = str(e).splitlines()[0][:200]
         rng.restore()
         time_shipped: float | None = None
-        if mem_shipped is not None and plan_flags != shipped:
+        # plan_flags covers the executed modules only; the others stay as shipped.
+        changes_flags = any(flag != shipped[path] for path, flag in plan_flags.items())
+        if mem_shipped is not None and changes_flags:
             time_planned, time_shipped = step_times(
                 [_configured(model, plan_flags), _configured(model, shipped)], *args, loss_fn=loss_fn,
                 optimizer=optimizer, **kwargs,
