@@ -25,6 +25,7 @@ import torchvision
 from torch import nn
 
 import inplace_doctor as ipd
+from _torchvision_sizes import classification_size  # benchmarks/ is on sys.path when run as a script
 from inplace_doctor.config import inplace_modules
 
 
@@ -102,9 +103,7 @@ def measure_builder(name: str, shape: tuple[int, ...], max_params: float) -> Non
         print(f"| {name} | skipped: {size / 1e6:.0f} M parameters > --max-params | | | | | | | |")
         return
     torch.manual_seed(0)
-    # Sizes some architectures need: Inception's stem, and the fixed patch/window grids of
-    # ViT, Swin and MaxViT (their builders' image size).
-    h = 299 if name == "inception_v3" else (224 if name.startswith(("vit", "swin", "maxvit")) else shape[-1])
+    h = classification_size(name, shape[-1])
     x = torch.randn(*shape[:-2], max(h, shape[-2]), max(h, shape[-1]))
     model = torchvision.models.get_model(name, weights=None)
     if name in ("inception_v3", "googlenet"):

@@ -23,12 +23,14 @@ import re
 import sys
 import time
 import traceback
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 import inplace_doctor as ipd
+from _torchvision_sizes import classification_size  # benchmarks/ is on sys.path when run as a script
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "zoo_results.jsonl"
@@ -114,7 +116,7 @@ def build(
     kind = source.split("/", 1)[1]
     if kind in ("classification", "quantization"):
         model = torchvision.models.get_model(name, weights=None)
-        size = 299 if name.endswith("inception_v3") else (224 if name.startswith(("vit", "swin", "maxvit")) else 64)
+        size = classification_size(name, 64)
         x = torch.randn(2, 3, size, size)
         return model, (x,), None, f"2x3x{size}x{size}"
     if kind == "segmentation":
@@ -203,13 +205,6 @@ def load_results() -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
-def _count(rows: list[dict[str, Any]]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for r in rows:
-        out[r["source"]] = out.get(r["source"], 0) + 1
-    return out
-
-
 def render(results: dict[tuple[str, str], dict[str, Any]]) -> str:
     rows = sorted(results.values(), key=lambda r: (r["source"], r["model"]))
     ok = [r for r in rows if r.get("status") == "ok"]
@@ -224,7 +219,7 @@ def render(results: dict[tuple[str, str], dict[str, Any]]) -> str:
         "not a benchmark; `benchmarks/overhead.py` measures overhead properly.",
         "",
         f"{len(rows)} models: {len(ok)} audited, {len(rows) - len(ok)} errors, {len(flagged)} with findings.",
-        "By source: " + ", ".join(f"{k} {v}" for k, v in sorted(_count(rows).items()))
+        "By source: " + ", ".join(f"{k} {v}" for k, v in sorted(Counter(r["source"] for r in rows).items()))
         + f" (the full list: every torchvision builder and {TIMM_TARGET} timm models; a run resumes where it stopped).",
         f"The timm models come from {len({_family(r['model']) for r in rows if r.get('source') == 'timm'})} families "
         "(taken round-robin, at most 30 M parameters each).",
