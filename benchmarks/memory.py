@@ -5,6 +5,7 @@ models, a transformer encoder and a model with Dropout.
     . .venv/bin/activate && python benchmarks/memory.py                # every model; hours on a CPU
     python benchmarks/memory.py --models resnet18,mobilenet_v2          # a few
     python benchmarks/memory.py --max-params 60e6 --input 2x3x64x64     # skip the large ones
+    python benchmarks/memory.py --jobs 2 --max-params 300e6              # two models at a time, one thread each
 
 Prints a Markdown table (bytes, exact; measured by `ipd.memory`, one SGD-momentum
 step after one warm-up step, train mode, random weights). It asserts nothing.
@@ -16,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import torchvision
@@ -123,8 +126,13 @@ def main() -> None:
     parser.add_argument("--input", default="2x3x64x64", help="input shape for the image models")
     parser.add_argument("--max-params", type=float, default=float("inf"),
                         help="skip larger models (from the weights' metadata; default: no limit)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="models measured at once, each in its own process (default 1; mind the memory: "
+                             "the largest models need about 8 times their parameters' bytes)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads per process (default: cores / jobs)")
     ns = parser.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    threads = ns.threads or max(1, (os.cpu_count() or 1) // max(1, ns.jobs))
+    torch.set_num_threads(threads)
     shape = tuple(int(d) for d in ns.input.split("x"))
     names = ns.models.split(",") if ns.models else torchvision.models.list_models(module=torchvision.models)
     names = [n for n in names if n not in set(ns.skip.split(","))]
@@ -136,17 +144,22 @@ def main() -> None:
     print("| model | inplace sites | all off (B) | as shipped (B) | after optimize (B) | checkpointing the largest holder (B) | in-place saves (B) | verified | time |")
     print("|---|--:|--:|--:|--:|--:|--:|---|--:|")
     sys.stdout.flush()
-    for name in names:
+
+    def row(name: str) -> str:
         # Each model in its own process: a model that exhausts memory is reported, not fatal.
-        cmd = [sys.executable, __file__, "--one", name, "--input", ns.input, "--max-params", str(ns.max_params)]
+        cmd = [sys.executable, __file__, "--one", name, "--input", ns.input, "--max-params", str(ns.max_params),
+               "--threads", str(threads)]
         done = subprocess.run(cmd, capture_output=True, text=True)
         rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
         if done.returncode != 0 or not rows:
             why = "killed (out of memory?)" if done.returncode < 0 else (done.stderr.strip().splitlines() or ["?"])[-1][:100]
-            print(f"| {name} | error: {why} | | | | | | | |")
-        else:
-            print(rows[-1])
-        sys.stdout.flush()
+            return f"| {name} | error: {why} | | | | | | | |"
+        return rows[-1]
+
+    with ThreadPoolExecutor(max(1, ns.jobs)) as pool:
+        for line in pool.map(row, names):  # in the order of `names`, each as soon as those before it are done
+            print(line)
+            sys.stdout.flush()
     torch.manual_seed(0)
     print(measure("TransformerEncoder 4x256 (dropout 0.1)", encoder(), torch.randn(8, 64, 256)))
     torch.manual_seed(0)

@@ -258,3 +258,49 @@ def test_a_plan_that_changes_no_flag_times_one_configuration_even_with_unexecute
     assert not any(d.changed for d in plan.decisions)
     assert plan.time_shipped == plan.time_planned  # one measurement, not two that happen to differ
     assert "one configuration, timed once" in str(plan)
+
+
+class _CheckpointsOneBlock(nn.Module):
+    """Three blocks; `checkpointed` names the one whose forward runs under `torch.utils.checkpoint`."""
+
+    def __init__(self, checkpointed: str | None = None) -> None:
+        super().__init__()
+        def block(width: int) -> nn.Module:
+            return nn.Sequential(nn.Linear(64, width), nn.GELU(), nn.Linear(width, 64), nn.GELU())
+
+        self.a, self.b, self.c = block(256), block(512), block(256)
+        self.head = nn.Linear(64, 1)
+        self.checkpointed = checkpointed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for name in "abc":
+            block = getattr(self, name)
+            x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) if name == self.checkpointed else block(x)
+        return self.head(x)
+
+
+def test_the_checkpointing_suggestion_measures_what_checkpointing_that_module_by_hand_measures() -> None:
+    # The suggestion once measured a deep copy whose wrapped forward still ran the original
+    # copy's module: that module's gradients landed outside the measured model and its
+    # momentum was never created, so the reported peak was off by both.
+    torch.manual_seed(0)
+    model = _CheckpointsOneBlock()
+    x = torch.randn(1024, 64)
+    plan = ipd.optimize(model, x, optimizer=sgd)
+    assert plan.checkpoint is not None and plan.checkpoint.module in ("a", "b", "c")
+    by_hand = _CheckpointsOneBlock(checkpointed=plan.checkpoint.module)
+    by_hand.load_state_dict(model.state_dict())
+    assert plan.checkpoint.peak_after == ipd.memory(by_hand, x, optimizer=sgd).peak
+
+
+def test_an_optimizer_instance_is_measured_with_its_state_like_a_factory() -> None:
+    # Each configuration is copied together with the optimizer: a copy of the optimizer
+    # alone would step copies of the original parameters (no gradients: no momentum).
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 256), nn.ReLU(inplace=True), nn.Linear(256, 10))
+    x = torch.randn(8, 256)
+    instance = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    with_instance = ipd.optimize(model, x, optimizer=instance, suggest_checkpoint=False)
+    with_factory = ipd.optimize(model, x, optimizer=sgd, suggest_checkpoint=False)
+    assert with_instance.peak_planned == with_factory.peak_planned == ipd.memory(model, x, optimizer=instance).peak
+    assert not instance.state  # the user's optimizer never stepped

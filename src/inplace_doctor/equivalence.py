@@ -4,7 +4,9 @@ Runs the model as configured and as an out-of-place baseline (every module
 `inplace` flag and every functional `inplace=True` argument forced off for the
 run, without editing code; explicit `relu_()` and `+=` are the program's
 meaning and stay), each on a deep copy, with cloned inputs and the same RNG
-stream, then compares everything a training step produces. When they differ,
+stream, and compares everything a training step produces. The two runs advance
+in turns and are compared stage by stage, so verifying holds two copies of the
+model and their optimizer state, never a recording of a run. When they differ,
 the responsible in-place sites are found by group testing: a binary search for
 the smallest prefix of sites that, switched off, gives the baseline's results.
 """
@@ -15,7 +17,7 @@ import copy
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -128,11 +130,13 @@ def _called_by_a_torch_module(frame: Any) -> bool:
     return False
 
 
-def _module_sites(model: torch.nn.Module) -> list[InplaceSite]:
+def _module_sites(model: torch.nn.Module, flags: Mapping[str, bool] | None = None) -> list[InplaceSite]:
+    """The module flags that are on (with `flags` applied over the model's own)."""
+    flags = flags or {}
     return [
         InplaceSite("module", name)
         for name, m in model.named_modules()
-        if m.__dict__.get("inplace") is True
+        if flags.get(name, m.__dict__.get("inplace")) is True
     ]
 
 
@@ -154,64 +158,127 @@ def _make_optimizer(optimizer: Any, params: Iterable[torch.nn.Parameter]) -> Any
     raise UsageError(f"optimizer must be a torch.optim.Optimizer or a callable taking parameters, got {type(optimizer).__name__}")
 
 
-def _record(model: torch.nn.Module, args: Any, kwargs: Any, loss_fn: Any, steps: int, optimizer: Any) -> dict[str, torch.Tensor]:
-    """One run: every tensor a training step produces, by name."""
+Stage = list[tuple[str, torch.Tensor]]
+
+
+def _stages(
+    model: torch.nn.Module,
+    flags: Mapping[str, bool] | None,
+    off_modules: set[str] | None,
+    args: Any,
+    kwargs: Any,
+    loss_fn: Any,
+    steps: int,
+    optimizer: Any,
+) -> Iterator[Stage]:
+    """One run on a deep copy of `model` (made when the run starts, released when it ends): every
+    tensor a training step produces, by name, a stage at a time — the step's outputs, loss and
+    gradients; the parameters after the optimizer's step; at the end the buffers and the inputs.
+
+    A stage's tensors are the run's own, not copies: read them before the run resumes.
+    """
     from .api import default_loss
 
-    out: dict[str, torch.Tensor] = {}
+    model = copy.deepcopy(model)
+    for name, m in model.named_modules():
+        if flags is not None and name in flags:
+            m.inplace = flags[name]
+        if m.__dict__.get("inplace") is True and (off_modules is None or name in off_modules):
+            m.inplace = False
+    args, kwargs = _clone_inputs(args), _clone_inputs(kwargs)
     opt = _make_optimizer(optimizer, model.parameters())
     inputs = labelled_tensors(args, kwargs)
     for step in range(1, steps + 1):
         tag = f" (step {step})" if steps > 1 else ""
         output = model(*args, **kwargs)
-        for i, t in enumerate(tensors_in(output)):
-            out[f"output[{i}]{tag}"] = t.detach().clone()
+        stage = [(f"output[{i}]{tag}", t.detach().clone()) for i, t in enumerate(tensors_in(output))]
         loss = loss_fn(output) if loss_fn is not None else default_loss(output)
+        del output
         if isinstance(loss, torch.Tensor) and loss.requires_grad:
-            out[f"loss{tag}"] = loss.detach().clone()
+            stage.append((f"loss{tag}", loss.detach()))
             loss.backward()
-        for name, p in model.named_parameters():
-            if p.grad is not None:
-                out[f"grad of {name}{tag}"] = p.grad.detach().clone()
-        for label, t in inputs:
-            if t.grad is not None:
-                out[f"grad of input {label}{tag}"] = t.grad.detach().clone()
+        del loss
+        stage += [(f"grad of {name}{tag}", p.grad) for name, p in model.named_parameters() if p.grad is not None]
+        stage += [(f"grad of input {label}{tag}", t.grad) for label, t in inputs if t.grad is not None]
+        yield stage
         if opt is not None:
             opt.step()
             opt.zero_grad(set_to_none=True)
-            for name, p in model.named_parameters():
-                out[f"parameter {name} after step {step}"] = p.detach().clone()
-    for name, b in model.named_buffers():
-        out[f"buffer {name}"] = b.detach().clone()
-    for label, t in inputs:
-        out[f"input {label} after the call"] = t.detach().clone()
-    return out
+            yield [(f"parameter {name} after step {step}", p.detach()) for name, p in model.named_parameters()]
+    yield [(f"buffer {name}", b.detach()) for name, b in model.named_buffers()]
+    yield [(f"input {label} after the call", t.detach()) for label, t in inputs]
 
 
-def _compare(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float, rtol: float) -> list[Difference]:
+def _isolated(stages: Iterator[Stage], start: RngState, mode: "_Functional") -> Iterator[Stage]:
+    """`stages` run with an RNG stream of their own (from `start`) and under `mode`, so that two
+    runs can advance in turns and each still sees what it would have seen alone."""
+    state = start
+    while True:
+        state.restore()
+        with mode:
+            try:
+                stage = next(stages)
+            except StopIteration:
+                return
+        state = RngState()
+        yield stage
+
+
+def _compare_stage(a: Stage, b: Stage, atol: float, rtol: float) -> list[Difference]:
     differences = []
-    for name in a.keys() | b.keys():
-        if name not in a or name not in b:
+    theirs = dict(b)
+    for name, x in a:
+        if name not in theirs:
             differences.append(Difference(f"{name} (present in only one run)", float("inf"), float("inf")))
             continue
-        x, y = a[name], b[name]
-        if x.shape != y.shape or x.dtype != y.dtype:
-            differences.append(Difference(f"{name} (shape/dtype {tuple(x.shape)}/{x.dtype} vs {tuple(y.shape)}/{y.dtype})", float("inf"), float("inf")))
-            continue
-        if torch.equal(x, y):
-            continue
-        xf, yf = x.double(), y.double()
-        diff = (xf - yf).abs()
-        both_nan = torch.isnan(xf) & torch.isnan(yf)
-        diff = torch.where(both_nan, torch.zeros_like(diff), diff)
-        if bool((diff <= atol + rtol * yf.abs()).all()):
-            continue
-        max_abs = float(diff.max())
-        max_rel = float((diff / yf.abs().clamp_min(1e-30)).max())
-        differences.append(Difference(name, max_abs, max_rel))
-    order = list(a.keys())
-    differences.sort(key=lambda d: order.index(d.what) if d.what in order else len(order))
+        difference = _difference(name, x, theirs.pop(name), atol, rtol)
+        if difference is not None:
+            differences.append(difference)
+    differences += [Difference(f"{name} (present in only one run)", float("inf"), float("inf")) for name in theirs]
     return differences
+
+
+def _difference(name: str, x: torch.Tensor, y: torch.Tensor, atol: float, rtol: float) -> Difference | None:
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return Difference(f"{name} (shape/dtype {tuple(x.shape)}/{x.dtype} vs {tuple(y.shape)}/{y.dtype})", float("inf"), float("inf"))
+    if torch.equal(x, y):
+        return None
+    xf, yf = x.double(), y.double()
+    diff = (xf - yf).abs()
+    both_nan = torch.isnan(xf) & torch.isnan(yf)
+    diff = torch.where(both_nan, torch.zeros_like(diff), diff)
+    if bool((diff <= atol + rtol * yf.abs()).all()):
+        return None
+    max_abs = float(diff.max())
+    max_rel = float((diff / yf.abs().clamp_min(1e-30)).max())
+    return Difference(name, max_abs, max_rel)
+
+
+class _ConfiguredRaised(Exception):
+    def __init__(self, error: RuntimeError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _compare_runs(
+    configured: Iterator[Stage], reference: Iterator[Stage], atol: float, rtol: float, first_only: bool = False
+) -> list[Difference]:
+    """Advance both runs a stage at a time and compare as they go: neither run is recorded, so
+    verifying costs two live copies of the model, not two copies plus everything they produced.
+    A RuntimeError from the configured run is raised as `_ConfiguredRaised`."""
+    differences: list[Difference] = []
+    done = object()
+    while True:
+        try:
+            a = next(configured, done)
+        except RuntimeError as e:
+            raise _ConfiguredRaised(e) from e
+        b = next(reference, done)
+        if a is done or b is done:  # together: both runs take the same steps
+            return differences
+        differences += _compare_stage(a, b, atol, rtol)  # type: ignore[arg-type]
+        if first_only and differences:
+            return differences
 
 
 def verify(
@@ -247,6 +314,33 @@ def verify(
         >>> bool(result), [str(c) for c in result.culprits]
         (False, ['module act (inplace=True)'])
     """
+    return _verify(
+        model, args, kwargs, loss_fn=loss_fn, steps=steps, optimizer=optimizer, atol=atol, rtol=rtol,
+        localize=localize, inplace_calls_off=inplace_calls_off, flags=None,
+    )
+
+
+def _verify(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    loss_fn: Callable[[Any], torch.Tensor] | None,
+    steps: int,
+    optimizer: Any,
+    atol: float,
+    rtol: float,
+    localize: bool,
+    inplace_calls_off: Iterable[str],
+    flags: Mapping[str, bool] | None,
+) -> VerifyResult:
+    """`verify`, with `flags` (module path -> inplace) applied to each copy first: `optimize`
+    verifies a configuration without building it on a copy of its own.
+
+    Memory: the two runs advance in turns, each on its own copy, and are compared stage by
+    stage, so nothing is recorded; localising culprits records one baseline run and compares
+    each probe with it.
+    """
     if not isinstance(model, torch.nn.Module):
         raise UsageError(f"verify() needs a torch.nn.Module, got {type(model).__name__}")
     if steps < 1:
@@ -255,43 +349,53 @@ def verify(
     result = VerifyResult(equivalent=True)
     calls_off = set(inplace_calls_off)
 
-    def run(off_modules: set[str] | None, off_calls: set[str] | None) -> tuple[dict[str, torch.Tensor], _Functional]:
-        copy_ = copy.deepcopy(model)
-        for name, m in copy_.named_modules():
-            if m.__dict__.get("inplace") is True and (off_modules is None or name in off_modules):
-                m.inplace = False
-        rng.restore()
+    def run(off_modules: set[str] | None, off_calls: set[str] | None) -> tuple[Iterator[Stage], _Functional]:
+        """A run, not started yet: `off_modules`/`off_calls` forced out of place (None: all)."""
         mode = _Functional(None if off_calls is None else off_calls | calls_off)
         result.runs += 1
-        with mode:
-            recorded = _record(copy_, _clone_inputs(args), _clone_inputs(kwargs), loss_fn, steps, optimizer)
-        return recorded, mode
+        stages = _stages(model, flags, off_modules, args, kwargs, loss_fn, steps, optimizer)
+        return _isolated(stages, rng, mode), mode
 
     try:
-        try:
-            configured, discovery = run(set(), set())
-        except RuntimeError as exc:
-            return _configured_raised(model, args, kwargs, loss_fn, exc, result)
+        configured, discovery = run(set(), set())
         baseline, _ = run(None, None)
-        result.sites = _module_sites(model) + [InplaceSite("call", w) for w in discovery.seen]
-        result.differences = _compare(configured, baseline, atol, rtol)
+        raised = None
+        try:
+            result.differences = _compare_runs(configured, baseline, atol, rtol)
+        except _ConfiguredRaised as e:
+            raised = f"{type(e.error).__name__}: {str(e.error).splitlines()[0] if str(e.error) else ''}"
+        del configured, baseline  # both copies released before anything else runs
+        if raised is not None:
+            return _configured_raised(model, flags, args, kwargs, loss_fn, raised, result)
+        result.sites = _module_sites(model, flags) + [InplaceSite("call", w) for w in discovery.seen]
         result.equivalent = not result.differences
         if result.differences and localize:
-            result.culprits = _localize(result.sites, baseline, run, atol, rtol)
+            reference = [[(name, t.clone()) for name, t in stage] for stage in run(None, None)[0]]
+            result.culprits = _localize(result.sites, reference, run, atol, rtol)
     finally:
         rng.restore()
     return result
 
 
 def _configured_raised(
-    model: torch.nn.Module, args: Any, kwargs: Any, loss_fn: Any, exc: BaseException, result: VerifyResult
+    model: torch.nn.Module,
+    flags: Mapping[str, bool] | None,
+    args: Any,
+    kwargs: Any,
+    loss_fn: Any,
+    error: str,
+    result: VerifyResult,
 ) -> VerifyResult:
     from .api import audit
 
     result.equivalent = False
-    result.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    result.error = error
+    configured = copy.deepcopy(model)
+    for name, m in configured.named_modules():
+        if flags is not None and name in flags:
+            m.inplace = flags[name]
     try:
-        report = audit(copy.deepcopy(model), *_clone_inputs(args), loss_fn=loss_fn, **_clone_inputs(kwargs))
+        report = audit(configured, *_clone_inputs(args), loss_fn=loss_fn, **_clone_inputs(kwargs))
         result.findings = report.findings
     except Exception:  # the audit itself could not run: the error above says what happened
         pass
@@ -300,8 +404,8 @@ def _configured_raised(
 
 def _localize(
     sites: list[InplaceSite],
-    baseline: dict[str, torch.Tensor],
-    run: Callable[[set[str] | None, set[str] | None], tuple[dict[str, torch.Tensor], Any]],
+    baseline: list[Stage],
+    run: Callable[[set[str] | None, set[str] | None], tuple[Iterator[Stage], Any]],
     atol: float,
     rtol: float,
     limit: int = 8,
@@ -311,11 +415,11 @@ def _localize(
     def matches(off: list[InplaceSite]) -> bool:
         modules = {s.where for s in off if s.kind == "module"}
         calls = {s.where for s in off if s.kind == "call"}
+        probe, _ = run(modules, calls)
         try:
-            recorded, _ = run(modules, calls)
-        except RuntimeError:
+            return not _compare_runs(probe, iter(baseline), atol, rtol, first_only=True)
+        except _ConfiguredRaised:
             return False
-        return not _compare(recorded, baseline, atol, rtol)
 
     culprits: list[InplaceSite] = []
     remaining = list(sites)

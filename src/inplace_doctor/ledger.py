@@ -354,8 +354,9 @@ def _breakdown(rows: list[tuple[_Entry, str | None, Any]]) -> tuple[dict[str, in
 
 # -- the driver ----------------------------------------------------------------
 
-def _copy_model_and_optimizer(model: torch.nn.Module, optimizer: Any) -> tuple[torch.nn.Module, Any]:
-    """Deep copies sharing one memo, so the optimizer's parameters are the copy's."""
+def copy_model_and_optimizer(model: torch.nn.Module, optimizer: Any) -> tuple[torch.nn.Module, Any]:
+    """Deep copies sharing one memo, so the optimizer's parameters are the copy's; an optimizer
+    given as `params -> optimizer` is built over the copy."""
     if optimizer is None:
         return copy.deepcopy(model), None
     if isinstance(optimizer, torch.optim.Optimizer):
@@ -365,12 +366,9 @@ def _copy_model_and_optimizer(model: torch.nn.Module, optimizer: Any) -> tuple[t
     return model_copy, optimizer(model_copy.parameters())
 
 
-def _working_copies(
-    model: torch.nn.Module, optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[torch.nn.Module, Any, tuple[Any, ...], dict[str, Any]]:
-    """Copies to measure on: the model with its optimizer, and private copies of the inputs."""
-    work_model, work_opt = _copy_model_and_optimizer(model, optimizer)
-    return work_model, work_opt, copy.deepcopy(private_inputs(args)), copy.deepcopy(private_inputs(kwargs))
+def _private_copies(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Private copies of the inputs to measure on."""
+    return copy.deepcopy(private_inputs(args)), copy.deepcopy(private_inputs(kwargs))
 
 
 def _state_tensors(optimizer: Any) -> Iterator[torch.Tensor]:
@@ -438,10 +436,28 @@ def measure_memory(
         raise UsageError(f"memory() needs a torch.nn.Module, got {type(model).__name__}")
     if steps < 1:
         raise UsageError(f"steps must be at least 1, got {steps}")
+    work_model, work_opt = copy_model_and_optimizer(model, optimizer)
+    return measure_owned(work_model, work_opt, args, kwargs, loss_fn=loss_fn, steps=steps, target=model)
+
+
+def measure_owned(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    steps: int = 2,
+    target: torch.nn.Module | None = None,
+) -> MemoryReport:
+    """`measure_memory` on a model (and optimizer instance over it) the caller has already copied
+    and gives up: no second copy. `target` names what the report is about (default: `model`)."""
+    if steps < 1:
+        raise UsageError(f"steps must be at least 1, got {steps}")
     rng = RngState()
     try:
-        work_model, work_opt, work_args, work_kwargs = _working_copies(model, optimizer, args, kwargs)
-        return _measure(model, work_model, work_opt, work_args, work_kwargs, loss_fn, steps)
+        work_args, work_kwargs = _private_copies(args, kwargs)
+        return _measure(target or model, model, optimizer, work_args, work_kwargs, loss_fn, steps)
     finally:
         rng.restore()
 
@@ -570,10 +586,22 @@ def step_times(
 ) -> list[float]:
     """`step_time` of several configurations, in interleaved rounds (each round steps every model
     once), so that drift in the machine's speed affects them alike."""
+    return times_owned([copy_model_and_optimizer(m, optimizer) for m in models], args, kwargs, loss_fn=loss_fn, repeat=repeat)
+
+
+def times_owned(
+    owned: list[tuple[torch.nn.Module, torch.optim.Optimizer | None]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    repeat: int = 3,
+) -> list[float]:
+    """`step_times` of (model, optimizer) pairs the caller has already copied: no second copy."""
     rng = RngState()
     try:
-        work = [_working_copies(m, optimizer, args, kwargs) for m in models]
-        best = [float("inf")] * len(models)
+        work = [(m, opt, *_private_copies(args, kwargs)) for m, opt in owned]
+        best = [float("inf")] * len(work)
         for i in range(repeat + 1):
             for k, (work_model, work_opt, work_args, work_kwargs) in enumerate(work):
                 start = time.perf_counter()

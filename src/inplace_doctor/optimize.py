@@ -42,7 +42,7 @@ from ._compat import TORCH_VERSION
 from .config import HEADER_TABLE, apply_config, compress, inplace_modules, toml_string
 from .errors import UsageError
 from .findings import Finding, Severity
-from .ledger import MemoryReport, measure_memory, step_time, step_times
+from .ledger import MemoryReport, copy_model_and_optimizer, measure_owned, times_owned
 from .render.memory_text import fmt_bytes
 
 
@@ -214,12 +214,13 @@ def _bytes_or(n: int | None, error: str | None) -> str:
 # -- building the plan -------------------------------------------------------------
 
 
-def _configured(model: torch.nn.Module, flags: Mapping[str, bool]) -> torch.nn.Module:
-    copy_ = copy.deepcopy(model)
+def _configured(model: torch.nn.Module, flags: Mapping[str, bool], optimizer: Any = None) -> tuple[torch.nn.Module, Any]:
+    """A copy of `model` with `flags` set, and a copy of `optimizer` over it (None stays None)."""
+    copy_, opt = copy_model_and_optimizer(model, optimizer)
     modules = inplace_modules(copy_)
     for path, flag in flags.items():
         setattr(modules[path], "inplace", flag)
-    return copy_
+    return copy_, opt
 
 
 def _site_of_call(f: Finding) -> str | None:
@@ -284,7 +285,7 @@ def optimize(
         progress: called with a short description of each stage.
     """
     from .api import audit
-    from .equivalence import verify
+    from .equivalence import _verify
     from .preserve import RngState, tensors_in
 
     if not isinstance(model, torch.nn.Module):
@@ -300,7 +301,8 @@ def optimize(
 
         def measure(flags: Mapping[str, bool]) -> MemoryReport:
             rng.restore()
-            return measure_memory(_configured(model, flags), *args, loss_fn=loss_fn, optimizer=optimizer, steps=steps, **kwargs)
+            copy_, opt = _configured(model, flags, optimizer)
+            return measure_owned(copy_, opt, args, kwargs, loss_fn=loss_fn, steps=steps, target=model)
 
         unsafe: dict[str, list[str]] = {}  # module path -> evidence
         unsafe_calls: dict[str, list[str]] = {}  # file:line -> evidence
@@ -314,7 +316,7 @@ def optimize(
                 say(f"auditing with {len(executed) - len(unsafe)} flags on (round {round_ + 1})")
                 flags = {p: (p not in unsafe) for p in executed}
                 rng.restore()
-                report = audit(_configured(model, flags), *args, loss_fn=loss_fn, **kwargs)
+                report = audit(_configured(model, flags)[0], *args, loss_fn=loss_fn, **kwargs)
                 new = False
                 other = []
                 for f in report.findings:
@@ -362,10 +364,9 @@ def optimize(
             # 3. Proof.
             say("verifying the planned configuration against the out-of-place program")
             rng.restore()
-            planned_model = _configured(model, plan_flags)
-            verified = verify(
-                planned_model, *args, loss_fn=loss_fn, optimizer=optimizer, steps=max(1, steps),
-                inplace_calls_off=set(unsafe_calls), **kwargs,
+            verified = _verify(
+                model, args, kwargs, loss_fn=loss_fn, steps=max(1, steps), optimizer=optimizer,
+                atol=1e-6, rtol=1e-5, localize=True, inplace_calls_off=set(unsafe_calls), flags=plan_flags,
             )
             if verified.equivalent:
                 break
@@ -399,12 +400,12 @@ def optimize(
         # plan_flags covers the executed modules only; the others stay as shipped.
         changes_flags = any(flag != shipped[path] for path, flag in plan_flags.items())
         if mem_shipped is not None and changes_flags:
-            time_planned, time_shipped = step_times(
-                [_configured(model, plan_flags), _configured(model, shipped)], *args, loss_fn=loss_fn,
-                optimizer=optimizer, **kwargs,
+            time_planned, time_shipped = times_owned(
+                [_configured(model, plan_flags, optimizer), _configured(model, shipped, optimizer)], args, kwargs,
+                loss_fn=loss_fn,
             )
         else:  # one configuration to time: the plan changes no flag, or the shipped one raises
-            time_planned = step_time(_configured(model, plan_flags), *args, loss_fn=loss_fn, optimizer=optimizer, **kwargs)
+            (time_planned,) = times_owned([_configured(model, plan_flags, optimizer)], args, kwargs, loss_fn=loss_fn)
             if mem_shipped is not None:
                 time_shipped = time_planned
 
@@ -556,7 +557,9 @@ def _checkpoint_suggestion(
     if not holders:
         return None
     name, saved = _checkpoint_candidate(holders)
-    wrapped = _configured(model, flags)
+    # Measured and timed on this one copy: a deep copy of it would copy the function below as
+    # it is, still calling this copy's module.
+    wrapped, opt = _configured(model, flags, optimizer)
     target = wrapped.get_submodule(name)
     forward = target.forward
 
@@ -566,12 +569,12 @@ def _checkpoint_suggestion(
     target.forward = checkpointed  # type: ignore[method-assign]
     rng.restore()
     try:
-        after = measure_memory(wrapped, *args, loss_fn=loss_fn, optimizer=optimizer, steps=steps, **kwargs)
+        after = measure_owned(wrapped, opt, args, kwargs, loss_fn=loss_fn, steps=steps, target=model)
     except Exception as e:  # a module that cannot be checkpointed (non-tensor outputs, ...)
         plan.notes.append(f"checkpointing {name} could not be measured: {type(e).__name__}: {e}"[:300])
         return None
     rng.restore()
-    t_after = step_time(wrapped, *args, loss_fn=loss_fn, optimizer=optimizer, **kwargs)
+    (t_after,) = times_owned([(wrapped, opt)], args, kwargs, loss_fn=loss_fn)
     caveats = []
     if model.training and any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in target.modules()):
         caveats.append("contains BatchNorm: its running statistics update again on recompute (IPD108)")
