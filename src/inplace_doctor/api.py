@@ -74,13 +74,15 @@ def audit(
         refuse_opaque(model, "the model")
     except UnsupportedModuleError as e:
         raise UsageError(str(e)) from None
-    _refuse_lazy(model)
+    named = list(model.named_modules())  # one walk of the tree, shared below
+    modules = [m for _, m in named]
+    _refuse_lazy(model, modules)
     analyzer = Analyzer(select_rules(select, ignore), root_label="model", per_module_ignores=per_module_ignores)
     args, kwargs = private_inputs(args), private_inputs(kwargs)
     inputs = tensors_in((args, kwargs))
-    preserved = Preserved(model, inputs)
+    preserved = Preserved(model, inputs, modules)
     tracer = Tracer(analyzer, before_write=preserved.before_write, track_call_inputs=False)
-    tracer.modules.add_root(model)
+    tracer.modules.add_root(model, named=named)
     tracer.set_caller_inputs(labelled_tensors(args, kwargs))
     report = Report(
         findings=analyzer.findings,
@@ -117,12 +119,15 @@ def audit(
     return _finish(report, tracer)
 
 
-def _refuse_lazy(model: torch.nn.Module) -> None:
-    from torch.nn.parameter import UninitializedParameter
+def _refuse_lazy(model: torch.nn.Module, modules: list[torch.nn.Module]) -> None:
+    """Raise if a module in `modules` (model's) holds a lazy parameter not yet initialized."""
+    # The mixin, not UninitializedParameter: Parameter's metaclass makes isinstance against
+    # it slow, and this runs on every parameter of every audit.
+    from torch.nn.parameter import UninitializedTensorMixin
 
-    for module in model.modules():  # names only on the rare failure: named_modules() is slow
+    for module in modules:  # names only on the rare failure: named_modules() is slow
         for name, p in module._parameters.items():
-            if isinstance(p, UninitializedParameter):
+            if isinstance(p, UninitializedTensorMixin):
                 module_name = next(n for n, m in model.named_modules() if m is module)
                 full = f"{module_name}.{name}" if module_name else name
                 raise UsageError(

@@ -50,8 +50,11 @@ class ModuleTracker:
         self.on_top_level: Any = None
         self._buffer_ids: set[int] | None = None
 
-    def add_root(self, module: torch.nn.Module, prefix: str = "") -> None:
-        for name, sub in module.named_modules(remove_duplicate=True):
+    def add_root(
+        self, module: torch.nn.Module, prefix: str = "", named: list[tuple[str, torch.nn.Module]] | None = None
+    ) -> None:
+        """Name `module` and its submodules; `named` is `list(module.named_modules())` if the caller has it."""
+        for name, sub in named if named is not None else module.named_modules(remove_duplicate=True):
             if self._lookup(sub) is None:
                 path = f"{prefix}.{name}" if prefix and name else (prefix or name)
                 self._known[id(sub)] = (weakref.ref(sub), path, type(sub).__name__)

@@ -124,15 +124,18 @@ class Preserved:
     written back only then; train/eval flags and RNG state are restored.
     """
 
-    def __init__(self, model: torch.nn.Module, inputs: Iterable[torch.Tensor]) -> None:
+    def __init__(
+        self, model: torch.nn.Module, inputs: Iterable[torch.Tensor], modules: list[torch.nn.Module] | None = None
+    ) -> None:
         self.model = model
+        self._modules = modules  # model.modules(), when the caller has walked the tree already
         self.inputs = list(inputs)
         self._protected: dict[int, torch.Tensor] | None = None  # storage pointer -> a tensor on it
         self._snapshots: dict[int, tuple[Any, Any]] = {}  # storage pointer -> (storage, its bytes)
 
     def __enter__(self) -> "Preserved":
         model = self.model
-        modules = list(model.modules())  # one walk of the tree serves everything below
+        modules = self._modules if self._modules is not None else list(model.modules())  # one walk serves all below
         self._parameters = [
             (module, name, p) for module in modules for name, p in module._parameters.items() if p is not None
         ]
