@@ -123,7 +123,7 @@ def _refuse_lazy(model: torch.nn.Module, modules: list[torch.nn.Module]) -> None
     """Raise if a module in `modules` (model's) holds a lazy parameter not yet initialized."""
     # The mixin, not UninitializedParameter: Parameter's metaclass makes isinstance against
     # it slow, and this runs on every parameter of every audit.
-    from torch.nn.parameter import UninitializedTensorMixin
+    from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]
 
     for module in modules:  # names only on the rare failure: named_modules() is slow
         for name, p in module._parameters.items():
