@@ -158,3 +158,34 @@ def test_cli_verify_exit_codes(capsys):
     assert "responsible: module act" in capsys.readouterr().out
     assert main(["verify", "inplace_doctor.examples:linear_then_relu", "--steps", "2", "--sgd", "0.1"]) == 0
     assert main(["verify", "inplace_doctor.examples"]) == 2
+
+
+_PEAK_RSS_SCRIPT = """
+import resource, torch
+from torch import nn
+import inplace_doctor as ipd
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4096, 4096), nn.ReLU(inplace=True), nn.Linear(4096, 1))  # 64 MiB of weights
+x = torch.randn(4, 4096)
+opt = lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9)
+ipd.verify(nn.Sequential(nn.Linear(8, 8), nn.ReLU(inplace=True)), torch.randn(2, 8), optimizer=opt)  # lazy imports
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+result = ipd.verify(model, x, optimizer=opt, steps=3)
+assert result.equivalent, str(result)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+"""
+
+
+def test_verify_holds_two_copies_of_the_model_not_recordings_of_its_runs() -> None:
+    # Each run holds its copy, its gradients and its momentum: 3 x 64 MiB. Compared stage by
+    # stage, the two runs need about 6 x 64 MiB at once; recording both runs' gradients and
+    # parameters after each of 3 steps (as verify once did) needed about 15 x 64 MiB.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _PEAK_RSS_SCRIPT], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    grown = int(done.stdout.strip().splitlines()[-1])
+    weights = 4096 * 4096 * 4
+    assert grown < 8 * weights, f"verify's peak grew by {grown / weights:.1f} x the model's weights"

@@ -277,6 +277,7 @@ def _compare_runs(
         if a is done or b is done:  # together: both runs take the same steps
             return differences
         differences += _compare_stage(a, b, atol, rtol)  # type: ignore[arg-type]
+        del a, b  # a run's stage may hold its gradients: let the run free them when it steps
         if first_only and differences:
             return differences
 
