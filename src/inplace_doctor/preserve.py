@@ -99,8 +99,10 @@ class RngState:
         self.torch = torch.random.get_rng_state()
         self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
         self.python = random.getstate()
-        numpy = sys.modules.get("numpy")
-        self.numpy = numpy.random.get_state() if numpy is not None else None
+        # Only once numpy.random is imported: `numpy.random` on numpy alone would import it
+        # (a side effect of ours), and before that import no code has drawn from it.
+        random_module = sys.modules.get("numpy.random")
+        self.numpy = random_module.get_state() if random_module is not None else None
 
     def restore(self) -> None:
         torch.random.set_rng_state(self.torch)
@@ -112,6 +114,7 @@ class RngState:
             now = numpy.random.get_state()  # reading is cheaper than writing 624 words back
             if now[2:] != self.numpy[2:] or not numpy.array_equal(now[1], self.numpy[1]):
                 numpy.random.set_state(self.numpy)
+        # numpy.random imported during the run starts from fresh OS entropy: nothing to restore.
 
 
 class Preserved:
