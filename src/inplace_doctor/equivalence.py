@@ -28,6 +28,7 @@ from .preserve import RngState, labelled_tensors, map_tensors, tensors_in
 from .sites import capture_frames
 
 _TORCH_MODULES_DIR = os.path.join(torch.nn.modules.__path__[0], "")
+ATOL, RTOL = 1e-6, 1e-5  # verify's default tolerances
 _TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "")
 
 
@@ -288,8 +289,8 @@ def verify(
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
     steps: int = 1,
     optimizer: Any = None,
-    atol: float = 1e-6,
-    rtol: float = 1e-5,
+    atol: float = ATOL,
+    rtol: float = RTOL,
     localize: bool = True,
     inplace_calls_off: Iterable[str] = (),
     **kwargs: Any,

@@ -285,7 +285,7 @@ def optimize(
         progress: called with a short description of each stage.
     """
     from .api import audit
-    from .equivalence import _verify
+    from .equivalence import ATOL, RTOL, _verify
     from .preserve import RngState, tensors_in
 
     if not isinstance(model, torch.nn.Module):
@@ -366,7 +366,7 @@ def optimize(
             rng.restore()
             verified = _verify(
                 model, args, kwargs, loss_fn=loss_fn, steps=max(1, steps), optimizer=optimizer,
-                atol=1e-6, rtol=1e-5, localize=True, inplace_calls_off=set(unsafe_calls), flags=plan_flags,
+                atol=ATOL, rtol=RTOL, localize=True, inplace_calls_off=set(unsafe_calls), flags=plan_flags,
             )
             if verified.equivalent:
                 break
