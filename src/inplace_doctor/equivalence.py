@@ -28,8 +28,8 @@ from .preserve import RngState, labelled_tensors, map_tensors, tensors_in
 from .sites import capture_frames
 
 _TORCH_MODULES_DIR = os.path.join(torch.nn.modules.__path__[0], "")
-ATOL, RTOL = 1e-6, 1e-5  # verify's default tolerances
 _TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "")
+ATOL, RTOL = 1e-6, 1e-5  # verify's default tolerances
 
 
 @dataclass(frozen=True)
@@ -159,6 +159,16 @@ def _make_optimizer(optimizer: Any, params: Iterable[torch.nn.Parameter]) -> Any
     raise UsageError(f"optimizer must be a torch.optim.Optimizer or a callable taking parameters, got {type(optimizer).__name__}")
 
 
+def _copy_with_flags(model: torch.nn.Module, flags: Mapping[str, bool] | None) -> torch.nn.Module:
+    """A deep copy of `model` with `flags` (module path -> inplace) set."""
+    model = copy.deepcopy(model)
+    if flags:
+        for name, m in model.named_modules():
+            if name in flags:
+                m.inplace = flags[name]
+    return model
+
+
 Stage = list[tuple[str, torch.Tensor]]
 
 
@@ -180,10 +190,8 @@ def _stages(
     """
     from .api import default_loss
 
-    model = copy.deepcopy(model)
+    model = _copy_with_flags(model, flags)
     for name, m in model.named_modules():
-        if flags is not None and name in flags:
-            m.inplace = flags[name]
         if m.__dict__.get("inplace") is True and (off_modules is None or name in off_modules):
             m.inplace = False
     args, kwargs = _clone_inputs(args), _clone_inputs(kwargs)
@@ -392,12 +400,8 @@ def _configured_raised(
 
     result.equivalent = False
     result.error = error
-    configured = copy.deepcopy(model)
-    for name, m in configured.named_modules():
-        if flags is not None and name in flags:
-            m.inplace = flags[name]
     try:
-        report = audit(configured, *_clone_inputs(args), loss_fn=loss_fn, **_clone_inputs(kwargs))
+        report = audit(_copy_with_flags(model, flags), *_clone_inputs(args), loss_fn=loss_fn, **_clone_inputs(kwargs))
         result.findings = report.findings
     except Exception:  # the audit itself could not run: the error above says what happened
         pass

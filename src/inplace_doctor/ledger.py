@@ -564,31 +564,6 @@ def _measure(
         ledger.release()
 
 
-def step_time(
-    model: torch.nn.Module,
-    *args: Any,
-    loss_fn: Callable[[Any], torch.Tensor] | None = None,
-    optimizer: Any = None,
-    repeat: int = 3,
-    **kwargs: Any,
-) -> float:
-    """Seconds of one plain training step (minimum of `repeat`, after one warm-up), on copies."""
-    return step_times([model], *args, loss_fn=loss_fn, optimizer=optimizer, repeat=repeat, **kwargs)[0]
-
-
-def step_times(
-    models: list[torch.nn.Module],
-    *args: Any,
-    loss_fn: Callable[[Any], torch.Tensor] | None = None,
-    optimizer: Any = None,
-    repeat: int = 3,
-    **kwargs: Any,
-) -> list[float]:
-    """`step_time` of several configurations, in interleaved rounds (each round steps every model
-    once), so that drift in the machine's speed affects them alike."""
-    return times_owned([copy_model_and_optimizer(m, optimizer) for m in models], args, kwargs, loss_fn=loss_fn, repeat=repeat)
-
-
 def times_owned(
     owned: list[tuple[torch.nn.Module, torch.optim.Optimizer | None]],
     args: tuple[Any, ...],
@@ -597,7 +572,10 @@ def times_owned(
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
     repeat: int = 3,
 ) -> list[float]:
-    """`step_times` of (model, optimizer) pairs the caller has already copied: no second copy."""
+    """Seconds of one plain training step of each (model, optimizer) pair, which the caller has
+    copied and gives up (minimum of `repeat`, after one warm-up). The pairs are stepped in
+    interleaved rounds (each round steps every model once), so that drift in the machine's
+    speed affects them alike."""
     rng = RngState()
     try:
         work = [(m, opt, *_private_copies(args, kwargs)) for m, opt in owned]
