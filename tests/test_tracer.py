@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import linecache
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from inplace_doctor.events import SavedTensorOverwritten, StaleSavedTensorUsed
 from inplace_doctor.ops import op_name, write_spec
+from inplace_doctor.sites import SAVE_STACK, capture_frames
 from inplace_doctor.tracer import Tracer
 
 
@@ -198,6 +200,52 @@ def test_module_paths_and_call_indices():
     assert event.saved.site.module == "block.1" and event.saved.site.module_type == "Sigmoid"
     assert event.write.site.module == "act" and event.write.site.module_call == 1
     assert event.write.site.module_inplace is True
+
+
+def test_save_location_is_resolved_from_the_stack_captured_at_the_save():
+    """Saves capture the stack in C and resolve it only for a finding: the same
+    user frames, lines and torch API a frame walk at the save sees."""
+    walked = []
+
+    def saved_sigmoid(x):
+        walked.append(capture_frames(limit=SAVE_STACK))
+        y = torch.sigmoid(x)  # saves its output
+        y.mul_(2)
+        return y
+
+    events = Recorder()
+    with Tracer(events):
+        x = torch.randn(2, 3, requires_grad=True)
+        out = saved_sigmoid(x)
+    [event] = overwrites(events)
+    site = event.saved.site
+    assert site.code == "y = torch.sigmoid(x)  # saves its output"
+    [(frames, api)] = walked
+    assert [(f.file, f.line, f.function) for f in site.stack] == [*frames[:-1], (frames[-1][0], frames[-1][1] + 1, "saved_sigmoid")]
+    assert site.api == api is None
+    assert event.saved.in_checkpoint is False
+    del out
+
+    # A save inside a torch module: the API the user's line entered is its qualified name.
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.linear(x)
+
+    with Tracer(Recorder()) as tracer:
+        net = Net()
+        out = net(torch.randn(2, 3, requires_grad=True))
+        holders = [ref() for bucket in tracer._by_storage.values() for ref in bucket.values()]
+        linear_saves = [h.record for h in holders if h is not None and h.record.module[2] == "Linear"]
+        assert linear_saves
+        for record in linear_saves:
+            frames, api, module, phase, in_region = record.where()
+            assert api == "Linear.forward" and phase == "forward" and not in_region
+            assert frames[-1][2] == "forward" and "self.linear(x)" in linecache.getline(frames[-1][0], frames[-1][1])
+        del holders, linear_saves, record, out
 
 
 def test_module_stack_recovers_after_an_exception_caught_inside():

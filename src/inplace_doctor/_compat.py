@@ -54,6 +54,14 @@ DisableTorchDispatch: Any = _require(torch._C, "_DisableTorchDispatch", "the dis
 
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
+#: Captures the current Python stack in C (code objects and instruction
+#: offsets, no frame objects, so no locals kept alive); `symbolize_tracebacks`
+#: turns captures into file/line/name only when a finding needs them.
+gather_traceback: Callable[..., Any] = _require(torch._C._profiler, "gather_traceback", "the C stack capture")
+symbolize_tracebacks: Callable[[list[Any]], list[list[dict[str, Any]]]] = _require(
+    torch._C._profiler, "symbolize_tracebacks", "the C stack capture's symbolizer"
+)
+
 _require(torch.autograd.graph, "saved_tensors_hooks", "saved-tensor hooks")
 _require(torch.nn.modules.module, "register_module_forward_pre_hook", "global module hooks")
 _require(torch.nn.modules.module, "register_module_forward_hook", "global module hooks")
@@ -70,4 +78,6 @@ __all__ = [
     "push_node_creation_hook",
     "SavedTensor",
     "RAW_SAVED_PREFIX",
+    "gather_traceback",
+    "symbolize_tracebacks",
 ]

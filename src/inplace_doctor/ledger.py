@@ -330,7 +330,7 @@ def _breakdown(rows: list[tuple[_Entry, str | None, Any]]) -> tuple[dict[str, in
             cat = "saved activations"
             node = record.node or "<unnamed node>"
             label = f"{node}.{record.field}" if record.field else node
-            frames, api, module, phase, _ = record.where
+            frames, api, module, phase, _ = record.where()
             site = make_site(record.op or "", frames, api, module, phase)
             module_path = None
             if module is not None:

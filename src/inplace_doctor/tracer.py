@@ -20,7 +20,6 @@ Known limitations:
 from __future__ import annotations
 
 import itertools
-import sys
 import weakref
 from typing import Any, Callable
 
@@ -56,45 +55,38 @@ from .sites import (
     RawFrame,
     Site,
     capture_frames,
-    capture_save_frames,
+    capture_stack,
     checkpoint_in_traceback,
     frames_from_traceback,
     in_checkpoint_region,
     in_ddp_state_sync,
     inplace_op_in_traceback,
     make_site,
+    resolve_stack,
 )
 from .storage import storage_span
 
 Sink = Callable[[Event], "BaseException | None"]
 
-def _stack_key(depth: int = 8) -> tuple[Any, ...]:
-    """(code, instruction) of the `depth` frames above the pack hook's caller."""
-    frame: Any = sys._getframe(2)
-    key = []
-    while frame is not None and depth:
-        key.append(frame.f_code)
-        key.append(frame.f_lasti)
-        frame = frame.f_back
-        depth -= 1
-    return tuple(key)
-
-
 class _SavedRecord:
     """What the tracer knows about one saved tensor (private, mutable)."""
 
-    __slots__ = ("key", "where", "version", "shape", "dtype", "node", "field", "op", "read", "used", "span")
+    __slots__ = ("key", "stack", "module", "phase", "version", "shape", "dtype", "node", "field", "op", "read", "used", "span")
 
     def __init__(
         self,
         key: int,
-        where: tuple[tuple[RawFrame, ...], str | None, ModuleContext | None, str, bool],
+        stack: Any,
+        module: ModuleContext | None,
+        phase: str,
         version: int,
         t: torch.Tensor,
         span: tuple[int, int, int] | None,
     ) -> None:
         self.key = key
-        self.where = where  # (user frames, torch api, module context, phase, inside a checkpoint region)
+        self.stack = stack  # a `capture_stack()` capture until `where()` resolves it
+        self.module = module
+        self.phase = phase
         self.version = version
         self.shape = t.shape
         self.dtype = t.dtype
@@ -105,9 +97,16 @@ class _SavedRecord:
         self.used = False
         self.span = span
 
+    def where(self) -> tuple[tuple[RawFrame, ...], str | None, ModuleContext | None, str, bool]:
+        """(user frames, torch api, module context, phase, inside a checkpoint region), resolved once."""
+        if not isinstance(self.stack, tuple):
+            self.stack = resolve_stack(self.stack, SAVE_STACK)
+        frames, api, in_region = self.stack
+        return frames, api, self.module, self.phase, in_region
+
     def info(self) -> SavedInfo:
         op = self.op or (self.node.removesuffix("Backward0") if self.node else "<unknown op>")
-        frames, api, module, phase, in_region = self.where
+        frames, api, module, phase, in_region = self.where()
         return SavedInfo(
             in_checkpoint=in_region,
             site=make_site(op, frames, api, module, phase),
@@ -160,7 +159,6 @@ class _DispatchMode(_compat.TorchDispatchMode):
             kwargs = {}
         if tracer._busy:
             return func(*args, **kwargs)
-        tracer._save_frames = None
         if tracer._pending_nodes:
             tracer._flush_nodes()
         if tracer._pending_writes:
@@ -237,9 +235,6 @@ class Tracer:
         self.modules.on_top_level = self._on_top_level_call
         self.inplace_calls = InplaceCalls(self)
         self.held = HeldTensors(self)
-        self._save_frames: (
-            tuple[Any, tuple[tuple[RawFrame, ...], str | None, ModuleContext | None, str, bool]] | None
-        ) = None
         self._error_module: tuple[int, ModuleContext | None] | None = None
         self._contexts: list[Any] = []
         self._active = False
@@ -286,7 +281,6 @@ class Tracer:
                 ctx.__exit__(None, None, None)
             self._pending_writes.clear()
             self._pending_nodes.clear()
-            self._save_frames = None
             self._inputs = {}
             self._forward_state = {}
             self.inplace_calls.clear()
@@ -310,23 +304,9 @@ class Tracer:
                 alias = t.detach()
             finally:
                 self._busy = False
-        # Packs from one autograd kernel call share the Python stack: captured
-        # once. Not "no op dispatched in between" alone (the cache is reset at
-        # each op): a kernel saves its inputs before it dispatches, so the next
-        # op's input saves follow this op's output saves directly. The key is
-        # the calling code and instruction of the innermost frames (code objects,
-        # not frame ids, which CPython reuses) and the module on the stack.
-        call = (_stack_key(), self.modules.current)
-        cached = self._save_frames
-        if cached is not None and cached[0] == call:
-            where = cached[1]
-        else:
-            phase = "backward" if _compat.current_autograd_node() is not None else "forward"
-            frames, api, in_region = capture_save_frames(SAVE_STACK)
-            where = (frames, api, self.modules.current, phase, in_region)
-            self._save_frames = (call, where)
+        phase = "backward" if _compat.current_autograd_node() is not None else "forward"
         span = storage_span(t)
-        record = _SavedRecord(next(self._keys), where, t._version, t, span)
+        record = _SavedRecord(next(self._keys), capture_stack(), self.modules.current, phase, t._version, t, span)
         holder = _Holder(alias, record)
         self.saves += 1
         if span is not None:
@@ -538,15 +518,16 @@ class Tracer:
                 if holder is None:
                     continue
                 record = holder.record
-                node_key = (record.node, record.where[0][-1:] if record.where[0] else None)
-                if record.node is not None and node_key in reported:
-                    continue
                 version_now = holder.tensor._version
                 shares = version_now != version_before
                 if shares:
                     if version_now == record.version:
                         continue
                 elif not (write.info.writes_bytes and record.read and _overlaps(write.span, record.span)):
+                    continue
+                frames = record.where()[0]
+                node_key = (record.node, frames[-1:])
+                if record.node is not None and node_key in reported:
                     continue
                 reported.add(node_key)
                 self.emit(
