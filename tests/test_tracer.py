@@ -109,7 +109,7 @@ def test_batchnorm_running_stats_saved_but_not_read_in_training():
         fields = {}
         for bucket in tracer._by_storage.values():
             for ref in bucket.values():
-                record = ref().record
+                record = ref()
                 fields[record.field] = record.read
     assert fields["running_mean"] is False and fields["running_var"] is False
     assert fields["input"] is True
@@ -238,14 +238,14 @@ def test_save_location_is_resolved_from_the_stack_captured_at_the_save():
     with Tracer(Recorder()) as tracer:
         net = Net()
         out = net(torch.randn(2, 3, requires_grad=True))
-        holders = [ref() for bucket in tracer._by_storage.values() for ref in bucket.values()]
-        linear_saves = [h.record for h in holders if h is not None and h.record.module[2] == "Linear"]
+        records = [ref() for bucket in tracer._by_storage.values() for ref in bucket.values()]
+        linear_saves = [r for r in records if r is not None and r.module[2] == "Linear"]
         assert linear_saves
         for record in linear_saves:
             frames, api, module, phase, in_region = record.where()
             assert api == "Linear.forward" and phase == "forward" and not in_region
             assert frames[-1][2] == "forward" and "self.linear(x)" in linecache.getline(frames[-1][0], frames[-1][1])
-        del holders, linear_saves, record, out
+        del records, linear_saves, record, out
 
 
 def test_module_stack_recovers_after_an_exception_caught_inside():
@@ -323,3 +323,19 @@ def test_fused_adam_writes_without_a_version_bump_and_is_reported_as_silent():
     [finding] = [f for f in session.findings if f.code == "IPD104"]
     assert finding.mutation.op == "aten._fused_adam_" and finding.mutation.api == "Adam.step"
     assert finding.details["slot"] == "AddmmBackward0.mat2"
+
+
+def test_a_compiled_function_called_inside_the_tracer_never_traces_the_tracer():
+    """The dispatch mode stays dynamo-disabled (torch's wrapper, or ours without its lazy-import layer)."""
+    from torch._dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+    compiled = torch.compile(lambda x: x.sin() * 2 + 1, backend=counter)
+    x = torch.randn(4, requires_grad=True)
+    events = Recorder()
+    with Tracer(events):
+        out = compiled(x)
+        out.sum().backward()
+    assert counter.frame_count == 0  # unwrapped, dynamo compiles three of the tracer's own frames
+    assert torch.equal(out, x.sin() * 2 + 1) and torch.equal(x.grad, 2 * x.cos()) and not events
+    torch._dynamo.reset()

@@ -45,7 +45,7 @@ from .errors import UsageError
 from .preserve import RngState, private_inputs, tensors_in
 from .sites import make_site
 from .render.memory_text import fmt_bytes as _fmt_bytes
-from .tracer import Tracer
+from .tracer import SavedPlace, Tracer
 
 PHASES = ("forward", "backward", "optimizer")
 CATEGORIES = (
@@ -297,18 +297,18 @@ class _Ledger(_compat.TorchDispatchMode):
             self._take_pending()
 
     def snapshot(self) -> list[tuple[_Entry, str | None, Any]]:
-        """(entry, category, oldest saved record or None) of every live storage, now."""
+        """(entry, category, where the oldest saved tensor on it was saved, or None) of every live storage, now."""
         tracer = self.tracer
         rows = []
         # Every entry still counted: this runs inside the free callback of the
         # first storage released after the peak, whose weakref is already dead.
         for _, entry in self._entries.values():
-            record = None
+            place = None
             if entry.category is None and tracer is not None:
                 records = tracer.saved_records(entry.ptr)
                 if records:
-                    record = records[0]
-            rows.append((entry, entry.category, record))
+                    place = records[0].place()  # not the record: it holds the tensor
+            rows.append((entry, entry.category, place))
         return rows
 
     def new_step(self) -> None:
@@ -322,16 +322,18 @@ class _Ledger(_compat.TorchDispatchMode):
 def _breakdown(rows: list[tuple[_Entry, str | None, Any]]) -> tuple[dict[str, int], list[Holding]]:
     by_category = dict.fromkeys(CATEGORIES, 0)
     groups: dict[tuple[Any, ...], list[int]] = {}
-    for entry, category, record in rows:
+    located = SavedPlace.resolve_all([place for _, _, place in rows if place is not None])
+    for entry, category, place in rows:
         key: tuple[Any, ...]
         if category is not None:
             cat, key = category, (category, "", None, None)
-        elif record is not None:
+        elif place is not None:
             cat = "saved activations"
-            node = record.node or "<unnamed node>"
-            label = f"{node}.{record.field}" if record.field else node
-            frames, api, module, phase, _ = record.where()
-            site = make_site(record.op or "", frames, api, module, phase)
+            node = place.node or "<unnamed node>"
+            label = f"{node}.{place.field}" if place.field else node
+            frames, api, _ = located[id(place.stack)]
+            module = place.module
+            site = make_site(place.op or "", frames, api, module, "backward" if place.in_backward else "forward")
             module_path = None
             if module is not None:
                 module_path = f"model.{module[0]}" if module[0] else "model"

@@ -43,6 +43,9 @@ class ModuleTracker:
         self._known: dict[int, tuple[Any, str, str]] = {}
         self._calls: dict[int, int] = {}
         self._stack: list[tuple[torch.nn.Module, ModuleContext]] = []
+        #: The innermost running module's context (None outside any module); an
+        #: attribute, not a property: it is read on every saved tensor.
+        self.current: ModuleContext | None = None
         self._on_stack: dict[int, int] = {}  # id(module) -> its index in _stack
         self._handles: list[Any] = []
         #: Called with (module, args) when a module is called from outside any
@@ -87,10 +90,6 @@ class ModuleTracker:
         self.add_root(module, type(module).__name__)
         return self._known[id(module)]
 
-    @property
-    def current(self) -> ModuleContext | None:
-        return self._stack[-1][1] if self._stack else None
-
     def _pre(self, module: torch.nn.Module, args: Any) -> None:
         stack = self._stack
         key = id(module)
@@ -112,7 +111,8 @@ class ModuleTracker:
         # __dict__, not getattr: Module.__getattr__ raises internally for most modules.
         inplace = module.__dict__.get("inplace")
         self._on_stack[key] = len(stack)
-        stack.append((module, (entry[1], call, entry[2], inplace if isinstance(inplace, bool) else None)))
+        context = self.current = (entry[1], call, entry[2], inplace if isinstance(inplace, bool) else None)
+        stack.append((module, context))
 
     def _post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         index = self._on_stack.get(id(module))
@@ -126,6 +126,7 @@ class ModuleTracker:
         while len(stack) > index:
             top, _ = stack.pop()
             self._on_stack.pop(id(top), None)
+        self.current = stack[-1][1] if stack else None
 
     def clear(self) -> None:
         """Forget modules an exception unwound past (their post hooks never ran)."""

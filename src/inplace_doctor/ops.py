@@ -42,6 +42,18 @@ def write_spec(func: Any) -> WriteSpec:
 _BATCH_NORMS = frozenset(
     {torch.ops.aten.native_batch_norm.default, torch.ops.aten._native_batch_norm_legit.default}
 )
+# id(op) -> (op, write spec, is a batch norm), read on every op the tracer sees: keyed by id
+# because OpOverload hashes in Python; holding the op keeps its id from being reused.
+_op_facts: dict[int, tuple[Any, WriteSpec, bool]] = {}
+
+
+def op_facts(func: Any) -> tuple[Any, WriteSpec, bool]:
+    facts = _op_facts.get(id(func))
+    if facts is None:
+        facts = _op_facts[id(func)] = (func, write_spec(func), func in _BATCH_NORMS)
+    return facts
+
+
 _restore_bump: dict[Any, bool] = {}
 _foreach_bump_lost: bool | None = None
 

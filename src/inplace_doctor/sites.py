@@ -204,10 +204,19 @@ def capture_stack() -> Any:
 
 def resolve_stack(captured: Any, limit: int) -> tuple[tuple[RawFrame, ...], str | None, bool]:
     """`capture_frames`' answer for a `capture_stack()` capture, plus whether it ran inside a checkpointed region."""
+    return resolve_stacks([captured], limit)[0]
+
+
+def resolve_stacks(captured: list[Any], limit: int) -> list[tuple[tuple[RawFrame, ...], str | None, bool]]:
+    """`resolve_stack` for many captures at once (torch symbolizes them in one batch)."""
+    return [_select(entries, limit) for entries in _compat.symbolize_tracebacks(captured)]
+
+
+def _select(entries: list[dict[str, Any]], limit: int) -> tuple[tuple[RawFrame, ...], str | None, bool]:
     frames: list[RawFrame] = []
     api: str | None = None
     through_checkpoint = False
-    for entry in _compat.symbolize_tracebacks([captured])[0]:  # innermost first
+    for entry in entries:  # innermost first
         filename, line, name = entry["filename"], entry["line"], entry["name"]
         if filename == _CHECKPOINT_FILE:
             through_checkpoint = True

@@ -23,3 +23,11 @@ def storage_span(t: torch.Tensor) -> tuple[int, int, int] | None:
     except (RuntimeError, NotImplementedError, TypeError):  # sparse, meta, no storage
         return None
     return storage.data_ptr(), start * size, (start + extent + 1) * size
+
+
+def storage_key(t: torch.Tensor) -> int:
+    """`storage_span(t)[0]` alone, for a tensor autograd saved (never an inference tensor): 0 without storage."""
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError, TypeError):  # sparse, meta, no storage
+        return 0

@@ -19,9 +19,8 @@ Known limitations:
 
 from __future__ import annotations
 
-import itertools
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 
@@ -42,10 +41,10 @@ from .held import HeldTensors
 from .inplace_calls import InplaceCalls
 from .modules import ModuleContext, ModuleTracker
 from .ops import (
-    _BATCH_NORMS,
-    _write_specs,
+    _op_facts,
     _writes_bytes,
     _written,
+    op_facts,
     op_name,
     restores_version_bump,
     write_spec,
@@ -63,46 +62,70 @@ from .sites import (
     inplace_op_in_traceback,
     make_site,
     resolve_stack,
+    resolve_stacks,
 )
-from .storage import storage_span
+from .storage import storage_key, storage_span
 
 Sink = Callable[[Event], "BaseException | None"]
 
-class _SavedRecord:
-    """What the tracer knows about one saved tensor (private, mutable)."""
+class SavedPlace(NamedTuple):
+    """Who saved a tensor and where (`_SavedRecord.place()`); `stack` is a capture or its resolution."""
 
-    __slots__ = ("key", "stack", "module", "phase", "version", "shape", "dtype", "node", "field", "op", "read", "used", "span")
+    node: str | None
+    field: str | None
+    op: str | None
+    module: ModuleContext | None
+    in_backward: bool
+    stack: Any
+
+    @staticmethod
+    def resolve_all(places: list["SavedPlace"]) -> dict[int, tuple[tuple[RawFrame, ...], str | None, bool]]:
+        """id(place.stack) -> (user frames, torch api, inside a checkpoint region), in one batch."""
+        todo = {id(p.stack): p.stack for p in places if not isinstance(p.stack, tuple)}
+        resolved = dict(zip(todo, resolve_stacks(list(todo.values()), SAVE_STACK)))
+        resolved.update((id(p.stack), p.stack) for p in places if isinstance(p.stack, tuple))
+        return resolved
+
+
+class _SavedRecord:
+    """What our pack hook hands autograd for one saved tensor, and what the tracer knows about it.
+
+    `tensor` is a detached alias (same storage and version counter, no
+    grad_fn, so no reference cycle through the node that saved it). Shape,
+    dtype, memory span and source location are read from it, or resolved,
+    only when a write or a finding needs them: packing runs on every save.
+    """
+
+    __slots__ = ("tensor", "key", "stack", "module", "in_backward", "version", "node", "field", "op", "read", "used", "__weakref__")
 
     def __init__(
-        self,
-        key: int,
-        stack: Any,
-        module: ModuleContext | None,
-        phase: str,
-        version: int,
-        t: torch.Tensor,
-        span: tuple[int, int, int] | None,
+        self, tensor: torch.Tensor, key: int, stack: Any, module: ModuleContext | None, in_backward: bool, version: int
     ) -> None:
+        self.tensor = tensor
         self.key = key
         self.stack = stack  # a `capture_stack()` capture until `where()` resolves it
         self.module = module
-        self.phase = phase
+        self.in_backward = in_backward
         self.version = version
-        self.shape = t.shape
-        self.dtype = t.dtype
         self.node: str | None = None
         self.field: str | None = None
         self.op: str | None = None
         self.read = True
         self.used = False
-        self.span = span
+
+    def span(self) -> tuple[int, int, int] | None:
+        return storage_span(self.tensor)
 
     def where(self) -> tuple[tuple[RawFrame, ...], str | None, ModuleContext | None, str, bool]:
         """(user frames, torch api, module context, phase, inside a checkpoint region), resolved once."""
         if not isinstance(self.stack, tuple):
             self.stack = resolve_stack(self.stack, SAVE_STACK)
         frames, api, in_region = self.stack
-        return frames, api, self.module, self.phase, in_region
+        return frames, api, self.module, "backward" if self.in_backward else "forward", in_region
+
+    def place(self) -> SavedPlace:
+        """What the record says about where the tensor was saved, without the tensor (to keep)."""
+        return SavedPlace(self.node, self.field, self.op, self.module, self.in_backward, self.stack)
 
     def info(self) -> SavedInfo:
         op = self.op or (self.node.removesuffix("Backward0") if self.node else "<unknown op>")
@@ -113,22 +136,11 @@ class _SavedRecord:
             node=self.node,
             field=self.field,
             version=self.version,
-            shape=tuple(self.shape),
-            dtype=str(self.dtype).removeprefix("torch."),
+            shape=tuple(self.tensor.shape),
+            dtype=str(self.tensor.dtype).removeprefix("torch."),
             read_by_backward=self.read,
             key=self.key,
         )
-
-
-class _Holder:
-    """What our pack hook hands autograd: a detached alias (same storage and
-    counter, no grad_fn, so no reference cycle) and its record."""
-
-    __slots__ = ("tensor", "record", "__weakref__")
-
-    def __init__(self, tensor: torch.Tensor, record: _SavedRecord) -> None:
-        self.tensor = tensor
-        self.record = record
 
 
 class _PendingWrite:
@@ -164,9 +176,7 @@ class _DispatchMode(_compat.TorchDispatchMode):
         if tracer._pending_writes:
             tracer._settle()
         tracer.ops += 1
-        spec = _write_specs.get(func)
-        if spec is None:
-            spec = write_spec(func)
+        _, spec, batch_norm = _op_facts.get(id(func)) or op_facts(func)
         written = _written(spec, args, kwargs) if spec else None
         if written and tracer._before_write is not None:
             tracer._call_before_write(written)
@@ -180,13 +190,33 @@ class _DispatchMode(_compat.TorchDispatchMode):
             tracer._failed_op = (id(exc), func)
             raise
         tracer._last_op = func
-        if func in _BATCH_NORMS and _compat.current_autograd_node() is not None:
+        if batch_norm and _compat.current_autograd_node() is not None:
             tracer._batch_norm_in_backward(func, args, kwargs)
         if written:
             tracer._record_write(func, written)
             if restores_version_bump(func):
                 torch.autograd.graph.increment_version([t for t in written if not t.is_inference()])
         return out
+
+
+def _disable_dynamo_directly() -> None:
+    """Wrap the dispatch mode in `torch._dynamo.disable` itself, once.
+
+    torch wraps every mode's `__torch_dispatch__` in `torch._disable_dynamo`,
+    so that a compiled function called while the mode is active never traces
+    the mode. Its lazy-import layer is one more Python call per op: about 3 %
+    of a small model's step. `torch._dynamo.disable` gives the same protection
+    without it (torch's wrapper imports torch._dynamo at the first op anyway).
+    """
+    current = _DispatchMode.__dict__["__torch_dispatch__"]
+    raw = getattr(current, "__wrapped__", None)
+    if raw is None or getattr(current, "_torchdynamo_disable", False):
+        return  # not wrapped by this torch, or done already
+    try:
+        import torch._dynamo
+    except Exception:  # a platform without dynamo: keep torch's own wrapper
+        return
+    _DispatchMode.__torch_dispatch__ = torch._dynamo.disable(raw, recursive=True)  # type: ignore[method-assign]
 
 
 class Tracer:
@@ -219,10 +249,9 @@ class Tracer:
         self.ops = 0
         self._fail_fast = fail_fast
         self.modules = ModuleTracker()
-        self._by_storage: dict[int, dict[int, weakref.ref[_Holder]]] = {}
-        self._ref_keys: dict[weakref.ref[_Holder], tuple[int, int]] = {}
+        self._by_storage: dict[int, dict[int, weakref.ref[_SavedRecord]]] = {}
+        self._ref_keys: dict[weakref.ref[_SavedRecord], tuple[int, int]] = {}
         self._on_release = self._release  # one bound method for every weakref callback
-        self._keys = itertools.count(1)
         self._pending_nodes: list[tuple[Any, Any]] = []
         self._pending_writes: list[_PendingWrite] = []
         self._busy = False
@@ -254,6 +283,7 @@ class Tracer:
             hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
             hooks.__enter__()
             self._contexts.append(hooks)
+            _disable_dynamo_directly()
             mode = _DispatchMode(self)
             mode.__enter__()
             self._contexts.append(mode)
@@ -294,7 +324,7 @@ class Tracer:
             self._settle()
 
     # -- saved tensors ---------------------------------------------------
-    def _pack(self, t: torch.Tensor) -> _Holder:
+    def _pack(self, t: torch.Tensor) -> _SavedRecord:
         if type(t) is torch.Tensor or type(t) is torch.nn.Parameter:
             with _compat.DisableTorchDispatch():  # our own detach is not the user's op
                 alias = t.detach()
@@ -304,22 +334,20 @@ class Tracer:
                 alias = t.detach()
             finally:
                 self._busy = False
-        phase = "backward" if _compat.current_autograd_node() is not None else "forward"
-        span = storage_span(t)
-        record = _SavedRecord(next(self._keys), capture_stack(), self.modules.current, phase, t._version, t, span)
-        holder = _Holder(alias, record)
-        self.saves += 1
-        if span is not None:
-            ptr, key = span[0], record.key
-            ref = weakref.ref(holder, self._on_release)
+        key = self.saves = self.saves + 1
+        in_backward = _compat.current_autograd_node() is not None
+        record = _SavedRecord(alias, key, capture_stack(), self.modules.current, in_backward, t._version)
+        ptr = storage_key(alias)
+        if ptr:
+            ref = weakref.ref(record, self._on_release)
             self._ref_keys[ref] = (ptr, key)
             bucket = self._by_storage.get(ptr)
             if bucket is None:
                 bucket = self._by_storage[ptr] = {}
             bucket[key] = ref
-        return holder
+        return record
 
-    def _release(self, ref: "weakref.ref[_Holder]") -> None:
+    def _release(self, ref: "weakref.ref[_SavedRecord]") -> None:
         """Autograd freed a saved tensor (backward ran, or the graph was dropped)."""
         ptr, key = self._ref_keys.pop(ref, (0, 0))
         bucket = self._by_storage.get(ptr)
@@ -328,9 +356,8 @@ class Tracer:
             if not bucket:
                 del self._by_storage[ptr]
 
-    def _unpack(self, holder: _Holder) -> torch.Tensor:
-        t = holder.tensor
-        record = holder.record
+    def _unpack(self, record: _SavedRecord) -> torch.Tensor:
+        t = record.tensor
         record.used = True
         version = t._version
         if version != record.version:
@@ -340,7 +367,7 @@ class Tracer:
             error = self._sink(StaleSavedTensorUsed(record.info(), node_name, version))
             # The traceback keeps this frame alive (autograd may hold the error
             # for a while): it must not keep the saved tensor alive too.
-            del t, holder, record
+            del t, record
             if error is None:
                 raise original
             raise error from original
@@ -355,11 +382,15 @@ class Tracer:
         return f"after {self.ops} ops, {self.saves} saved tensors{where}"
 
     def saved_records(self, storage_ptr: int) -> list[_SavedRecord]:
-        """Records of the saved tensors autograd still holds on one storage, oldest first."""
+        """Records of the saved tensors autograd still holds on one storage, oldest first, named.
+
+        A record holds its tensor: keep `record.place()`, not the record."""
+        if self._pending_nodes:
+            self._flush_nodes()
         bucket = self._by_storage.get(storage_ptr)
         if not bucket:
             return []
-        return [h.record for _, ref in sorted(bucket.items()) if (h := ref()) is not None]
+        return [r for _, ref in sorted(bucket.items()) if (r := ref()) is not None]
 
     def live_saved_tensors(self) -> int:
         return sum(len(b) for b in self._by_storage.values())
@@ -374,32 +405,32 @@ class Tracer:
             attrs = _saved_attrs(node)
             if not attrs:
                 continue
-            node_name = None
-            for attr in attrs:
+            node_name = op = None
+            custom = False
+            for attr, field in attrs:
                 try:
                     raw = getattr(node, attr)
                 except RuntimeError:  # already freed
                     continue
-                items = raw if isinstance(raw, (tuple, list)) else (raw,)
-                for i, saved in enumerate(items):
+                many = isinstance(raw, (tuple, list))
+                for i, saved in enumerate(raw if many else (raw,)):
                     if not isinstance(saved, _compat.SavedTensor):
                         continue
-                    holder: Any = saved.data
-                    if type(holder) is not _Holder or holder.record.node is not None:
+                    record: Any = saved.data
+                    if type(record) is not _SavedRecord or record.node is not None:
                         continue
-                    record = holder.record
                     if node_name is None:
                         node_name = node.name()
-                    field = attr[len(_compat.RAW_SAVED_PREFIX) :]
-                    custom = isinstance(node, torch.autograd.function.BackwardCFunction)
+                        custom = isinstance(node, torch.autograd.function.BackwardCFunction)
+                        if custom:
+                            op = f"{node_name.removesuffix('Backward')}.apply"
+                        elif last_op is not None:
+                            op = op_name(last_op)
                     if custom:
                         field = "saved_tensors"  # what the user's backward reads: ctx.saved_tensors
                     record.node = node_name
-                    record.field = f"{field}[{i}]" if isinstance(raw, (tuple, list)) else field
-                    if custom:
-                        record.op = f"{node_name.removesuffix('Backward')}.apply"
-                    elif last_op is not None:
-                        record.op = op_name(last_op)
+                    record.field = f"{field}[{i}]" if many else field
+                    record.op = op
                     record.read = saved_field_is_read(node, node_name, record.field)
 
     def emit(self, event: Event) -> None:
@@ -445,9 +476,9 @@ class Tracer:
         candidates = []
         if bucket:
             for ref in bucket.values():
-                holder = ref()
-                if holder is not None:
-                    candidates.append((ref, holder.tensor._version))
+                record = ref()
+                if record is not None:
+                    candidates.append((ref, record.tensor._version))
         if not candidates and argument is None and not held:
             return
         info = self._write_info(func, t)
@@ -514,16 +545,15 @@ class Tracer:
         for write in writes:
             reported: set[tuple[Any, ...]] = set()  # one event per node a write hits (`a * a` saves a twice)
             for ref, version_before in write.candidates:
-                holder = ref()
-                if holder is None:
+                record = ref()
+                if record is None:
                     continue
-                record = holder.record
-                version_now = holder.tensor._version
+                version_now = record.tensor._version
                 shares = version_now != version_before
                 if shares:
                     if version_now == record.version:
                         continue
-                elif not (write.info.writes_bytes and record.read and _overlaps(write.span, record.span)):
+                elif not (write.info.writes_bytes and record.read and _overlaps(write.span, record.span())):
                     continue
                 frames = record.where()[0]
                 node_key = (record.node, frames[-1:])
@@ -568,14 +598,16 @@ class _NodeHookContext:
         _compat.pop_node_creation_hook()
 
 
-_saved_attr_cache: dict[type, tuple[str, ...]] = {}
+_saved_attr_cache: dict[type, tuple[tuple[str, str], ...]] = {}
 
 
-def _saved_attrs(node: Any) -> tuple[str, ...]:
+def _saved_attrs(node: Any) -> tuple[tuple[str, str], ...]:
+    """(`_raw_saved_<field>` attribute, field) of each tensor field a node type saves."""
     cls = type(node)
     attrs = _saved_attr_cache.get(cls)
     if attrs is None:
-        attrs = tuple(a for a in dir(node) if a.startswith(_compat.RAW_SAVED_PREFIX))
+        prefix = _compat.RAW_SAVED_PREFIX
+        attrs = tuple((a, a[len(prefix) :]) for a in dir(node) if a.startswith(prefix))
         _saved_attr_cache[cls] = attrs
     return attrs
 
