@@ -108,6 +108,62 @@ def test_detection_changes_no_value_gradient_or_identity():
     assert [f.code for f in session.findings] == ["IPD105"]
 
 
+class ChainedInplace(nn.Module):
+    """`out += identity; out = relu(out)` (torchvision's Bottleneck), then optionally a residual read."""
+
+    def __init__(self, read_original: bool):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.act = nn.ReLU(inplace=True)
+        self.read_original = read_original
+
+    def forward(self, x):
+        h = self.fc(x)
+        out = h
+        out += x  # <chain-first>
+        out = self.act(out)  # <chain-second>
+        return out * h if self.read_original else out  # <chain-read>
+
+
+def _node_names(t):
+    seen, todo, names = set(), [t.grad_fn], []
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.append(node.name())
+        todo.extend(f for f, _ in node.next_functions)
+    return names
+
+
+@pytest.mark.parametrize("read_original", [False, True], ids=["clean", "reads-original"])
+def test_an_inplace_call_on_the_alias_of_an_earlier_one_runs_on_what_it_views(read_original):
+    """The second in-place call gets the alias the first handed back: it runs on the tensor the
+    alias views, as plain PyTorch would, so autograd builds no CopySlices (a full-size copy at
+    backward); values, gradients and findings are unchanged."""
+    torch.manual_seed(0)
+    model, x = ChainedInplace(read_original), torch.randn(3, 4, requires_grad=True)
+    out = model(x)
+    out.sum().backward()
+    grads = [p.grad.clone() for p in [*model.parameters(), x]]
+    model.zero_grad()
+    x.grad = None
+    with ipd.watch(model) as session:
+        out2 = model(x)
+        names = _node_names(out2)
+        out2.sum().backward()
+    assert torch.equal(out, out2)
+    assert all(torch.equal(a, p.grad) for a, p in zip(grads, [*model.parameters(), x]))
+    assert "torch::autograd::CopySlices" not in names and "AsStridedBackward0" not in names
+    found = ipd105(session.findings)
+    if not read_original:
+        assert found == []
+    else:
+        [f] = found  # `h` was overwritten by `+=` (and again by the ReLU) and read after
+        assert f.mutation.line == line_of("chain-first") and f.read.line == line_of("chain-read")
+
+
 class BufferCounter(nn.Module):
     def __init__(self):
         super().__init__()
