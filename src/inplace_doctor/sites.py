@@ -158,16 +158,6 @@ def is_user_file(filename: str) -> bool:
     return known
 
 
-_api_frame_cache: dict[object, bool] = {}
-
-
-def _is_api_frame(code: object) -> bool:
-    known = _api_frame_cache.get(code)
-    if known is None:
-        known = _api_frame_cache[code] = _is_api_name(code.co_qualname)  # type: ignore[attr-defined]
-    return known
-
-
 def _is_api_name(qualname: str) -> bool:
     return "<locals>" not in qualname and qualname.rsplit(".", 1)[-1] not in _WRAPPER_NAMES
 
@@ -180,15 +170,12 @@ SAVE_STACK = 8  # user frames kept for a save
 RawFrame = tuple[str, int, str]  # (file, line, function): cheap to capture on every save
 
 
-def capture_frames(
-    frame: FrameType | None = None, limit: int = MAX_STACK
-) -> tuple[tuple[RawFrame, ...], str | None]:
+def capture_frames(limit: int = MAX_STACK) -> tuple[tuple[RawFrame, ...], str | None]:
     """User frames of the current stack (innermost last) and the torch API the innermost one called.
 
-    Runs at every in-place call, so it builds plain tuples; `make_site` turns
-    them into `Frame`s only when a finding needs them.
+    Plain tuples; `make_site` turns them into `Frame`s only when a finding needs them.
     """
-    frames, api, _ = _walk(frame if frame is not None else sys._getframe(1), limit)
+    frames, api, _ = resolve_stack(capture_stack(), limit)
     return frames, api
 
 
@@ -259,29 +246,6 @@ def _qualname(filename: str, name: str, line: int) -> str:
     return min(inside)[1] if inside else name
 
 
-def _walk(f: FrameType | None, limit: int) -> tuple[tuple[RawFrame, ...], str | None, bool]:
-    frames: list[RawFrame] = []
-    api: str | None = None
-    through_checkpoint = False
-    cache = _is_user_file_cache
-    while f is not None and len(frames) < limit:
-        code = f.f_code
-        filename = code.co_filename
-        user = cache.get(filename)
-        if user is None:
-            user = is_user_file(filename)
-        if user:
-            frames.append((filename, f.f_lineno, code.co_name))
-        else:
-            if filename == _CHECKPOINT_FILE:
-                through_checkpoint = True
-            if not frames and filename.startswith(_TORCH_DIR) and _is_api_frame(code):
-                api = code.co_qualname  # outermost non-wrapper torch frame below the user's line
-        f = f.f_back
-    frames.reverse()
-    return tuple(frames), api, through_checkpoint
-
-
 _INPLACE_CALL = re.compile(r"\b(?P<name>[a-z][a-z0-9_]*_)\(")
 
 
@@ -310,7 +274,7 @@ def frames_from_traceback(tb: TracebackType | None) -> tuple[tuple[RawFrame, ...
         if is_user_file(code.co_filename):
             frames.append((code.co_filename, tb.tb_lineno, code.co_name))
             api, after_user = None, True
-        elif after_user and code.co_filename.startswith(_TORCH_DIR) and _is_api_frame(code):
+        elif after_user and code.co_filename.startswith(_TORCH_DIR) and _is_api_name(code.co_qualname):
             api, after_user = code.co_qualname, False
         tb = tb.tb_next
     return tuple(frames[-MAX_STACK:]), api
@@ -323,16 +287,6 @@ def source_line(frame: Frame | None) -> str | None:
     return text or None
 
 
-
-
-def in_checkpoint_region(frame: FrameType | None = None) -> bool:
-    """Whether torch.utils.checkpoint is on the current Python stack."""
-    f: FrameType | None = frame if frame is not None else sys._getframe(1)
-    while f is not None:
-        if f.f_code.co_filename == _CHECKPOINT_FILE:
-            return True
-        f = f.f_back
-    return False
 
 
 try:

@@ -50,14 +50,13 @@ from .ops import (
     write_spec,
 )
 from .sites import (
+    MAX_STACK,
     SAVE_STACK,
     RawFrame,
     Site,
-    capture_frames,
     capture_stack,
     checkpoint_in_traceback,
     frames_from_traceback,
-    in_checkpoint_region,
     in_ddp_state_sync,
     inplace_op_in_traceback,
     make_site,
@@ -502,7 +501,7 @@ class Tracer:
             self.emit(SideEffectRepeated(self._write_info(func, running_mean), "BatchNorm running statistics"))
 
     def _write_info(self, func: Any, t: torch.Tensor) -> WriteInfo:
-        frames, api = capture_frames()
+        frames, api, in_region = resolve_stack(capture_stack(), MAX_STACK)  # one capture: lines and region
         phase = "backward" if _compat.current_autograd_node() is not None else "forward"
         name = op_name(func)
         return WriteInfo(
@@ -510,7 +509,7 @@ class Tracer:
             shape=tuple(t.shape),
             dtype=str(t.dtype).removeprefix("torch."),
             writes_bytes=_writes_bytes(func),
-            in_checkpoint=in_checkpoint_region(),
+            in_checkpoint=in_region,
         )
 
     # -- the caller's inputs ------------------------------------------------
