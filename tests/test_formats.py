@@ -90,6 +90,13 @@ def _example_line(fragment: str) -> int:
     return hits[0]
 
 
+def _constructing_line(cls: str) -> int:
+    """The line of `self.act = nn.ReLU(inplace=True)` in class `cls` of the bundled examples."""
+    lines = EXAMPLES_FILE.read_text().splitlines()
+    start = _example_line(f"class {cls}(")
+    return next(i for i in range(start, len(lines) + 1) if lines[i - 1].strip() == "self.act = nn.ReLU(inplace=True)")
+
+
 def _examples_uri() -> str:
     """The examples file relative to the repository root, as SARIF should name it."""
     root = Path(sarif.repository_root())
@@ -157,7 +164,7 @@ def test_report_schema_is_strict(reports: dict[str, Report], report_validator: A
 # -- SARIF content -------------------------------------------------------------
 
 
-def test_result_is_at_the_mutation_line_with_a_relative_uri(reports: dict[str, Report]) -> None:
+def test_a_flag_fix_result_is_at_the_constructing_line_and_the_write_is_related(reports: dict[str, Report]) -> None:
     report = reports["sigmoid_then_relu"]
     assert report.codes == ["IPD101"]
     (result,) = _sarif(report)["runs"][0]["results"]
@@ -167,8 +174,20 @@ def test_result_is_at_the_mutation_line_with_a_relative_uri(reports: dict[str, R
     (location,) = result["locations"]
     physical = location["physicalLocation"]
     assert physical["artifactLocation"] == {"uri": _examples_uri(), "uriBaseId": "%SRCROOT%"}
-    assert physical["region"]["startLine"] == _example_line("return self.act(gate)")
+    # Where the fix goes: `self.act = nn.ReLU(inplace=True)`, with the module path.
+    assert physical["region"]["startLine"] == _constructing_line("SigmoidThenReLU")
     assert location["logicalLocations"][0]["fullyQualifiedName"] == "model.act"
+    overwrote = [r for r in result["relatedLocations"] if r["message"]["text"] == "overwrote here"]
+    assert [r["physicalLocation"]["region"]["startLine"] for r in overwrote] == [_example_line("return self.act(gate)")]
+
+
+def test_result_is_at_the_mutation_line_with_a_relative_uri(reports: dict[str, Report]) -> None:
+    report = reports["data_write_after_save"]
+    (result,) = _sarif(report)["runs"][0]["results"]
+    (location,) = result["locations"]
+    physical = location["physicalLocation"]
+    assert physical["artifactLocation"] == {"uri": _examples_uri(), "uriBaseId": "%SRCROOT%"}
+    assert physical["region"]["startLine"] == _example_line(report.findings[0].mutation.code)
 
 
 def test_saved_site_is_a_related_location(reports: dict[str, Report]) -> None:
@@ -191,9 +210,11 @@ def test_read_site_is_a_related_location(reports: dict[str, Report]) -> None:
     assert report.codes == ["IPD105"]
     (result,) = _sarif(report)["runs"][0]["results"]
     line = _example_line("return h + self.act(h)")
-    assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == line
-    (read,) = result["relatedLocations"]
-    assert read["message"]["text"] == "read here"
+    built = _constructing_line("ResidualReLU")
+    assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == built
+    overwrote, read = result["relatedLocations"]
+    assert (overwrote["message"]["text"], read["message"]["text"]) == ("overwrote here", "read here")
+    assert overwrote["physicalLocation"]["region"]["startLine"] == line
     assert read["physicalLocation"]["region"]["startLine"] == line
 
 

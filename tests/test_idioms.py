@@ -656,6 +656,7 @@ def test_ddp_two_process_gloo_training_is_clean(tmp_path):
         assert res["historic"] == {"22095": [], "22095 watched": [], "65907": [], "65907 watched": []}
     # The planted hazard: each rank's report carries its rank; rank 0 gathered both.
     assert [res["hazard_rank"] for res in results] == [0, 1]
+    assert [res["hazard_severity"] for res in results] == [["info"], ["info"]]
     assert results[1]["gathered"] is None
     assert results[0]["gathered"] == [
         {"code": "IPD101", "ranks": [0, 1], "mutation": "module.2", "saved": "module.1", "slot": "SigmoidBackward0.result"}
@@ -751,17 +752,23 @@ def test_broken_gan_order_is_flagged_with_a_single_model_root():
     assert {f.saved.module for f in hits} <= {"fc1", "fc2"}
 
 
-def test_broken_gan_order_fail_fast_raises_inside_the_discriminator_step():
-    # The saved weights were never used by a backward before the step, so the write itself is the error.
+def test_broken_gan_order_fail_fast_raises_at_the_generator_backward_with_the_step_chained():
+    # The step itself may be harmless (the graph could be freed unread): fail_fast raises when the
+    # generator's backward reaches the overwritten weights, with the step's stack chained in front.
     torch.manual_seed(0)
     G, D, opt_g, opt_d = _gan()
     with pytest.raises(ipd.InplaceError) as excinfo:
         with ipd.watch(G, D, fail_fast=True):
             _broken_gan_step_separate(G, D, opt_g, opt_d)
     step_line = line_of("broken-gan-d-step-separate")
-    ours = [fr.lineno for fr in traceback.extract_tb(excinfo.value.__traceback__) if fr.filename == str(HERE)]
-    assert ours and ours[-1] == step_line, ours
     assert excinfo.value.findings[0].mutation.line == step_line
+    pytorch_error = excinfo.value.__cause__
+    assert isinstance(pytorch_error, RuntimeError) and "modified by an inplace operation" in str(pytorch_error)
+    written = pytorch_error.__cause__
+    assert isinstance(written, ipd.WrittenHere)
+    assert f'File "{HERE}", line {step_line}' in str(written) and "opt_d.step()" in str(written)
+    printed = "".join(traceback.format_exception(excinfo.value))
+    assert printed.index("WrittenHere") < printed.index("modified by an inplace operation") < printed.index("InplaceError")
 
 
 # ---------------------------------------------------------------------------

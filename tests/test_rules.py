@@ -152,11 +152,11 @@ class TwoHeads(nn.Module):
         return h, aux
 
 
-def test_ipd101_branch_backward_never_reaches_is_unconfirmed_warning():
+def test_ipd101_branch_backward_never_reaches_is_unconfirmed_info():
     report = ipd.audit(TwoHeads(), torch.randn(2, 4), loss_fn=lambda out: out[0].sum())
     f = only(report.findings, "IPD101")
     assert_lines(f, "branch", "branch")
-    assert f.confirmed is False and f.severity is ipd.Severity.WARNING
+    assert f.confirmed is False and f.severity is ipd.Severity.INFO and "not on the loss" in f.unconfirmed_reason
     assert "Unconfirmed" in f.message
     both = only(ipd.audit(TwoHeads(), torch.randn(2, 4)).findings, "IPD101")
     assert both.confirmed is True and both.severity is ipd.Severity.ERROR
@@ -234,7 +234,8 @@ def test_ipd101_retained_graph_overwritten_after_backward_reports_only_when_back
         y.sum().backward(retain_graph=True)
         with torch.no_grad():
             y.mul_(2)  # <write:retain>
-    assert session.findings == []  # the graph's one backward already ran
+    # The graph's one backward already ran: the write is a prediction that nothing confirmed.
+    assert [(f.code, f.severity) for f in session.findings] == [("IPD101", ipd.Severity.INFO)]
     with pytest.raises(ipd.InplaceError):
         with ipd.watch() as session:
             y.sum().backward()
@@ -509,15 +510,28 @@ def test_pytorch_error_survives_when_its_rule_is_ignored():
     assert report.findings == [] and any("not selected" in n for n in report.notes)
 
 
-def test_fail_fast_raises_at_the_overwriting_line():
+def test_fail_fast_raises_at_backward_with_the_overwriting_line_chained():
     with pytest.raises(ipd.InplaceError) as raised:
         with ipd.watch(fail_fast=True):
             x = torch.randn(3, requires_grad=True)
             y = x.exp()
             y.add_(1)  # <write:failfast>
+            y.sum().backward()  # <backward:failfast>
             raise AssertionError("fail_fast should have raised before this line")
     frames = [tb for tb in _traceback_lines(raised.value.__traceback__) if tb[0] == __file__]
-    assert frames[-1][1] == line_of("write:failfast")
+    assert frames[-1][1] == line_of("backward:failfast")
+    written = raised.value.__cause__.__cause__
+    assert isinstance(written, ipd.WrittenHere)
+    assert f'File "{__file__}", line {line_of("write:failfast")}' in str(written)
+
+
+def test_fail_fast_does_not_stop_a_graph_that_is_never_backpropagated():
+    with ipd.watch(fail_fast=True) as session:
+        x = torch.randn(3, requires_grad=True)
+        y = x.exp()
+        y.add_(1)  # the graph through exp is dropped below, never backpropagated
+        del y
+    assert session.findings == [] and session.report().stats["predictions_dropped"] == 1
 
 
 def _traceback_lines(tb):

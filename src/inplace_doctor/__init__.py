@@ -13,7 +13,7 @@ from . import _compat  # noqa: F401  (fails early, naming the torch version)
 from .api import audit, watch
 from .distributed import gather
 from .equivalence import VerifyResult, verify
-from .errors import InplaceDoctorError, InplaceError, ModelError, UsageError
+from .errors import InplaceDoctorError, InplaceError, ModelError, UsageError, WrittenHere
 from .findings import Finding, Severity
 from .config import apply_config
 from .ledger import MemoryReport
@@ -50,4 +50,5 @@ __all__ = [
     "suppress",
     "verify",
     "watch",
+    "WrittenHere",
 ]

@@ -1,22 +1,42 @@
-"""Events in, findings out: runs the selected rules and keeps findings deduplicated."""
+"""Events in, findings out: runs the selected rules, keeps predictions until backward settles them,
+and folds findings with the same cause.
+
+A write to a tensor autograd saved is a *prediction*: backward will raise
+(IPD101), or read the changed values (IPD104), only if it reaches that
+tensor. The prediction is kept, not reported, until one of:
+
+- backward reaches the tensor (`StaleSavedTensorUsed`, `SavedTensorReached`):
+  the rules report it confirmed, and predictions of the same cause still
+  pending (other layers' parameters written by the same `opt.step()`) fold
+  into that finding;
+- autograd frees the tensor unread (`SavedTensorFreed`): its graph was never
+  backpropagated through that node (an RL target computed with grad and used
+  detached), so nothing can happen; counted in `dropped`, never reported;
+- the run ends (`finish`): still pending, reported with lowered severity and
+  the reason.
+"""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from typing import Mapping, Sequence
 
-from .errors import InplaceError
+from .errors import InplaceError, WrittenHere
 from .events import (
     Event,
     InplaceErrorRaised,
+    SavedTensorFreed,
     SavedTensorOverwritten,
+    SavedTensorReached,
     StaleSavedTensorUsed,
 )
 from .findings import Finding, Severity
 from .rules import Rule
+from .rules.describe import place_of
 from .suppress import is_suppressed
 
 _REMEMBERED_OVERWRITES = 4096
+_FIXES_SHOWN = 4
 
 
 class Analyzer:
@@ -41,6 +61,10 @@ class Analyzer:
         self.findings: list[Finding] = []
         self._index: dict[tuple[object, ...], int] = {}
         self._overwrites: OrderedDict[int, SavedTensorOverwritten] = OrderedDict()
+        #: saved-tensor key -> the findings predicted for it, not yet reported
+        self.pending: dict[int, list[Finding]] = {}
+        #: predictions whose saved tensor autograd freed without backward reading it
+        self.dropped = 0
         self._by_event: dict[type, list[Rule]] = {}
         for r in rules:
             for event_type in r.events:
@@ -51,30 +75,46 @@ class Analyzer:
         return self._overwrites.get(key)
 
     def __call__(self, event: Event) -> BaseException | None:
+        if isinstance(event, SavedTensorFreed):
+            if self.pending.pop(event.key, None):
+                self.dropped += 1
+            return None
         if isinstance(event, SavedTensorOverwritten):
             self._overwrites[event.saved.key] = event
             self._overwrites.move_to_end(event.saved.key)
             while len(self._overwrites) > _REMEMBERED_OVERWRITES:
                 self._overwrites.popitem(last=False)
         produced = self.handle(event)
+        if isinstance(event, SavedTensorOverwritten):
+            return None  # a prediction: nothing is certain until backward reaches the tensor
         if isinstance(event, StaleSavedTensorUsed):
             stale = [f for f in produced if f.code == "IPD101"]
-            return InplaceError(stale[0].message, stale) if stale else None
+            return self._error(stale, event.saved.key) if stale else None
         if self.fail_fast:
             errors = [f for f in produced if f.severity is Severity.ERROR]
             if errors:
-                return InplaceError(errors[0].message, errors)
+                return self._error(errors, getattr(event, "key", None))
         return None
 
+    def _error(self, findings: list[Finding], key: int | None) -> InplaceError:
+        error = InplaceError(findings[0].message, findings)
+        prior = self._overwrites.get(key) if key is not None else None
+        if prior is not None and prior.write.site.stack:
+            error.written_here = WrittenHere(_format_stack(prior.write.site))  # type: ignore[attr-defined]
+        return error
+
     def handle(self, event: Event) -> list[Finding]:
-        """Run the rules for one event and record what they find."""
+        """Run the rules for one event and record (or, for a write to a saved tensor, keep) what they find."""
         produced: list[Finding] = []
         # Errors PyTorch raised confirm what was found earlier; they are not new occurrences.
-        confirming = isinstance(event, (StaleSavedTensorUsed, InplaceErrorRaised))
-        if isinstance(event, StaleSavedTensorUsed) and event.saved.key in self._suppressed_saved:
-            self._suppressed_error = True
-            self.suppressed += 1
-            return produced
+        confirming = isinstance(event, (StaleSavedTensorUsed, InplaceErrorRaised, SavedTensorReached))
+        if isinstance(event, (StaleSavedTensorUsed, SavedTensorReached)):
+            key = event.saved.key if isinstance(event, StaleSavedTensorUsed) else event.key
+            self.pending.pop(key, None)
+            if key in self._suppressed_saved:
+                self._suppressed_error = isinstance(event, StaleSavedTensorUsed)
+                self.suppressed += 1
+                return produced
         if isinstance(event, InplaceErrorRaised) and self._suppressed_error:
             self._suppressed_error = False
             self.suppressed += 1
@@ -90,8 +130,38 @@ class Analyzer:
                         self._suppressed_saved.clear()  # bounded in long runs, like the overwrites
                     self._suppressed_saved.add(event.saved.key)
                 continue
-            produced.append(self._record(finding, confirming))
+            finding = self._placed(finding)
+            if isinstance(event, SavedTensorOverwritten):
+                predicted = self.pending.setdefault(event.saved.key, [])
+                predicted[:] = [f for f in predicted if f.code != finding.code] + [finding]
+                produced.append(finding)
+                continue
+            recorded = self._record(finding, confirming)
+            if confirming and finding.confirmed:
+                recorded = self._fold_pending(recorded)
+            produced.append(recorded)
         return produced
+
+    def _placed(self, finding: Finding) -> Finding:
+        place = place_of(finding, self.root_label)
+        return finding.with_(places=(place,)) if place and finding.places != (place,) else finding
+
+    def _fold_pending(self, confirmed: Finding) -> Finding:
+        """Predictions still pending with the confirmed finding's cause (the other parameters one
+        `opt.step()` overwrote) fold into it: backward stopped at the first, they share its fix."""
+        key = confirmed.dedupe_key
+        for saved_key in [k for k, fs in self.pending.items() if any(f.dedupe_key == key for f in fs)]:
+            rest = []
+            for f in self.pending[saved_key]:
+                if f.dedupe_key == key:
+                    confirmed = self._record(f.with_(confirmed=True), confirming=False)
+                else:
+                    rest.append(f)
+            if rest:
+                self.pending[saved_key] = rest
+            else:
+                del self.pending[saved_key]
+        return confirmed
 
     def adopt(self, findings: list[Finding]) -> None:
         """Record findings another session's tracer raised inside this one
@@ -108,19 +178,63 @@ class Analyzer:
             self.findings.append(finding)
             return finding
         old = self.findings[index]
-        if confirming:
-            merged = old.with_(confirmed=True, severity=finding.severity, message=finding.message)
+        places = old.places + tuple(p for p in finding.places if p not in old.places)
+        fixes = list(old.details.get("fixes") or [old.fix])
+        if finding.fix and finding.fix not in fixes and len(fixes) < _FIXES_SHOWN:
+            fixes.append(finding.fix)
+        details = {**old.details, "fixes": fixes} if len(fixes) > 1 else old.details
+        if confirming and not old.confirmed:
+            merged = old.with_(
+                confirmed=True, severity=finding.severity, message=finding.message, why=finding.why,
+                places=places, details=details, unconfirmed_reason="",
+            )
         else:
-            merged = old.with_(count=old.count + 1)
+            merged = old.with_(count=old.count + 1, places=places, details=details)
         self.findings[index] = merged
         return merged
 
-    def backward_completed(self) -> None:
-        """After a backward that ran to the end: IPD101 findings it never reached are unconfirmed."""
-        for i, f in enumerate(self.findings):
-            if f.code == "IPD101" and f.confirmed is None:
-                note = (
-                    f"\nUnconfirmed: backward did not reach `{f.details.get('slot')}` in this run; it raises "
-                    "only when a backward goes through that branch."
+    def finish(self, reason: str, severity: Severity = Severity.INFO) -> None:
+        """The run is over: predictions still pending are reported at `severity`, saying `reason`."""
+        pending, self.pending = self.pending, {}
+        for predicted in pending.values():
+            for f in predicted:
+                self._record(
+                    f.with_(
+                        confirmed=False,
+                        severity=severity,
+                        unconfirmed_reason=reason,
+                        message=f"{f.message}\nUnconfirmed: {reason}",
+                    ),
+                    confirming=False,
                 )
-                self.findings[i] = f.with_(confirmed=False, severity=Severity.WARNING, message=f.message + note)
+
+    def backward_completed(self) -> None:
+        """After audit's backward ran to the end: what it never reached is not on the loss's path."""
+        self.finish(
+            "the backward of the loss did not reach this tensor (it is not on the loss's path); a backward "
+            "through it would."
+        )
+
+    def backward_stopped(self) -> None:
+        """After audit's backward raised at a confirmed error: the rest were not reached, but may be real."""
+        self.finish(
+            "backward stopped at an earlier in-place error before reaching this tensor; fix that one and run "
+            "again to confirm this.",
+            Severity.WARNING,
+        )
+
+
+def _format_stack(site: object) -> str:
+    """The write's user frames as Python prints a traceback (most recent call last)."""
+    from .sites import Site
+
+    assert isinstance(site, Site)
+    lines = [f"the in-place write `{site.op.removeprefix('aten.')}` ran here (most recent call last):"]
+    for frame in site.stack:
+        lines.append(f'  File "{frame.file}", line {frame.line}, in {frame.function}')
+        import linecache
+
+        text = linecache.getline(frame.file, frame.line).strip()
+        if text:
+            lines.append(f"    {text}")
+    return "\n".join(lines)

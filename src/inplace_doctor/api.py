@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Callable, Iterable, Literal, Mapping
 
 import torch
 
@@ -43,6 +43,7 @@ def audit(
     select: Selection = None,
     ignore: Selection = None,
     per_module_ignores: dict[str, list[str]] | None = None,
+    names: Mapping[str, torch.nn.Module] | None = None,
     **kwargs: Any,
 ) -> Report:
     """Run `model(*args, **kwargs)` (and backward) once under the tracer; return a Report.
@@ -60,6 +61,9 @@ def audit(
         select, ignore: rule codes or prefixes (`"IPD101"`, `"IPD1"`).
         per_module_ignores: module-path glob -> codes to drop there
             (`{"model.backbone.*": ["IPD105"]}`); see also `ipd.suppress`.
+        names: label -> module, to name the model (`{"policy": model}`) or
+            models inside it (`{"G": gan.generator, "D": gan.discriminator}`)
+            in findings: `D.2.weight` instead of `model.discriminator.2.weight`.
 
     Example:
         >>> import inplace_doctor as ipd
@@ -77,18 +81,26 @@ def audit(
     named = list(model.named_modules())  # one walk of the tree, shared below
     modules = [m for _, m in named]
     _refuse_lazy(model, modules)
-    analyzer = Analyzer(select_rules(select, ignore), root_label="model", per_module_ignores=per_module_ignores)
+    root_label, prefix = "model", ""
+    if names:
+        labels = {id(m): label for label, m in names.items() if isinstance(m, torch.nn.Module)}
+        root_label, prefix = "", labels.get(id(model), "model")
+    analyzer = Analyzer(select_rules(select, ignore), root_label=root_label, per_module_ignores=per_module_ignores)
     args, kwargs = private_inputs(args), private_inputs(kwargs)
     inputs = tensors_in((args, kwargs))
     preserved = Preserved(model, inputs, modules)
     tracer = Tracer(analyzer, before_write=preserved.before_write, track_call_inputs=False)
-    tracer.modules.add_root(model, named=named)
+    for label, sub in (names or {}).items():
+        if sub is not model:
+            tracer.modules.add_root(sub, label)
+    tracer.modules.add_root(model, prefix, named=None if names else named)
     tracer.set_caller_inputs(labelled_tensors(args, kwargs))
     report = Report(
         findings=analyzer.findings,
         target=type(model).__name__,
         mode="train" if model.training else "eval",
         command="audit",
+        root_label=root_label,
     )
     with preserved, tracer:
         try:
@@ -97,7 +109,8 @@ def audit(
             raise
         except Exception as exc:
             _classify_or_raise(exc, tracer, analyzer, report, "forward", model)
-            return _finish(report, tracer)
+            analyzer.finish("the forward stopped before backward could reach this tensor.", Severity.WARNING)
+            return _finish(report, tracer, analyzer)
         tracer.flush()
         if backward:
             loss = loss_fn(output) if loss_fn is not None else default_loss(output)
@@ -110,13 +123,17 @@ def audit(
                 except InplaceError as err:
                     _forget_frames(err)
                     report.notes.append("backward raised at the first overwritten saved tensor it reached")
+                    analyzer.backward_stopped()
                 except Exception as exc:
                     _classify_or_raise(exc, tracer, analyzer, report, "backward", model)
+                    analyzer.backward_stopped()
                 else:
                     analyzer.backward_completed()
                 del loss
+        # Before the graph is freed: what is still pending was never reached by a backward.
+        analyzer.finish("backward was not run (forward only); a backward through this tensor would.", Severity.WARNING)
         del output
-    return _finish(report, tracer)
+    return _finish(report, tracer, analyzer)
 
 
 def _refuse_lazy(model: torch.nn.Module, modules: list[torch.nn.Module]) -> None:
@@ -144,12 +161,23 @@ def _forget_frames(exc: BaseException | None) -> None:
         exc = exc.__cause__ or exc.__context__
 
 
-def _finish(report: Report, tracer: Tracer) -> Report:
+def _finish(report: Report, tracer: Tracer, analyzer: Analyzer) -> Report:
     from .distributed import current_rank
 
     report.findings = _sorted(report.findings)
     report.rank = current_rank()
-    report.stats = {"ops": tracer.ops, "saved_tensors": tracer.saves, "writes": tracer.writes}
+    report.stats = {
+        "ops": tracer.ops,
+        "saved_tensors": tracer.saves,
+        "writes": tracer.writes,
+        "predictions_dropped": analyzer.dropped,
+    }
+    if analyzer.dropped:
+        n = analyzer.dropped
+        report.notes.append(
+            f"{n} write{'s' if n != 1 else ''} changed tensors saved by graphs that were freed without a backward "
+            "reading them: not errors (PyTorch never checks a tensor no backward reads)"
+        )
     return report
 
 
@@ -192,7 +220,13 @@ class watch:
     Args:
         *models: modules whose submodules are named relative to them
             (`layer1.0.relu`); others are named by class (`ResNet.layer1.0.relu`).
-        fail_fast: raise at the write instead of collecting.
+        **named_models: the same, named by you: `watch(G=g, D=d)` names
+            `D.2.weight` and `G.0`, where two `Sequential`s would share a name.
+        fail_fast: raise at the first error that is certain instead of
+            collecting: at the op for what PyTorch raises there; for a write to
+            a tensor saved for backward, when a backward reaches it (a graph
+            freed without backward never raises, so neither does the tool),
+            with the write's stack chained in front (`WrittenHere`).
         select, ignore: rule codes or prefixes.
         per_module_ignores: module-path glob -> codes to drop there.
 
@@ -211,18 +245,25 @@ class watch:
         select: Selection = None,
         ignore: Selection = None,
         per_module_ignores: dict[str, list[str]] | None = None,
+        **named_models: torch.nn.Module,
     ) -> None:
-        root_label = "model" if len(models) == 1 else ""
+        for label, m in named_models.items():
+            if not isinstance(m, torch.nn.Module):
+                raise UsageError(f"watch({label}=...) needs a torch.nn.Module, got {type(m).__name__}")
+        roots = [(type(m).__name__, m) for m in models] + list(named_models.items())
+        root_label = "model" if len(models) == 1 and not named_models else ""
+        if len(named_models) == 1 and not models:
+            root_label = next(iter(named_models))
         self._analyzer = Analyzer(
             select_rules(select, ignore), root_label=root_label, fail_fast=fail_fast, per_module_ignores=per_module_ignores
         )
         self._tracer = Tracer(self._analyzer, fail_fast=fail_fast)
-        for m in models:
+        for label, m in roots:
             try:
                 refuse_opaque(m, "the model")
             except UnsupportedModuleError as e:
                 raise UsageError(str(e)) from None
-            self._tracer.modules.add_root(m, "" if len(models) == 1 else type(m).__name__)
+            self._tracer.modules.add_root(m, "" if root_label else label)
 
     @property
     def findings(self) -> list[Finding]:
@@ -234,7 +275,7 @@ class watch:
 
     def report(self) -> Report:
         report = Report(findings=list(self._analyzer.findings), command="watch", root_label=self._analyzer.root_label)
-        return _finish(report, self._tracer)
+        return _finish(report, self._tracer, self._analyzer)
 
     def failed(self, fail_on: Severity = Severity.WARNING) -> bool:
         return any(f.severity.rank >= fail_on.rank for f in self._analyzer.findings)
@@ -247,6 +288,16 @@ class watch:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> Literal[False]:
         self._tracer.__exit__(exc_type, exc, tb)
+        if isinstance(exc, InplaceError):
+            self._analyzer.finish(
+                "backward stopped at an earlier in-place error before reaching this tensor; fix that one and "
+                "run again to confirm this.",
+                Severity.WARNING,
+            )
+        self._analyzer.finish(
+            "no backward reached this tensor while watch() was active; a backward through its graph would "
+            "(a graph that is freed without one is harmless)."
+        )
         if isinstance(exc, InplaceError):
             self._analyzer.adopt(exc.findings)
             return False

@@ -27,5 +27,13 @@ class InplaceError(RuntimeError):
         self.findings = list(findings)
 
 
+class WrittenHere(Exception):
+    """Chained in front of an in-place error raised at backward: where the write ran.
+
+    Its message is the write's user stack, formatted as a traceback (the frames
+    themselves are not kept: they would keep the graph alive until backward).
+    """
+
+
 class ModelError(InplaceDoctorError, RuntimeError):
     """The user's model raised; the message says how far the tool got."""

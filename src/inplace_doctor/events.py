@@ -45,6 +45,7 @@ class WriteInfo:
     dtype: str
     writes_bytes: bool  # False for metadata-only in-place ops (squeeze_, t_, set_)
     in_checkpoint: bool = False  # inside a torch.utils.checkpoint region (forward or recompute)
+    target: str | None = None  # the parameter or buffer written, by qualified name: "D.2.weight"
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,22 @@ class StaleSavedTensorUsed:
     saved: SavedInfo
     node: str | None
     version_now: int
+
+
+@dataclass(frozen=True)
+class SavedTensorReached:
+    """Backward unpacked a saved tensor that a write had changed, with its version unchanged:
+    it computes with the new values (what an IPD104 prediction said it would)."""
+
+    key: int  # SavedInfo.key of the tensor reached
+
+
+@dataclass(frozen=True)
+class SavedTensorFreed:
+    """Autograd released a saved tensor that a write had changed, without backward reading it:
+    its graph was freed (never backpropagated, or not through that node). Nothing will raise."""
+
+    key: int
 
 
 @dataclass(frozen=True)
@@ -111,6 +128,16 @@ class HeldTensorOverwritten:
 
 
 @dataclass(frozen=True)
+class HeldTensorUsed:
+    """A handed-out alias that another path overwrote (`HeldTensorOverwritten`) is now used as a
+    snapshot: loaded, read by an op, or saved."""
+
+    overwritten: HeldTensorOverwritten
+    use: Site  # where it was used: `model.load_state_dict(best)`
+    how: str  # "loaded with load_state_dict", "read by `aten.sub`"
+
+
+@dataclass(frozen=True)
 class SideEffectRepeated:
     """During backward (a checkpoint's recompute), state that forward already changed is changed again."""
 
@@ -122,8 +149,11 @@ Event = (
     SideEffectRepeated
     | SavedTensorOverwritten
     | StaleSavedTensorUsed
+    | SavedTensorReached
+    | SavedTensorFreed
     | InplaceErrorRaised
     | CallerInputWritten
     | OriginalValueRead
     | HeldTensorOverwritten
+    | HeldTensorUsed
 )

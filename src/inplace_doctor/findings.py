@@ -23,9 +23,14 @@ class Severity(enum.StrEnum):
 class Finding:
     """One in-place hazard, with the op that overwrote and (when known) the op that saved.
 
-    `message` reads on its own: what happened, why it matters, and the fix.
-    `confirmed` is True when backward reached the overwritten tensor (and
-    raised), False when a completed backward never used it, None when unknown.
+    `message` reads on its own: what happened, why it matters, and the fix;
+    `why` and `fix` are its parts. A write to a tensor saved for backward is a
+    prediction until backward reaches that tensor: `confirmed` is True when it
+    did (and raised, or read the changed values), False when the run ended
+    without it (`unconfirmed_reason` says why, and the severity is lowered),
+    None for what needs no confirmation. `count` is how many occurrences were
+    folded into this finding (same lines, several layers or steps); `places`
+    names them (a parameter, a module path).
     """
 
     code: str
@@ -38,17 +43,24 @@ class Finding:
     confirmed: bool | None = None
     read: Site | None = None  # IPD105: the op that read the overwritten object
     count: int = 1
+    places: tuple[str, ...] = ()
+    why: str = ""
+    unconfirmed_reason: str = ""
     details: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def dedupe_key(self) -> tuple[Any, ...]:
-        saved = None
-        if self.saved is not None:
-            saved = (self.saved.file, self.saved.line, self.saved.op, self.saved.module, self.details.get("slot"))
-        read = (self.read.file, self.read.line, self.read.op) if self.read is not None else None
-        # The module path too: one line that calls several modules (`for m in self.layers: h = m(h) + h`)
-        # is several sites, each with its own fix; one module called many times is one site.
-        return (self.code, self.mutation.file, self.mutation.line, self.mutation.op, self.mutation.module, saved, read)
+        """Same cause: the same rule, writing line and saving (or reading) line.
+
+        One line that writes several layers' parameters (`opt.step()`), or runs
+        in several modules (`for m in self.layers: h = m(h) + h`), or in several
+        steps, is one finding; its `places` list the parameters or modules. The
+        saving side counts by the line in the caller's code (`d_out = D(fake)`),
+        so the layers of one model's forward fold together.
+        """
+        saved = _line_in_callers_code(self.saved) if self.saved is not None else None
+        read = (self.read.file, self.read.line) if self.read is not None else None
+        return (self.code, self.mutation.file, self.mutation.line, self.mutation.op.split(" ")[0], saved, read)
 
     def with_(self, **changes: Any) -> "Finding":
         return replace(self, **changes)
@@ -62,8 +74,20 @@ class Finding:
             "fix": self.fix,
             "confirmed": self.confirmed,
             "count": self.count,
+            "places": list(self.places),
+            "why": self.why,
+            "unconfirmed_reason": self.unconfirmed_reason,
             "mutation": self.mutation.to_dict(),
             "saved": self.saved.to_dict() if self.saved else None,
             "read": self.read.to_dict() if self.read else None,
             "details": dict(self.details),
         }
+
+
+def _line_in_callers_code(site: Site) -> tuple[str | None, int | None]:
+    """(file, line) of the frame that called into the site from other code, else the site's own."""
+    if len(site.stack) < 2:
+        return (site.file, site.line)
+    inner = site.stack[-1]
+    caller = next((f for f in reversed(site.stack[:-1]) if f.file != inner.file), site.stack[-2])
+    return (caller.file, caller.line)

@@ -4,8 +4,13 @@
 memory, no copy). Code that keeps the dict as a snapshot (`best =
 model.state_dict()`) silently sees every later optimizer step. While tracing,
 `nn.Module.state_dict` is wrapped (outermost calls only; undone on exit) and
-the tensors it returns are held weakly: a dict that is saved or deep-copied and
-dropped raises nothing.
+the tensors it returns are held weakly: a dict that is dropped raises nothing.
+
+A write through the alias itself (an EMA updating its own `state_dict()`
+values with `copy_` or `_foreach_lerp_`) is the holder's intent. A write
+through another path (the optimizer's step on the parameter) makes the alias
+*stale*; that is a hazard only when the stale alias is then used as a snapshot
+(read by an op: `load_state_dict`, a comparison, a copy), which is reported.
 """
 
 from __future__ import annotations
@@ -23,13 +28,14 @@ if TYPE_CHECKING:
 
 
 class _Held:
-    __slots__ = ("ref", "label", "site", "span")
+    __slots__ = ("ref", "label", "site", "span", "stale")
 
     def __init__(self, t: torch.Tensor, label: str, site: Site, span: tuple[int, int, int]) -> None:
         self.ref = weakref.ref(t)
         self.label = label
         self.site = site
         self.span = span
+        self.stale: Any = None  # the HeldTensorOverwritten of a write through another path
 
 
 class HeldTensors:
@@ -38,6 +44,10 @@ class HeldTensors:
     def __init__(self, tracer: "Tracer") -> None:
         self.tracer = tracer
         self.by_storage: dict[int, list[_Held]] = {}
+        #: id(alias) -> entry, for aliases another path overwrote: their next use is reported
+        self.stale_ids: dict[int, _Held] = {}
+        # every alias handed out, by id (a write through one is deliberate); pruned with its entry
+        self._aliases: dict[int, weakref.ref[torch.Tensor]] = {}
         self._original: Any = None
         self._depth = 0
 
@@ -65,6 +75,8 @@ class HeldTensors:
             torch.nn.Module.state_dict = self._original  # type: ignore[method-assign]
             self._original = None
         self.by_storage.clear()
+        self.stale_ids.clear()
+        self._aliases.clear()
 
     def _remember(self, module: torch.nn.Module, result: Any) -> None:
         frames, api = capture_frames()
@@ -76,22 +88,68 @@ class HeldTensors:
                 if span is not None:
                     label = f"{owner}.state_dict()[{name!r}]"
                     self.by_storage.setdefault(span[0], []).append(_Held(value, label, site, span))
+                    self._aliases[id(value)] = weakref.ref(value)
 
-    def overwritten_by(self, span: tuple[int, int, int]) -> list[_Held]:
-        """Live held aliases whose memory `span` overlaps; each is reported once, then dropped."""
+    def overwritten_by(self, span: tuple[int, int, int], written: torch.Tensor) -> list[_Held]:
+        """Live held aliases whose memory `span` overlaps, written through another path than the alias
+        itself; each becomes stale (the caller sets `stale`), and its next use is reported once."""
         entries = self.by_storage.get(span[0])
         if not entries:
             return []
         hit, keep = [], []
+        # Written through an alias handed out (this one or another state_dict()'s): deliberate, as an EMA does.
+        deliberate = self._handed_out(written) or (written._base is not None and self._handed_out(written._base))
         for entry in entries:
-            if entry.ref() is None:
+            alias = entry.ref()
+            if alias is None:
                 continue
-            if entry.span[1] < span[2] and span[1] < entry.span[2]:
+            keep.append(entry)
+            if not (entry.span[1] < span[2] and span[1] < entry.span[2]):
+                continue
+            if deliberate:
+                entry.stale = None
+                self.stale_ids.pop(id(alias), None)
+            elif entry.stale is None:
                 hit.append(entry)
-            else:
-                keep.append(entry)
+                self.stale_ids[id(alias)] = entry
         if keep:
             self.by_storage[span[0]] = keep
         else:
             del self.by_storage[span[0]]
+        if len(self._aliases) > 4096:
+            self._aliases = {k: ref for k, ref in self._aliases.items() if ref() is not None}
         return hit
+
+    def _handed_out(self, t: torch.Tensor) -> bool:
+        ref = self._aliases.get(id(t))
+        return ref is not None and ref() is t
+
+    def check_uses(self, func: Any, args: Any, kwargs: Any, written: Any) -> None:
+        """An op reading a stale alias: the snapshot it was taken to be is used with the new values."""
+        for value in (*args, *kwargs.values()):
+            items = value if isinstance(value, (list, tuple)) else (value,)
+            for item in items:
+                entry = self.stale_ids.get(id(item)) if isinstance(item, torch.Tensor) else None
+                if entry is None or entry.ref() is not item or (written and any(w is item for w in written)):
+                    continue
+                del self.stale_ids[id(item)]
+                overwritten, entry.stale = entry.stale, None
+                entry.ref = _gone  # reported once: later writes (the load itself) are not news
+                from .events import HeldTensorUsed
+                from .ops import op_name
+
+                frames, api = capture_frames()
+                use = make_site(op_name(func), frames, api, self.tracer.modules.current, "forward")
+                self.tracer.emit(HeldTensorUsed(overwritten, use, f"read by `{op_name(func).removeprefix('aten.')}`"))
+
+    def unused_stale(self) -> list[Any]:
+        """The overwrites of aliases still held and stale when the session ends (never used since)."""
+        out = []
+        for entry in self.stale_ids.values():
+            if entry.ref() is not None and entry.stale is not None:
+                out.append(entry.stale)
+        return out
+
+
+def _gone() -> None:
+    return None

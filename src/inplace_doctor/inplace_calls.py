@@ -22,6 +22,7 @@ copies at backward).
 from __future__ import annotations
 
 import dis
+import functools
 import sys
 import weakref
 from types import FrameType
@@ -43,7 +44,8 @@ _BINARY_OP = dis.opmap.get("BINARY_OP")  # Python 3.11+: one opcode, the operato
 _INPLACE_ARGS = frozenset(i for i, (name, _) in enumerate(getattr(dis, "_nb_ops", ())) if name.startswith("NB_INPLACE"))
 _INPLACE_OPCODES = frozenset(op for name, op in dis.opmap.items() if name.startswith("INPLACE_"))  # Python 3.10
 _NAME_STORES = frozenset({"STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF"})
-_augmented_into_names: dict[Any, frozenset[int]] = {}  # code -> offsets of `name op= value` operators
+# code -> {offset of a `name op= value` operator: whether `name` is an argument of a helper function}
+_augmented_into_names: dict[Any, dict[int, bool]] = {}
 
 
 def _is_augmented_operator(instruction: dis.Instruction) -> bool:
@@ -61,18 +63,26 @@ def is_augmented_assignment_to_a_name(frame: FrameType | None) -> bool:
     PyTorch does (an in-place copy of a tensor onto an alias of itself raises a
     memory-overlap error).
     """
+    return _augmented_target(frame) is not None
+
+
+def _augmented_target(frame: FrameType | None) -> bool | None:
+    """None unless `frame` is executing `name op= value`; then whether `name` is an argument of a
+    helper function (not a module's `forward`), whose caller may rely on the mutation."""
     if frame is None:
-        return False
+        return None
     code = frame.f_code
     offsets = _augmented_into_names.get(code)
     if offsets is None:
         instructions = list(dis.get_instructions(code))
-        offsets = _augmented_into_names[code] = frozenset(
-            here.offset
+        n_args = code.co_argcount + code.co_kwonlyargcount
+        helper = code.co_name not in ("forward", "<module>")
+        offsets = _augmented_into_names[code] = {
+            here.offset: helper and after.opname == "STORE_FAST" and isinstance(after.arg, int) and after.arg < n_args
             for here, after in zip(instructions, instructions[1:])
             if _is_augmented_operator(here) and after.opname in _NAME_STORES
-        )
-    return frame.f_lasti in offsets
+        }
+    return offsets.get(frame.f_lasti)
 
 
 def _augmentable(func: Any) -> bool:
@@ -86,7 +96,7 @@ class _Overwritten:
     Where the call ran is kept as a captured stack, resolved only if a read is reported.
     """
 
-    __slots__ = ("ref", "snapshot", "change", "op", "stack", "module", "shape", "dtype", "kind")
+    __slots__ = ("ref", "snapshot", "change", "op", "stack", "module", "shape", "dtype", "kind", "tracker")
 
     def __init__(
         self,
@@ -98,6 +108,7 @@ class _Overwritten:
         module: ModuleContext | None,
         target: torch.Tensor,
         kind: str,
+        origin: Any = None,
     ) -> None:
         self.ref = ref
         self.snapshot = snapshot
@@ -108,11 +119,13 @@ class _Overwritten:
         self.shape = tuple(target.shape)
         self.dtype = str(target.dtype).removeprefix("torch.")
         self.kind = kind
+        self.tracker = origin  # the module's construction line, found only when a read is reported
 
     def write(self) -> WriteInfo:
         frames, api, _ = resolve_stack(self.stack, MAX_STACK)
+        origin = self.tracker(tuple({f[0] for f in frames})) if self.tracker is not None else None
         return WriteInfo(
-            site=make_site(self.op, frames, api, self.module, "forward"),
+            site=make_site(self.op, frames, api, self.module, "forward", origin),
             shape=self.shape,
             dtype=self.dtype,
             writes_bytes=True,
@@ -175,7 +188,9 @@ class InplaceCalls(TorchFunctionMode):
                 caller = sys._getframe(1)
                 # Only the user's own `x += y`: a library's (an optimizer's `step += 1`)
                 # keeps its state objects on purpose.
-                if is_user_file(caller.f_code.co_filename) and is_augmented_assignment_to_a_name(caller):
+                # Nor `x += y` on an argument of a helper (`def center(batch, mean): batch -= mean`):
+                # its caller relies on the mutation, which is the function's whole point.
+                if is_user_file(caller.f_code.co_filename) and _augmented_target(caller) is False:
                     kind = "augmented"
         if kind is None:
             out = func(*args, **kwargs)
@@ -235,8 +250,13 @@ class InplaceCalls(TorchFunctionMode):
         op = f"{name} (inplace=True)" if kind == "flag" else f"{name} (augmented assignment)"
         key = id(target)
         module = self.tracer.modules.current
+        origin = None
+        if module is not None and module[3]:  # resolved later, only if a read is reported
+            running = self.tracer.modules.current_module()
+            if running is not None:
+                origin = functools.partial(self.tracer.modules.origin_for, running, module[0])
         self.overwritten[key] = _Overwritten(
-            weakref.ref(target, self._forget(key)), snapshot, change, op, stack, module, target, kind
+            weakref.ref(target, self._forget(key)), snapshot, change, op, stack, module, target, kind, origin
         )
         return alias
 

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from ._compat import TorchIncompatibleError  # noqa: F401  (import check first)
+from .storage import storage_key
 
 ModuleContext = tuple[str, int, str, "bool | None"]  # path, call index, class, inplace flag
 
@@ -52,6 +53,8 @@ class ModuleTracker:
         #: module, and with (module, None) when that call returns.
         self.on_top_level: Any = None
         self._buffer_ids: set[int] | None = None
+        # storage key -> (weakref to the parameter or buffer, its qualified name); built when a finding needs it
+        self._state_names: dict[int, tuple[Any, str]] | None = None
 
     def add_root(
         self, module: torch.nn.Module, prefix: str = "", named: list[tuple[str, torch.nn.Module]] | None = None
@@ -61,6 +64,7 @@ class ModuleTracker:
             if self._lookup(sub) is None:
                 path = f"{prefix}.{name}" if prefix and name else (prefix or name)
                 self._known[id(sub)] = (weakref.ref(sub), path, type(sub).__name__)
+        self._state_names = None
 
     def buffer_ids(self) -> set[int]:
         """ids of the registered buffers of every known module (cached per outermost call)."""
@@ -72,6 +76,68 @@ class ModuleTracker:
                     ids.update(id(b) for b in module._buffers.values() if b is not None)
             self._buffer_ids = ids
         return self._buffer_ids
+
+    def state_name(self, t: torch.Tensor) -> str | None:
+        """The qualified name (`2.weight`, `D.2.weight`) of the known module's parameter or buffer
+        whose memory `t` is (the parameter itself, its `.data`, a `state_dict()` entry), or None."""
+        key = storage_key(t)
+        if not key:
+            return None
+        names = self._state_names
+        if names is None or (key not in names and isinstance(t, torch.nn.Parameter)):
+            names = self._state_names = self._collect_state_names()
+        entry = names.get(key)
+        if entry is None:
+            return None
+        owner = entry[0]()
+        if owner is None or storage_key(owner) != key:  # rebound since (`p.data = ...`)
+            self._state_names = None
+            return None
+        return entry[1]
+
+    def _collect_state_names(self) -> dict[int, tuple[Any, str]]:
+        names: dict[int, tuple[Any, str]] = {}
+        for ref, path, _ in list(self._known.values()):
+            module = ref()
+            if module is None:
+                continue
+            for table in (module._parameters, module._buffers):
+                for name, value in table.items():
+                    if isinstance(value, torch.Tensor):
+                        key = storage_key(value)
+                        if key and key not in names:
+                            names[key] = (weakref.ref(value), f"{path}.{name}" if path else name)
+        return names
+
+    def current_origin(self, search_files: tuple[str, ...] = ()) -> Any:
+        """Where the innermost running module (one with an `inplace` flag) was constructed: a `Frame` or None."""
+        if not self._stack:
+            return None
+        from .origins import origin_of
+
+        module, (path, _, _, _) = self._stack[-1]
+        return self.origin_for(module, path, search_files)
+
+    def current_module(self) -> torch.nn.Module | None:
+        return self._stack[-1][0] if self._stack else None
+
+    def origin_for(self, module: torch.nn.Module, path: str, search_files: tuple[str, ...] = ()) -> Any:
+        """`current_origin` for a module known by its path (resolved later than the call)."""
+        from .origins import origin_of
+
+        parent_path, _, name = path.rpartition(".")
+        parent = self._by_path(parent_path) if path else None
+        grand_path, _, parent_name = parent_path.rpartition(".")
+        grandparent = self._by_path(grand_path) if parent_path else None
+        return origin_of(module, parent, name, grandparent, parent_name, search_files)
+
+    def _by_path(self, path: str) -> torch.nn.Module | None:
+        for ref, known_path, _ in list(self._known.values()):
+            if known_path == path:
+                module = ref()
+                if module is not None:
+                    return module
+        return None
 
     def path_of(self, module: torch.nn.Module) -> str:
         """`model`, `model.layer1` for a known root; the class name for a module never seen."""
@@ -85,9 +151,10 @@ class ModuleTracker:
         return entry if entry is not None and entry[0]() is module else None
 
     def _learn(self, module: torch.nn.Module) -> tuple[Any, str, str]:
-        """A module first seen outside any known root: named by its class."""
+        """A module first seen outside any known root: named by the user's variable that holds it
+        (`D` for `D = nn.Sequential(...)`; two `Sequential`s are then told apart), else by its class."""
         refuse_opaque(module, type(module).__name__)
-        self.add_root(module, type(module).__name__)
+        self.add_root(module, _variable_name(module) or type(module).__name__)
         return self._known[id(module)]
 
     def _pre(self, module: torch.nn.Module, args: Any) -> None:
@@ -148,3 +215,23 @@ class ModuleTracker:
             handle.remove()
         self._handles = []
         self.clear()
+
+
+def _variable_name(module: torch.nn.Module) -> str | None:
+    """The one name the innermost user frame (locals, then globals) binds to `module`, if exactly one."""
+    import sys
+
+    from .sites import is_user_file
+
+    frame = sys._getframe(2)
+    while frame is not None and not is_user_file(frame.f_code.co_filename):
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return None
+    for scope in (frame.f_locals, frame.f_globals):
+        names = [name for name, value in list(scope.items()) if value is module and not name.startswith("_")]
+        if len(names) == 1 and names[0].isidentifier():
+            return names[0]
+        if names:
+            return None
+    return None

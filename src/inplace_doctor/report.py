@@ -24,6 +24,7 @@ class Report:
     command: str = "audit"
     root_label: str = "model"
     rank: int | None = None  # torch.distributed rank of the process that ran it
+    stack: int = 2  # frames shown per site in text: the innermost and its caller in other code; more with --stack
 
     def count(self, severity: Severity) -> int:
         return sum(1 for f in self.findings if f.severity is severity)

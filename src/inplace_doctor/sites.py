@@ -49,6 +49,12 @@ class Site:
     stack: tuple[Frame, ...] = field(default=(), compare=False)
     api: str | None = None
     phase: str = "forward"
+    #: where the running module (one with an `inplace` flag) was constructed: what a flag fix edits
+    origin: Frame | None = field(default=None, compare=False)
+
+    @property
+    def origin_location(self) -> str | None:
+        return f"{_short_path(self.origin.file)}:{self.origin.line}" if self.origin is not None else None
 
     @property
     def location(self) -> str:
@@ -77,6 +83,7 @@ class Site:
             "api": self.api,
             "phase": self.phase,
             "stack": [{"file": f.file, "line": f.line, "function": f.function} for f in self.stack],
+            "origin": {"file": self.origin.file, "line": self.origin.line} if self.origin is not None else None,
         }
 
 
@@ -147,12 +154,25 @@ _is_user_file_cache: dict[str, bool] = {}
 _WRAPPER_NAMES = frozenset({"_wrapped_call_impl", "_call_impl", "_fn", "wrapper", "decorate_context"})
 
 
+# Installed packages that only wrap calls (deprecation and decorator helpers): a frame there is the
+# wrapper around the user's call (`torch.nn.utils.weight_norm` is wrapped by typing_extensions' `deprecated`).
+_WRAPPER_PACKAGES = ("typing_extensions.py", "wrapt", "decorator.py", "deprecated", "deprecation.py", "functools.py")
+
+
+def _is_wrapper_package(filename: str) -> bool:
+    for marker in _SITE_MARKERS:
+        if marker in filename:
+            top = filename.split(marker, 1)[1].split(os.sep, 1)[0]
+            return top in _WRAPPER_PACKAGES
+    return False
+
+
 def is_user_file(filename: str) -> bool:
     known = _is_user_file_cache.get(filename)
     if known is None:
         stdlib = filename.startswith(_STDLIB_DIRS) and not any(m in filename for m in _SITE_MARKERS)
         known = filename.startswith(_USER_DIRS) or not (
-            stdlib or filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen")
+            stdlib or filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen") or _is_wrapper_package(filename)
         )
         _is_user_file_cache[filename] = known
     return known
@@ -335,6 +355,7 @@ def make_site(
     api: str | None,
     module: tuple[str, int, str, bool | None] | None,
     phase: str,
+    origin: Frame | None = None,
 ) -> Site:
     frames = tuple(Frame(*raw) for raw in raw_frames)
     inner = frames[-1] if frames else None
@@ -350,4 +371,5 @@ def make_site(
         stack=frames,
         api=api,
         phase=phase,
+        origin=origin,
     )

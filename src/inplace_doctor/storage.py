@@ -31,3 +31,34 @@ def storage_key(t: torch.Tensor) -> int:
         return t.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError, TypeError):  # sparse, meta, no storage
         return 0
+
+
+_EXACT_OVERLAP_LIMIT = 1 << 26  # elements; above this, a shared byte range counts as overlap
+
+
+def elements_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors on one storage whose byte ranges overlap share an element.
+
+    Strided tensors can interleave without sharing one (the four `unsafe_chunk`
+    pieces of a gate matrix along dim 1). Answered exactly by marking `a`'s
+    elements in a boolean mask and reading it through `b`'s layout; conservative
+    (True) when the dtypes differ in size or the range is too large to mark.
+    """
+    if a.is_contiguous() and b.is_contiguous():
+        return True  # each covers its whole range
+    if a.element_size() != b.element_size():
+        return True
+    from ._compat import DisableTorchDispatch
+
+    first = min(int(a.storage_offset()), int(b.storage_offset()))
+    last = max(_last_element(a), _last_element(b))
+    if last - first + 1 > _EXACT_OVERLAP_LIMIT:
+        return True
+    with DisableTorchDispatch(), torch.no_grad():
+        mask = torch.zeros(last - first + 1, dtype=torch.bool)
+        mask.as_strided(a.shape, a.stride(), int(a.storage_offset()) - first).fill_(True)
+        return bool(mask.as_strided(b.shape, b.stride(), int(b.storage_offset()) - first).any())
+
+
+def _last_element(t: torch.Tensor) -> int:
+    return int(t.storage_offset()) + sum((int(n) - 1) * int(s) for n, s in zip(t.shape, t.stride()))

@@ -32,7 +32,9 @@ from .events import (
     HeldTensorOverwritten,
     InplaceErrorRaised,
     SavedInfo,
+    SavedTensorFreed,
     SavedTensorOverwritten,
+    SavedTensorReached,
     SideEffectRepeated,
     StaleSavedTensorUsed,
     WriteInfo,
@@ -40,6 +42,7 @@ from .events import (
 from .held import HeldTensors
 from .inplace_calls import InplaceCalls
 from .modules import ModuleContext, ModuleTracker
+from .origins import ConstructionRecorder
 from .ops import (
     _op_facts,
     _writes_bytes,
@@ -63,7 +66,7 @@ from .sites import (
     resolve_stack,
     resolve_stacks,
 )
-from .storage import storage_key, storage_span
+from .storage import elements_overlap, storage_key, storage_span
 
 Sink = Callable[[Event], "BaseException | None"]
 
@@ -95,7 +98,10 @@ class _SavedRecord:
     only when a write or a finding needs them: packing runs on every save.
     """
 
-    __slots__ = ("tensor", "key", "stack", "module", "in_backward", "version", "node", "field", "op", "read", "used", "__weakref__")
+    __slots__ = (
+        "tensor", "key", "stack", "module", "in_backward", "version", "node", "field", "op", "read", "used",
+        "overwritten", "__weakref__",
+    )
 
     def __init__(
         self, tensor: torch.Tensor, key: int, stack: Any, module: ModuleContext | None, in_backward: bool, version: int
@@ -111,6 +117,7 @@ class _SavedRecord:
         self.op: str | None = None
         self.read = True
         self.used = False
+        self.overwritten = False  # a write changed it since it was saved (or last unpacked)
 
     def span(self) -> tuple[int, int, int] | None:
         return storage_span(self.tensor)
@@ -181,6 +188,8 @@ class _DispatchMode(_compat.TorchDispatchMode):
             tracer._call_before_write(written)
         if tracer.inplace_calls.overwritten and _compat.current_autograd_node() is None:
             tracer.inplace_calls.check_reads(func, args, kwargs)  # before the op: the values it reads
+        if tracer.held.stale_ids:
+            tracer.held.check_uses(func, args, kwargs, written)
         try:
             out = func(*args, **kwargs)
         except BaseException as exc:
@@ -253,6 +262,8 @@ class Tracer:
         self._on_release = self._release  # one bound method for every weakref callback
         self._pending_nodes: list[tuple[Any, Any]] = []
         self._pending_writes: list[_PendingWrite] = []
+        # keys of saved tensors a write changed: backward reaching them, or their release, settles it
+        self._overwritten_keys: set[int] = set()
         self._busy = False
         self._last_op: Any = None
         self._failed_op: tuple[int, Any] | None = None
@@ -286,6 +297,12 @@ class Tracer:
             mode = _DispatchMode(self)
             mode.__enter__()
             self._contexts.append(mode)
+            construction = _SubclassConstruction(mode)
+            construction.__enter__()
+            self._contexts.append(construction)
+            recorder = ConstructionRecorder()  # models built inside (a script under `run`): flag fixes' lines
+            recorder.__enter__()
+            self._contexts.append(recorder)
             # Also settles writes as the user-level call returns when fail_fast,
             # so the raise points at the line that overwrote.
             if self._observe_reads:
@@ -302,6 +319,8 @@ class Tracer:
         try:
             if exc and exc[0] is None:
                 self.flush()
+                for overwritten in self.held.unused_stale():  # held, overwritten, not used (yet)
+                    self._sink(overwritten)
             elif exc and isinstance(exc[1], BaseException):
                 self._error_module = (id(exc[1]), self.modules.current)
         finally:
@@ -310,6 +329,7 @@ class Tracer:
                 ctx.__exit__(None, None, None)
             self._pending_writes.clear()
             self._pending_nodes.clear()
+            # Saved tensors that outlive the session stay unsettled: finish() reports them.
             self._inputs = {}
             self._forward_state = {}
             self.inplace_calls.clear()
@@ -354,10 +374,19 @@ class Tracer:
             bucket.pop(key, None)
             if not bucket:
                 del self._by_storage[ptr]
+        if key in self._overwritten_keys:
+            # Freed without backward reading it: whatever was predicted for it cannot happen.
+            self._overwritten_keys.discard(key)
+            self._sink(SavedTensorFreed(key))
 
     def _unpack(self, record: _SavedRecord) -> torch.Tensor:
         t = record.tensor
         record.used = True
+        if record.overwritten:
+            record.overwritten = False
+            self._overwritten_keys.discard(record.key)
+            if t._version == record.version:  # changed without a version bump: backward reads the new values
+                self.emit(SavedTensorReached(record.key))
         version = t._version
         if version != record.version:
             node = _compat.current_autograd_node()
@@ -369,6 +398,9 @@ class Tracer:
             del t, record
             if error is None:
                 raise original
+            written = getattr(error, "written_here", None)
+            if written is not None:  # printed first: where the write ran, then PyTorch's error, then ours
+                original.__cause__ = written
             raise error from original
         return t
 
@@ -436,7 +468,7 @@ class Tracer:
         """Hand an event to the sink; raise what it returns (fail-fast, or a stale tensor's error)."""
         error = self._sink(event)
         if error is not None:
-            raise error
+            raise error from getattr(error, "written_here", None)
 
     # -- writes -----------------------------------------------------------
     def _call_before_write(self, written: list[torch.Tensor]) -> None:
@@ -470,7 +502,7 @@ class Tracer:
         argument = self._caller_argument(span) if self._inputs else None
         held = []
         if self.held.by_storage and _writes_bytes(func):
-            held = self.held.overwritten_by(span)
+            held = self.held.overwritten_by(span, t)
         bucket = self._by_storage.get(span[0])
         candidates = []
         if bucket:
@@ -481,8 +513,8 @@ class Tracer:
         if not candidates and argument is None and not held:
             return
         info = self._write_info(func, t)
-        for entry in held:
-            self.emit(HeldTensorOverwritten(info, entry.label, entry.site))
+        for entry in held:  # reported if the stale alias is used as a snapshot afterwards
+            entry.stale = HeldTensorOverwritten(info, entry.label, entry.site)
         if argument is not None:
             self.emit(CallerInputWritten(info, argument))
         if candidates:
@@ -504,12 +536,15 @@ class Tracer:
         frames, api, in_region = resolve_stack(capture_stack(), MAX_STACK)  # one capture: lines and region
         phase = "backward" if _compat.current_autograd_node() is not None else "forward"
         name = op_name(func)
+        module = self.modules.current
+        origin = self.modules.current_origin(tuple({f[0] for f in frames})) if module and module[3] else None
         return WriteInfo(
-            site=make_site(name, frames, api, self.modules.current, phase),
+            site=make_site(name, frames, api, module, phase, origin),
             shape=tuple(t.shape),
             dtype=str(t.dtype).removeprefix("torch."),
             writes_bytes=_writes_bytes(func),
             in_checkpoint=in_region,
+            target=self.modules.state_name(t),
         )
 
     # -- the caller's inputs ------------------------------------------------
@@ -552,13 +587,20 @@ class Tracer:
                 if shares:
                     if version_now == record.version:
                         continue
-                elif not (write.info.writes_bytes and record.read and _overlaps(write.span, record.span())):
+                elif not (
+                    write.info.writes_bytes
+                    and record.read
+                    and _overlaps(write.span, record.span())
+                    and self._same_elements(write, record)
+                ):
                     continue
                 frames = record.where()[0]
                 node_key = (record.node, frames[-1:])
                 if record.node is not None and node_key in reported:
                     continue
                 reported.add(node_key)
+                record.overwritten = True
+                self._overwritten_keys.add(record.key)
                 self.emit(
                     SavedTensorOverwritten(
                         write=write.info,
@@ -569,6 +611,18 @@ class Tracer:
                         write_bumped_a_version=shares or write.bumped(),
                     )
                 )
+
+    def _same_elements(self, write: _PendingWrite, record: _SavedRecord) -> bool:
+        """Whether the write touched elements the saved tensor covers (not just the same byte range:
+        `unsafe_chunk` pieces of one gate tensor interleave, as in LSTMCell's composite kernel)."""
+        written = write.written()
+        if written is None:
+            return True
+        self._busy = True
+        try:
+            return elements_overlap(written, record.tensor)
+        finally:
+            self._busy = False
 
     # -- errors PyTorch raised at an op -----------------------------------
     def describe_exception(self, exc: BaseException) -> InplaceErrorRaised:
@@ -590,6 +644,45 @@ class Tracer:
 def _labelled(args: Any) -> list[tuple[str, torch.Tensor]]:
     """Top-level tensors of a call's positional arguments, by position."""
     return [(str(i), t) for i, t in enumerate(args) if isinstance(t, torch.Tensor)]
+
+
+class _SubclassConstruction:
+    """`MyTensor(t)` for a Tensor subclass without a `__new__` of its own, as without the tool.
+
+    That call aliases `t` through the dispatcher; with any Python dispatch mode
+    active the alias gets a plain `Tensor` Python object on its way through the
+    mode, and the subclass construction then fails ("the raw Tensor object is
+    already associated to a python object of type Tensor"). While tracing,
+    `torch.Tensor.__new__` runs with our mode off the stack (only when it is on
+    top); `alias` writes nothing, so nothing is missed. Undone on exit.
+    """
+
+    def __init__(self, mode: _DispatchMode) -> None:
+        self.mode = mode
+        self.installed = False
+
+    def __enter__(self) -> "_SubclassConstruction":
+        if "__new__" in torch.Tensor.__dict__:
+            return self  # someone else's __new__: leave it alone
+        from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode_temporarily
+
+        base_new = torch._C.TensorBase.__new__
+        mode = self.mode
+
+        def __new__(cls: Any, *args: Any, **kwargs: Any) -> Any:
+            if _get_current_dispatch_mode() is mode:
+                with _pop_mode_temporarily():
+                    return base_new(cls, *args, **kwargs)
+            return base_new(cls, *args, **kwargs)
+
+        torch.Tensor.__new__ = staticmethod(__new__)  # type: ignore[assignment]
+        self.installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.installed:
+            del torch.Tensor.__new__
+            self.installed = False
 
 
 class _NodeHookContext:

@@ -146,10 +146,20 @@ def _result(finding: Finding, index: dict[str, int], root: str, root_label: str)
     return result
 
 
+def _origin_site(finding: Finding) -> Site | None:
+    """For a flag fix, the line that constructed the module with inplace=True, as a site."""
+    m = finding.mutation
+    if not (m.module_inplace and m.origin is not None):
+        return None
+    return Site(op=m.op, module=m.module, module_call=m.module_call, module_type=m.module_type,
+                file=m.origin.file, line=m.origin.line, stack=(m.origin,))
+
+
 def _primary_location(finding: Finding, root: str, root_label: str) -> JSONDict | None:
-    """The mutation site; when the write has no user frame (one seen only during
-    backward), the saving or reading site, since code scanning needs a location."""
-    for site in (finding.mutation, finding.saved, finding.read):
+    """Where the fix goes: the line that constructed an `inplace=True` module, else the mutation
+    site; when the write has no user frame (one seen only during backward), the saving or reading
+    site, since code scanning needs a location."""
+    for site in (_origin_site(finding), finding.mutation, finding.saved, finding.read):
         location = _location(site, root, root_label) if site is not None else None
         if location is not None:
             return location
@@ -159,7 +169,8 @@ def _primary_location(finding: Finding, root: str, root_label: str) -> JSONDict 
 def _related(finding: Finding, root: str, root_label: str) -> list[JSONDict]:
     """The saving site ("saved for backward here") and the reading site ("read here"), when known."""
     related: list[JSONDict] = []
-    for site, text in ((finding.saved, "saved for backward here"), (finding.read, "read here")):
+    overwrote = finding.mutation if _origin_site(finding) is not None else None
+    for site, text in ((overwrote, "overwrote here"), (finding.saved, "saved for backward here"), (finding.read, "read here")):
         if site is None:
             continue
         location = _location(site, root, root_label)

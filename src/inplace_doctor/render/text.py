@@ -10,19 +10,41 @@ from rich.text import Text
 
 from ..findings import Finding, Severity
 from ..report import Report
+from ..rules.describe import caller_of
 from ..sites import Site, describe_site
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold blue"}
 
 
-def _site_line(label: str, site: Site, root_label: str, slot: str | None = None) -> list[str]:
+_PLACES_SHOWN = 6
+
+
+def _site_line(label: str, site: Site, root_label: str, slot: str | None = None, stack: int = 2) -> list[str]:
+    """The site, its source line, and the frame that called into it from other code (the training
+    script's line); `stack` > 2 adds more outer frames, innermost first."""
     lines = [f"  {label:<12}{describe_site(site, root_label, slot)}"]
     if site.code:
         lines.append(f"  {'':<12}{site.code}")
+    caller = caller_of(site) if stack >= 2 else None
+    if caller is not None:
+        frames = [caller]
+        if stack > 2:
+            outer = [fr for fr in reversed(site.stack[:-1]) if fr != caller]
+            frames += outer[: stack - 2]
+        for frame in frames:
+            code = _source(frame)
+            where = Site(op="", file=frame.file, line=frame.line).location
+            lines.append(f"  {'':<12}called from {where} in {frame.function}" + (f": {code}" if code else ""))
     return lines
 
 
-def finding_lines(f: Finding, root_label: str = "model") -> list[tuple[str, str]]:
+def _source(frame: object) -> str:
+    import linecache
+
+    return linecache.getline(frame.file, frame.line).strip()  # type: ignore[attr-defined]
+
+
+def finding_lines(f: Finding, root_label: str = "model", stack: int = 2) -> list[tuple[str, str]]:
     """(text, style) lines for one finding."""
     raised_at_op = f.saved is None and f.read is None
     confirmed = "  [PyTorch raised]" if raised_at_op else "  [confirmed by backward]"
@@ -30,17 +52,22 @@ def finding_lines(f: Finding, root_label: str = "model") -> list[tuple[str, str]
     count = f"  (x{f.count})" if f.count > 1 else ""
     out = [(f"{f.severity.value:<8}{f.code}  {f.title}{status}{count}", _STYLE[f.severity])]
     label = "overwritten" if f.saved or f.read else "at"
-    out += [(line, "") for line in _site_line(label, f.mutation, root_label)]
+    out += [(line, "") for line in _site_line(label, f.mutation, root_label, stack=stack)]
     if f.saved is not None:
-        out += [(line, "") for line in _site_line("saved", f.saved, root_label, f.details.get("slot"))]
+        out += [(line, "") for line in _site_line("saved", f.saved, root_label, f.details.get("slot"), stack)]
     if f.read is not None:
-        out += [(line, "") for line in _site_line("read by", f.read, root_label)]
-    why = f.details.get("why") or f.message.split("\nFix: ")[0]
+        out += [(line, "") for line in _site_line("read by", f.read, root_label, stack=stack)]
+    if len(f.places) > 1 or (f.places and f.details.get("target")):
+        shown = ", ".join(f.places[:_PLACES_SHOWN])
+        more = f" and {len(f.places) - _PLACES_SHOWN} more" if len(f.places) > _PLACES_SHOWN else ""
+        out.append((f"  {'places' if len(f.places) > 1 else 'written':<12}{shown}{more}", ""))
+    why = f.why or f.details.get("why") or f.message.split("\nFix: ")[0]
     out.append((f"  why: {why}", ""))
-    if f.confirmed is False and "\nUnconfirmed:" in f.message:
-        out.append((f"  {f.message.split(chr(10) + 'Unconfirmed: ')[1]}", "dim"))
-    if f.fix:
-        out.append((f"  fix: {f.fix}", "green"))
+    if f.unconfirmed_reason:
+        out.append((f"  unconfirmed: {f.unconfirmed_reason}", "dim"))
+    fixes = f.details.get("fixes") or ([f.fix] if f.fix else [])
+    for fix in fixes:
+        out.append((f"  fix: {fix}", "green"))
     return out
 
 
@@ -61,7 +88,7 @@ def _summary(report: Report) -> str:
 def _lines(report: Report) -> list[tuple[str, str]]:
     lines: list[tuple[str, str]] = [(_header(report), "bold"), ("", "")]
     for f in report.findings:
-        lines += finding_lines(f, report.root_label)
+        lines += finding_lines(f, report.root_label, report.stack)
         lines.append(("", ""))
     for note in report.notes:
         lines.append((f"note: {note}", "dim"))

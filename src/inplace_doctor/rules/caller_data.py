@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..events import CallerInputWritten, HeldTensorOverwritten
+from ..events import CallerInputWritten, HeldTensorOverwritten, HeldTensorUsed
 from ..findings import Finding, Severity
 from .describe import fix_for_write, tensor_desc, where
 from .registry import make_finding, rule
@@ -64,28 +64,30 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: Any) -> Finding | N
     "held-tensor-overwritten",
     "Tensor still held elsewhere is overwritten",
     Severity.WARNING,
-    events=(HeldTensorOverwritten,),
+    events=(HeldTensorUsed, HeldTensorOverwritten),
 )
-def held_tensor_overwritten(event: HeldTensorOverwritten, ctx: Any) -> Finding | None:
-    """A tensor handed out earlier and still held (a `state_dict()` entry) is overwritten in place.
+def held_tensor_overwritten(event: HeldTensorUsed | HeldTensorOverwritten, ctx: Any) -> Finding | None:
+    """A `state_dict()` entry kept as a snapshot is used after another path overwrote it.
 
     What: ``model.state_dict()`` returns aliases of the live parameters and
     buffers, not copies. Code that keeps the dict as a snapshot (``best =
-    model.state_dict()`` to restore the best epoch, an EMA "copy", a
-    before/after comparison) and then trains on sees every later write —
-    optimizer steps, BatchNorm's running statistics — in its "snapshot".
+    model.state_dict()`` to restore the best epoch, a before/after
+    comparison) and then trains on sees every later write — optimizer steps,
+    in-place updates — in its "snapshot", and loading or comparing it uses the
+    new values.
 
     Why: nothing raises; restoring the "best" weights silently restores the
-    latest ones. Severity warning: an alias kept on purpose (to watch live
-    weights) is fine, which the tool cannot tell.
+    latest ones. Reported when the overwritten alias is used (read by an op:
+    ``load_state_dict``, a comparison, a copy); an alias overwritten and still
+    held but not used in the watched code is reported as info. A write through
+    the alias itself (an EMA updating its own ``state_dict()`` values with
+    ``copy_`` or ``torch._foreach_lerp_``) is the holder's intent and is not
+    reported.
 
     What is seen: ``state_dict()`` entries still alive when a dispatch-visible
-    write (an optimizer step, ``copy_``, an in-place op) changes their memory;
-    a dict that is saved or deep-copied and then dropped is not reported.
-    Not seen: writes without a dispatch-visible op (BatchNorm's running-stat
-    update), and tensors a forward hook keeps (a hook runs after the module's
-    own hooks; reading such a tensor later inside ``watch()`` is IPD105 when
-    an ``inplace=True`` module overwrote it).
+    write changes their memory; not seen: writes without a dispatch-visible op
+    (BatchNorm's running-stat update), ``torch.save`` (it reads storages
+    directly), and tensors a forward hook keeps.
 
     Example::
 
@@ -93,27 +95,46 @@ def held_tensor_overwritten(event: HeldTensorOverwritten, ctx: Any) -> Finding |
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         model(torch.randn(4, 8)).sum().backward()
         best = model.state_dict()      # aliases, not a copy
-        opt.step()                     # IPD107: best['weight'] changes too
+        opt.step()                     # best['weight'] changes too
+        model.load_state_dict(best)    # IPD107: "restores" the stepped weights
 
     Fix: take a real snapshot: ``copy.deepcopy(model.state_dict())`` or
     ``{k: v.detach().clone() for k, v in model.state_dict().items()}``.
     """
-    write = event.write
+    used = event if isinstance(event, HeldTensorUsed) else None
+    overwritten = used.overwritten if used is not None else event
+    assert isinstance(overwritten, HeldTensorOverwritten)
+    write = overwritten.write
+    held, handed_out = overwritten.held, overwritten.handed_out.location
+    if used is not None:
+        what = (
+            f"{where(write.site, ctx.root_label)} changed the memory of `{held}`, handed out at {handed_out}; "
+            f"then {where(used.use, ctx.root_label)} used it ({used.how})."
+        )
+        why = (
+            f"`{held}` is an alias of the live tensor, not a copy: what was used as a snapshot held the new "
+            "values, and nothing raises."
+        )
+    else:
+        what = (
+            f"{where(write.site, ctx.root_label)} changed the memory of `{held}`, handed out at {handed_out} and "
+            "still held; the watched code did not use it afterwards."
+        )
+        why = (
+            f"`{held}` is an alias of the live tensor, not a copy: if it is meant as a snapshot, loading, saving "
+            "or comparing it later uses the new values."
+        )
     return make_finding(
         "IPD107",
-        what=(
-            f"{where(write.site, ctx.root_label)} changed the memory of `{event.held}`, handed out at "
-            f"{event.handed_out.location} and still held."
-        ),
-        why=(
-            f"`{event.held}` (from {event.handed_out.location}) is an alias of the live tensor, not a copy: "
-            "whatever keeps it as a snapshot now holds the new values, and nothing raises."
-        ),
+        what=what,
+        why=why,
         fix=(
-            f"take a real snapshot at {event.handed_out.location}: `copy.deepcopy(model.state_dict())` or "
+            f"take a real snapshot at {handed_out}: `copy.deepcopy(model.state_dict())` or "
             "`{k: v.detach().clone() for k, v in model.state_dict().items()}`"
         ),
         mutation=write.site,
-        held=event.held,
-        handed_out=event.handed_out.location,
+        read=used.use if used is not None else None,
+        severity=None if used is not None else Severity.INFO,
+        held=held,
+        handed_out=handed_out,
     )

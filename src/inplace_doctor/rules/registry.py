@@ -64,6 +64,8 @@ def make_finding(
         fix=fix,
         confirmed=confirmed,
         read=read,
+        why=why,
+        places=(details["place"],) if details.get("place") else (),
         details={"why": why, **details},
     )
 

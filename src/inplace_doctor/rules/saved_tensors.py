@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..events import InplaceErrorRaised, SavedTensorOverwritten, StaleSavedTensorUsed
+from ..events import InplaceErrorRaised, SavedTensorOverwritten, SavedTensorReached, StaleSavedTensorUsed
 from ..findings import Finding, Severity
-from ..sites import Site
-from .describe import fix_for_write, short_op, tensor_desc, where
+from ..sites import Site, capture_frames, make_site
+from .describe import fix_for_write, qualified, short_op, silent_write_fix, step_fix, where, written_desc
 from .registry import make_finding, rule
 
 _PYTORCH_STALE = re.compile(r"modified by an inplace operation", re.IGNORECASE)
@@ -16,11 +16,6 @@ _STALE_DETAILS = re.compile(
     r"\[(?P<type>[\w.]+) \[(?P<shape>[^\]]*)\]\], which is (?:output \d+ of|saved by) (?P<node>\w+), "
     r"is at version (?P<now>\d+); expected version (?P<then>\d+)"
 )
-
-
-def _saved_phrase(event: SavedTensorOverwritten | StaleSavedTensorUsed, ctx: Any) -> str:
-    saved = event.saved
-    return f"`{saved.slot}` saved it for backward: {where(saved.site, ctx.root_label)}"
 
 
 @rule(
@@ -60,12 +55,13 @@ def saved_tensor_overwritten(event: Any, ctx: Any) -> Finding | None:
     if isinstance(event, InplaceErrorRaised):
         return _from_pytorch_error(event, ctx)
     if isinstance(event, SavedTensorOverwritten):
-        if not event.shares_version_counter or event.already_used_by_backward:
-            return None  # IPD104's case; or it matters only if backward runs again (then it raises)
+        if not event.shares_version_counter:
+            return None  # IPD104's case
         if event.write.in_checkpoint and event.saved.is_checkpoint_input:
             return None  # a checkpointed region writing its own input: IPD108 explains it
         write, saved = event.write, event.saved
         confirmed: bool | None = None
+        backward = None
     else:
         prior = ctx.overwrite_for(event.saved.key)
         if prior is not None and prior.write.in_checkpoint and prior.saved.is_checkpoint_input:
@@ -74,27 +70,53 @@ def saved_tensor_overwritten(event: Any, ctx: Any) -> Finding | None:
             return _stale_without_write(event, ctx)
         write, saved = prior.write, prior.saved
         confirmed = True
+        backward = backward_site()
     node = saved.node or "its autograd node"
-    why = (
-        f"Backward will raise \"one of the variables needed for gradient computation has been modified by an "
-        f"inplace operation\" when it reaches {node}: the tensor is at version {event.version_now}, autograd "
-        f"saved version {saved.version}."
+    error = (
+        '"one of the variables needed for gradient computation has been modified by an inplace operation"'
     )
+    if confirmed:
+        at = f" ({backward.location})" if backward is not None and backward.file else ""
+        why = (
+            f"Backward{at} raised {error} when it reached {node}: the tensor was at version {event.version_now}, "
+            f"autograd saved version {saved.version}."
+        )
+    else:
+        why = (
+            f"A backward that reaches {node} will raise {error}: the tensor is now at version {event.version_now}, "
+            f"autograd saved version {saved.version}. A graph that is freed without such a backward is harmless."
+        )
     return make_finding(
         "IPD101",
         what=(
-            f"{where(write.site, ctx.root_label)} overwrote {tensor_desc(write.shape, write.dtype)} that "
+            f"{where(write.site, ctx.root_label)} overwrote {written_desc(write, saved, ctx.root_label)}, which "
             f"{_saved_phrase_from(saved, ctx)}."
         ),
         why=why,
-        fix=fix_for_write(write.site, ctx.root_label),
+        fix=_fix(write, backward, ctx),
         mutation=write.site,
         saved=saved.site,
         confirmed=confirmed,
         slot=saved.slot,
         saved_version=saved.version,
         version_now=event.version_now,
+        target=write.target,
     )
+
+
+def _fix(write: Any, backward: Site | None, ctx: Any) -> str:
+    if (write.site.api and write.site.api.endswith(".step")) or write.target:
+        # A parameter or buffer update is the program's intent: never drop it, order it.
+        owner = (ctx.root_label or write.target.split(".")[0]) if write.target else None
+        target = qualified(write.target, ctx.root_label) if write.target else None
+        return step_fix(write.site, backward, owner, target)
+    return fix_for_write(write.site, ctx.root_label)
+
+
+def backward_site() -> Site | None:
+    """The user's line that started the running backward (`loss.backward()`)."""
+    frames, api = capture_frames()
+    return make_site("backward", frames, api, None, "backward") if frames else None
 
 
 def _saved_phrase_from(saved: Any, ctx: Any) -> str:
@@ -144,9 +166,9 @@ def _from_pytorch_error(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
     "saved-tensor-silently-overwritten",
     "Saved tensor's memory overwritten behind autograd's back",
     Severity.ERROR,
-    events=(SavedTensorOverwritten,),
+    events=(SavedTensorOverwritten, SavedTensorReached),
 )
-def saved_tensor_silently_overwritten(event: SavedTensorOverwritten, ctx: Any) -> Finding | None:
+def saved_tensor_silently_overwritten(event: Any, ctx: Any) -> Finding | None:
     """A saved tensor's bytes are overwritten through an alias with its own version counter: silent wrong gradients.
 
     What: ``.data``, ``set_``, and tensors that share storage without sharing
@@ -170,8 +192,15 @@ def saved_tensor_silently_overwritten(event: SavedTensorOverwritten, ctx: Any) -
     Writes the node's backward never reads (BatchNorm's running statistics in
     training mode) are not reported.
     """
-    if event.shares_version_counter:
-        return None
+    if isinstance(event, SavedTensorReached):
+        prior = ctx.overwrite_for(event.key)
+        if prior is None or prior.shares_version_counter:
+            return None
+        event, confirmed = prior, True
+    else:
+        if event.shares_version_counter:
+            return None
+        confirmed = None
     write, saved = event.write, event.saved
     code = write.site.code or ""
     if not event.write_bumped_a_version:
@@ -180,27 +209,34 @@ def saved_tensor_silently_overwritten(event: SavedTensorOverwritten, ctx: Any) -
         alias = "through `.data`"
     else:
         alias = "through an alias that does not share its version counter"
-    why = (
-        f"Autograd cannot notice: the saved tensor's version stays {saved.version}, and backward will silently "
-        "compute gradients from the new values."
-    )
-    if write.site.api and write.site.api.endswith(".step"):
-        fix = fix_for_write(write.site, ctx.root_label)
-    else:
-        fix = (
-            f"write into a copy (`t = t.detach().clone()`) at {write.site.location} instead of the saved "
-            "tensor's memory, or make the write after backward"
+    node = saved.node or "its autograd node"
+    if confirmed:
+        why = (
+            f"Autograd could not notice (the saved tensor's version stayed {saved.version}): backward read the new "
+            f"values at {node} with no error, so the gradients it computed from them are silently wrong."
         )
+    else:
+        why = (
+            f"Autograd cannot notice: the saved tensor's version stays {saved.version}, so a backward that reaches "
+            f"{node} will silently compute gradients from the new values. A graph freed without such a backward "
+            "is harmless."
+        )
+    if (write.site.api and write.site.api.endswith(".step")) or write.target:
+        fix = _fix(write, None, ctx)
+    else:
+        fix = silent_write_fix(write.site)
     return make_finding(
         "IPD104",
         what=(
-            f"{where(write.site, ctx.root_label)} changed the memory of {tensor_desc(saved.shape, saved.dtype)} "
-            f"that {_saved_phrase_from(saved, ctx)}, {alias}."
+            f"{where(write.site, ctx.root_label)} changed the memory of {written_desc(write, saved, ctx.root_label)}, "
+            f"which {_saved_phrase_from(saved, ctx)}, {alias}."
         ),
         why=why,
         fix=fix,
         mutation=write.site,
         saved=saved.site,
+        confirmed=confirmed,
         slot=saved.slot,
         op=short_op(write.site.op),
+        target=write.target,
     )
