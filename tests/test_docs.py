@@ -190,7 +190,7 @@ def test_the_readme_python_example_prints_both_culprits(tmp_path: Path, monkeypa
         exec(compile(code, "README.md example", "exec"), {"__name__": "__doc_example__"})
     printed = out.getvalue()
     assert "IPD101" in printed and "examples/__init__.py:22" in printed and "examples/__init__.py:21" in printed
-    assert "overwrote a [4, 8] float32 tensor that `SigmoidBackward0.result` saved" in printed  # the watch error
+    assert "overwrote a [4, 8] float32 tensor, which `SigmoidBackward0.result` saved" in printed  # the watch error
     assert printed.rstrip().endswith("['IPD101']")
 
 

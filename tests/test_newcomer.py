@@ -43,6 +43,6 @@ def test_the_fix_the_tool_names_makes_the_script_train(tmp_path: Path) -> None:
 
     fixed = _run(tmp_path, "run", "train.py")
     assert fixed.returncode == 0, fixed.stdout
-    assert "final loss" in fixed.stdout and "inplace-doctor: 0 finding(s); watched 20 backward passes" in fixed.stdout
+    assert "final loss" in fixed.stdout and "inplace-doctor: 0 finding(s); watched 20 optimizer steps" in fixed.stdout
     plain = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert plain.returncode == 0 and plain.stdout.strip() in fixed.stdout  # the tool changed nothing it observed

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import re
 import textwrap
 from pathlib import Path
 
@@ -26,7 +27,14 @@ def test_a_broken_training_script_prints_both_sites_and_exits_non_zero() -> None
     assert "IPD101" in done.stderr and "stopped at an in-place error" in done.stderr
     assert "overwritten `relu_`" in done.stderr and "saved       `sigmoid` -> SigmoidBackward0.result" in done.stderr
     assert done.stderr.count(train) >= 2
-    assert "Traceback" not in done.stderr
+    # Where the write ran comes first (chained in front of PyTorch's error), then the script's
+    # traceback as python prints it; the diagnosis is added after it.
+    lines = done.stderr.splitlines()
+    assert lines[0] == "inplace_doctor.errors.WrittenHere: the in-place write `relu_` ran here (most recent call last):"
+    assert "Traceback (most recent call last):" in lines
+    [error_at] = [i for i, line in enumerate(lines) if line.startswith("RuntimeError: one of the variables needed")]
+    assert lines[error_at + 1].startswith("inplace-doctor: the script stopped at an in-place error (IPD101): ")
+    assert lines[-1] == "inplace-doctor: 1 finding(s); no backward pass completed"
 
 
 def test_a_clean_script_exits_zero_with_its_output_and_arguments_intact() -> None:
@@ -38,7 +46,7 @@ def test_a_clean_script_exits_zero_with_its_output_and_arguments_intact() -> Non
     )
     assert done.stdout == plain.stdout  # the report goes to stderr; stdout is the script's own
     assert "argv: ['--steps', '20', '--every', '10', '--', '-x', '--select', 'a b']" in done.stdout
-    assert "0 finding(s); watched 20 backward passes" in done.stderr
+    assert "0 finding(s); watched 20 optimizer steps" in done.stderr
 
 
 def test_a_script_path_runs_as_main_with_its_folder_on_sys_path(tmp_path: Path) -> None:
@@ -70,7 +78,7 @@ def test_the_scripts_own_exit_status_wins(tmp_path: Path, code: str, expected: i
         assert "ValueError: boom" in done.stderr
 
 
-def test_fail_fast_stops_at_the_overwriting_line(tmp_path: Path) -> None:
+def test_fail_fast_stops_at_the_backward_that_reaches_the_write_and_names_the_write(tmp_path: Path) -> None:
     script = tmp_path / "s.py"
     script.write_text(textwrap.dedent("""
         import torch
@@ -78,10 +86,28 @@ def test_fail_fast_stops_at_the_overwriting_line(tmp_path: Path) -> None:
         y = w.sigmoid()
         y.mul_(2)
         print("still running")
+        y.sum().backward()
+        print("after backward")
     """))
     done = run_cli("--fail-fast", str(script))
     assert done.returncode == 1
-    assert "still running" not in done.stdout and "s.py:5" in done.stderr
+    assert "still running" in done.stdout and "after backward" not in done.stdout
+    assert "s.py:5" in done.stderr and 'line 5' in done.stderr  # the write, chained in front of the error
+
+
+def test_fail_fast_lets_a_graph_that_is_never_backpropagated_run_on(tmp_path: Path) -> None:
+    script = tmp_path / "s.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        for _ in range(3):
+            y = w.sigmoid()   # rebound each iteration: the old graph is freed, never backpropagated
+            y.mul_(2)
+        print("still running")
+    """))
+    done = run_cli("--fail-fast", str(script))
+    assert done.returncode == 0, done.stderr
+    assert "still running" in done.stdout and not re.search(r"^(error|warning)\s", done.stderr, re.M), done.stderr
 
 
 def test_bad_usage_is_one_line_and_exit_2(tmp_path: Path) -> None:

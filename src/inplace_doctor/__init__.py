@@ -9,7 +9,16 @@
 
 from __future__ import annotations
 
-from . import _compat  # noqa: F401  (fails early, naming the torch version)
+import warnings
+
+# Without numpy, torch warns "Failed to initialize NumPy" when it is first imported; the tool
+# needs no numpy, and the first thing `inplace-doctor audit ...` prints should be the report.
+# Exactly that warning, and only if this import is torch's first.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
+    import torch  # noqa: F401
+
+from . import _compat  # noqa: F401,E402  (fails early, naming the torch version)
 from .api import audit, watch
 from .distributed import gather
 from .equivalence import VerifyResult, verify

@@ -154,7 +154,9 @@ class Analyzer:
             rest = []
             for f in self.pending[saved_key]:
                 if f.dedupe_key == key:
-                    confirmed = self._record(f.with_(confirmed=True), confirming=False)
+                    # One cause, one fix; a flag fix differs per module, and each is kept.
+                    fix = f.fix if f.mutation.module_inplace else confirmed.fix
+                    confirmed = self._record(f.with_(confirmed=True, fix=fix), confirming=False)
                 else:
                     rest.append(f)
             if rest:

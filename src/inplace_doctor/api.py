@@ -229,6 +229,8 @@ class watch:
             with the write's stack chained in front (`WrittenHere`).
         select, ignore: rule codes or prefixes.
         per_module_ignores: module-path glob -> codes to drop there.
+        stack: frames the text report shows per site (the line, and the line
+            in your code that called into it; more with a larger number).
 
     Example:
         >>> with ipd.watch() as session:
@@ -245,8 +247,10 @@ class watch:
         select: Selection = None,
         ignore: Selection = None,
         per_module_ignores: dict[str, list[str]] | None = None,
+        stack: int = 2,
         **named_models: torch.nn.Module,
     ) -> None:
+        self._stack = stack
         for label, m in named_models.items():
             if not isinstance(m, torch.nn.Module):
                 raise UsageError(f"watch({label}=...) needs a torch.nn.Module, got {type(m).__name__}")
@@ -274,7 +278,10 @@ class watch:
         return self._tracer
 
     def report(self) -> Report:
-        report = Report(findings=list(self._analyzer.findings), command="watch", root_label=self._analyzer.root_label)
+        report = Report(
+            findings=list(self._analyzer.findings), command="watch", root_label=self._analyzer.root_label,
+            stack=self._stack,
+        )
         return _finish(report, self._tracer, self._analyzer)
 
     def failed(self, fail_on: Severity = Severity.WARNING) -> bool:

@@ -130,8 +130,11 @@ def build_model(spec: str, input_specs: Sequence[str], seed: int) -> tuple[Any, 
     factory = load_factory(spec)
     inputs = make_inputs(input_specs, seed)  # parse before running user code
     torch.manual_seed(seed)
+    from .origins import ConstructionRecorder
+
     try:
-        made = factory()
+        with ConstructionRecorder():  # where each inplace=True module is built: the line a flag fix edits
+            made = factory()
     except Exception as e:
         raise _FactoryError(f"calling {spec} raised {type(e).__name__}: {e}") from e
     args: tuple[Any, ...] = ()
@@ -183,6 +186,7 @@ def _parser() -> _Parser:
     audit.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     audit.add_argument("--fail-on", metavar="SEVERITY", help="error, warning (default), info or never: exit 1 at or above it")
     audit.add_argument("--config", metavar="FILE", help="first set the inplace flags from FILE (inplace.toml, as optimize writes it)")
+    audit.add_argument("--stack", type=_stack_depth, default=2, metavar="N", help="frames shown per site in text: the line and the line in your code that called into it (default 2)")
     check = sub.add_parser("verify", help="check that the in-place configuration computes what its out-of-place form does")
     check.add_argument("spec", metavar="PKG.MODULE:FACTORY", help="factory returning a model or (model, inputs)")
     check.add_argument("--input", action="append", default=[], metavar="SHAPE[:DTYPE]",
@@ -217,14 +221,26 @@ def _parser() -> _Parser:
     runner = sub.add_parser(
         "run", help="run a training script (or -m module) as python would, under watch()",
         usage="inplace-doctor run [options] (SCRIPT.py | -m MODULE) [ARGS ...]",
+        description="Run a training script (or -m module) as python would, under watch(). The script's output and "
+                    "traceback are its own; the report goes to stderr (or --output FILE).",
     )
     runner.add_argument("--fail-fast", action="store_true", help="stop at the overwriting op itself")
-    runner.add_argument("--steps", type=int, metavar="N", help="watch only the first N backward passes, then run at full speed")
+    runner.add_argument(
+        "--steps", type=int, metavar="N",
+        help="watch only the first N training steps, then run at full speed. A step is an optimizer step (step() "
+             "of any torch.optim optimizer); until the first one is seen, and in a script without one, a backward "
+             "pass. When N backward passes come before any optimizer step, watching goes on until an optimizer "
+             "step (then optimizer steps are counted) or the next backward pass (watching stops there). The last "
+             "line says which was counted",
+    )
     runner.add_argument("--select", action="append", default=[], metavar="CODES", help="only these rule codes or prefixes")
     runner.add_argument("--ignore", action="append", default=[], metavar="CODES", help="skip these rule codes or prefixes")
     runner.add_argument("--fail-on", metavar="SEVERITY", help="error, warning (default), info or never")
-    runner.add_argument("--format", default="text", help="report format: text or json")
-    runner.add_argument("--output", metavar="FILE", help="write the report to FILE (default: stderr)")
+    runner.add_argument("--format", default="text", help="report format: text (default), json or sarif")
+    runner.add_argument("--output", metavar="FILE",
+                        help="write the report to FILE (default: stderr); the terminal then shows only the script's "
+                             "own output")
+    runner.add_argument("--stack", type=_stack_depth, default=2, metavar="N", help="frames shown per site in text: the line and the line in your code that called into it (default 2)")
     runner.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m does")
     runner.add_argument("target", nargs=argparse.REMAINDER, metavar="SCRIPT.py [ARGS ...]")
     myths = sub.add_parser("myths", help="run the experiments that check the folklore about in-place ops")
@@ -234,6 +250,17 @@ def _parser() -> _Parser:
     rule = sub.add_parser("rule", help="print one rule's documentation")
     rule.add_argument("code")
     return parser
+
+
+def _stack_depth(text: str) -> int:
+    """`--stack N`: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--stack needs a whole number of frames, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--stack needs at least 1 frame, got {value}")
+    return value
 
 
 def _audit(ns: argparse.Namespace) -> int:
@@ -252,6 +279,7 @@ def _audit(ns: argparse.Namespace) -> int:
     report = audit(model, *args, backward=not ns.no_backward, select=config.select, ignore=config.ignore,
                    per_module_ignores=config.per_module_ignores, **kwargs)
     report.target = ns.spec
+    report.stack = ns.stack
     if ns.output:
         try:
             with open(ns.output, "w", encoding="utf-8") as stream:
@@ -442,23 +470,29 @@ def _run(ns: argparse.Namespace) -> int:
     )
     report.target = f"-m {target}" if module else target
     report.command = "run"
-    if ns.output:
+    report.stack = ns.stack
+    summary = stats.summary(ns.steps)
+    if ns.output:  # the report, and what was watched, to FILE; the terminal keeps the script's output only
+        report.notes.append(summary)
         try:
             with open(ns.output, "w", encoding="utf-8") as stream:
                 renderer(report, stream)
         except OSError as e:
             raise CliUsageError(f"cannot write {ns.output!r}: {e.strerror}") from None
-    if report.findings or (ns.format != "text" and not ns.output):
+    else:
         sys.stderr.flush()
-        (renderer if not ns.output else get_renderer("text"))(report, sys.stderr)
-    print(f"inplace-doctor: {len(report.findings)} finding(s); {stats.summary(ns.steps)}", file=sys.stderr)
+        if stats.diagnosis:
+            print(f"inplace-doctor: {stats.diagnosis}", file=sys.stderr)
+        if report.findings or ns.format != "text":
+            renderer(report, sys.stderr)
+        print(f"inplace-doctor: {len(report.findings)} finding(s); {summary}", file=sys.stderr)
     if status:
         return int(status)
     threshold = config.fail_severity()
     return EXIT_FINDINGS if threshold is not None and report.failed(threshold) else EXIT_OK
 
 
-_RUN_VALUE_OPTIONS = {"--steps", "--select", "--ignore", "--fail-on", "--format", "--output"}
+_RUN_VALUE_OPTIONS = {"--steps", "--select", "--ignore", "--fail-on", "--format", "--output", "--stack"}
 
 
 def _split_run(argv: list[str]) -> tuple[list[str], list[str]]:

@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .events import HeldTensorUsed
+from .ops import op_name
 from .sites import Site, capture_frames, make_site
-from .storage import storage_span
+from .storage import storage_key, storage_span
 
 if TYPE_CHECKING:
     from .tracer import Tracer
@@ -125,22 +127,30 @@ class HeldTensors:
         return ref is not None and ref() is t
 
     def check_uses(self, func: Any, args: Any, kwargs: Any, written: Any) -> None:
-        """An op reading a stale alias: the snapshot it was taken to be is used with the new values."""
-        for value in (*args, *kwargs.values()):
-            items = value if isinstance(value, (list, tuple)) else (value,)
-            for item in items:
-                entry = self.stale_ids.get(id(item)) if isinstance(item, torch.Tensor) else None
-                if entry is None or entry.ref() is not item or (written and any(w is item for w in written)):
-                    continue
-                del self.stale_ids[id(item)]
-                overwritten, entry.stale = entry.stale, None
-                entry.ref = _gone  # reported once: later writes (the load itself) are not news
-                from .events import HeldTensorUsed
-                from .ops import op_name
-
-                frames, api = capture_frames()
-                use = make_site(op_name(func), frames, api, self.tracer.modules.current, "forward")
-                self.tracer.emit(HeldTensorUsed(overwritten, use, f"read by `{op_name(func).removeprefix('aten.')}`"))
+        """An op using a stale alias as a snapshot of its own live tensor: reading it together with
+        another tensor on the same memory (`load_state_dict(best)` copies it onto the parameter it
+        aliases; a before/after comparison reads both). A stale alias read on its own is a live view
+        (BigGAN's EMA keeps `source.state_dict()` to read the current weights): not a snapshot use."""
+        tensors = [
+            item
+            for value in (*args, *kwargs.values())
+            for item in (value if isinstance(value, (list, tuple)) else (value,))
+            if isinstance(item, torch.Tensor)
+        ]
+        for item in tensors:
+            entry = self.stale_ids.get(id(item))
+            if entry is None or entry.ref() is not item or (written and any(w is item for w in written)):
+                continue
+            if not any(other is not item and storage_key(other) == entry.span[0] for other in tensors):
+                continue
+            del self.stale_ids[id(item)]
+            overwritten, entry.stale = entry.stale, None
+            entry.ref = _gone  # type: ignore[assignment]  # reported once: later writes (the load) are not news
+            frames, api = capture_frames()
+            name = op_name(func)
+            use = make_site(name, frames, api, self.tracer.modules.current, "forward")
+            how = "loaded onto the tensor it aliases" if name == "aten.copy_" else "compared or combined with the live tensor"
+            self.tracer.emit(HeldTensorUsed(overwritten, use, f"{how}, by `{name.removeprefix('aten.')}`"))
 
     def unused_stale(self) -> list[Any]:
         """The overwrites of aliases still held and stale when the session ends (never used since)."""

@@ -59,6 +59,22 @@ CATEGORIES = (
 )
 _CUDA_BLOCK = 512
 
+# Ops PyTorch dispatches for its own bookkeeping, not the user's computation: the profiler's
+# `record_function` markers (every `optimizer.step()` opens one) and asserts that return nothing.
+# They allocate no storage; naming a peak after one would tell the user nothing.
+_BOOKKEEPING_NAMESPACES = frozenset({"profiler"})
+_BOOKKEEPING_PREFIXES = ("_record_function", "_profiler")
+_BOOKKEEPING_OPS = frozenset({
+    "_assert_async", "_assert_scalar", "_assert_tensor_metadata", "_functional_assert_async",
+    "_functional_assert_scalar", "sym_constrain_range", "sym_constrain_range_for_size",
+})
+
+
+def is_bookkeeping_op(namespace: str, name: str) -> bool:
+    """Whether an op (namespace `profiler`, name `_record_function_enter_new`) is PyTorch's
+    internal bookkeeping rather than a computation the user's program asked for."""
+    return namespace in _BOOKKEEPING_NAMESPACES or name.startswith(_BOOKKEEPING_PREFIXES) or name in _BOOKKEEPING_OPS
+
 
 class _Entry:
     """One live storage."""
@@ -262,6 +278,12 @@ class _Ledger(_compat.TorchDispatchMode):
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
                 self.track(t, None, name, owner)
+        if is_bookkeeping_op(str(getattr(func, "namespace", "")), name):
+            # Not an op of the user's step: no index, no timeline row, no peak named after it.
+            # The totals still see it, so the overall peak stays MemTracker's to the byte.
+            self.step_peak = max(self.step_peak, self.live)
+            self.overall_peak = max(self.overall_peak, self.live)
+            return out
         self.ops += 1
         self.timeline.append((self.ops, self.phase, name, self.live))
         if self.live > self.step_peak:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import datetime
 import os
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -120,6 +121,7 @@ class Plan:
     other_findings: list[Finding] = field(default_factory=list)  # not controlled by any flag
     saved_by_module: list[tuple[str, int]] = field(default_factory=list)
     checkpoint: CheckpointSuggestion | None = None
+    checkpoint_declined: str | None = None  # why no module is suggested for checkpointing
     all_paths: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -132,6 +134,16 @@ class Plan:
         """(label, report) for the charts: shipped (when it runs) and planned."""
         series = [("shipped", self.memory_shipped)] if self.memory_shipped is not None else []
         return series + [("planned", self.memory_planned)]
+
+    def largest_holders(self, top: int = 5) -> list[tuple[str, int]]:
+        """Up to `top` (module path, saved-activation bytes) from `saved_by_module`, largest first,
+        no entry an ancestor or descendant of another.
+
+        A subtree's bytes include its children's, so listing `layer1` beside `layer1.0` counts the
+        same activations twice. Picked greedily: each module in order of bytes, skipped when a
+        module already listed contains it or is contained by it.
+        """
+        return disjoint_holders(self.saved_by_module, top)
 
     @property
     def never_executed(self) -> list[str]:
@@ -159,7 +171,7 @@ class Plan:
             f"mode = {toml_string(self.mode)}",
             f"optimizer = {toml_string(self.optimizer or 'none')}",
             f"torch = {toml_string(TORCH_VERSION)}",
-            f"peak-shipped-bytes = {self.peak_shipped if self.peak_shipped is not None else -1}",
+            *self._peak_shipped_lines(),
             f"peak-planned-bytes = {self.peak_planned}",
             f"verified = {'true' if bool(self.verified) else 'false'}",
             "never-executed = [" + ", ".join(toml_string(p) for p in self.never_executed) + "]",
@@ -177,6 +189,13 @@ class Plan:
             for d in calls:
                 lines.append(f"#   {d.site}: {'keep' if d.inplace else 'change to inplace=False'} ({d.reason})")
         return "\n".join(lines) + "\n"
+
+    def _peak_shipped_lines(self) -> list[str]:
+        """The header's measured shipped peak; when the shipped configuration raised there is no
+        measurement, so the key is left out (never a sentinel) and a comment says why."""
+        if self.peak_shipped is not None:
+            return [f"peak-shipped-bytes = {self.peak_shipped}"]
+        return [f"# peak-shipped-bytes: not measured, the shipped configuration raises ({self.shipped_error})"]
 
     def write(self, path: str | os.PathLike[str]) -> None:
         with open(path, "w", encoding="utf-8") as f:
@@ -198,6 +217,7 @@ class Plan:
             "other_findings": [f.to_dict() for f in self.other_findings],
             "saved_by_module": [list(x) for x in self.saved_by_module],
             "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
+            "checkpoint_declined": self.checkpoint_declined,
             "notes": list(self.notes),
         }
 
@@ -264,6 +284,7 @@ def optimize(
     optimizer: Any = None,
     enable_safe: bool = False,
     suggest_checkpoint: bool = True,
+    checkpoint_min_share: float | None = None,
     steps: int = 2,
     input_specs: list[str] | None = None,
     progress: Callable[[str], None] | None = None,
@@ -279,7 +300,12 @@ def optimize(
             its step is part of the measured peak and of the verification.
         enable_safe: turn on every safe site, not only those that lower the peak.
         suggest_checkpoint: also measure checkpointing the module that holds
-            the most saved activations.
+            the most saved activations; it is suggested only when it lowers the
+            peak by at least `CHECKPOINT_MIN_SHARE` (5%) of it, otherwise
+            `plan.checkpoint_declined` says why in one line.
+        checkpoint_min_share: that threshold as a share of the peak (default
+            `CHECKPOINT_MIN_SHARE`); 0 measures and reports the largest holder
+            whatever it saves (benchmarks/memory.py does, for its table).
         steps: training steps per memory measurement (the last is reported).
         input_specs: how to name the inputs in the config header (the CLI's `--input`).
         progress: called with a short description of each stage.
@@ -394,7 +420,7 @@ def optimize(
         try:
             mem_shipped = measure(shipped)
         except RuntimeError as e:
-            shipped_error = str(e).splitlines()[0][:200]
+            shipped_error = textwrap.shorten(str(e).splitlines()[0], 400, placeholder=" ...")
         rng.restore()
         time_shipped: float | None = None
         # plan_flags covers the executed modules only; the others stay as shipped.
@@ -442,9 +468,12 @@ def optimize(
         )
         if not modules:
             plan.notes.append("no module has an `inplace` option")
-        if suggest_checkpoint and plan.saved_by_module:
+        if suggest_checkpoint:
             say("measuring activation checkpointing of the largest holder")
-            plan.checkpoint = _checkpoint_suggestion(model, plan_flags, plan, args, kwargs, loss_fn, optimizer, steps, rng)
+            share = CHECKPOINT_MIN_SHARE if checkpoint_min_share is None else checkpoint_min_share
+            plan.checkpoint = _checkpoint_suggestion(
+                model, plan_flags, plan, args, kwargs, loss_fn, optimizer, steps, rng, share
+            )
         return plan
     finally:
         rng.restore()
@@ -514,6 +543,32 @@ def _saved_by_module(report: MemoryReport) -> list[tuple[str, int]]:
     return sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
+def _is_within(path: str, other: str) -> bool:
+    """Whether module `path` is `other` or inside it (`layer1.0` is within `layer1`, not `layer10`)."""
+    return path == other or path.startswith(other + ".")
+
+
+def disjoint_holders(saved_by_module: list[tuple[str, int]], top: int = 5) -> list[tuple[str, int]]:
+    """Up to `top` entries of `saved_by_module` (largest first), no entry an ancestor or
+    descendant of another: picked greedily in order, skipping a module that contains, or is
+    contained by, one already picked, so that no activation is counted twice."""
+    picked: list[tuple[str, int]] = []
+    for name, nbytes in saved_by_module:
+        if len(picked) == top:
+            break
+        if any(_is_within(name, p) or _is_within(p, name) for p, _ in picked):
+            continue
+        picked.append((name, nbytes))
+    return picked
+
+
+# Checkpointing is suggested only where it lowers the peak by at least this share of it. Below
+# that the saving is noise next to what parameters, gradients and optimizer state hold (resnet18
+# at 2x3x64x64: layer1's 112 KiB of 136 MiB, 0.08%), while the recompute costs step time and
+# brings caveats (BatchNorm statistics updated twice, IPD108).
+CHECKPOINT_MIN_SHARE = 0.05
+
+
 def _checkpoint_candidate(saved_by_module: list[tuple[str, int]]) -> tuple[str, int]:
     """The largest holder of saved activations that holds at most half of them.
 
@@ -548,15 +603,27 @@ def _checkpoint_suggestion(
     optimizer: Any,
     steps: int,
     rng: Any,
+    min_share: float,
 ) -> CheckpointSuggestion | None:
     import torch.utils.checkpoint as cp
 
     # A module that writes its own input in place cannot be checkpointed (the recompute writes
     # the saved input again, and backward raises), and would free nothing if it could.
     holders = [(n, b) for n, b in plan.saved_by_module if not _runs_in_place(model, n, flags)]
+    peak = plan.peak_planned
+    threshold = f"suggested from {min_share:.0%} of the peak"
+    declined = "no single module holds enough saved activations for checkpointing to lower the peak meaningfully"
     if not holders:
+        plan.checkpoint_declined = f"{declined} (no module that runs out of place holds any at the end of forward)"
         return None
     name, saved = _checkpoint_candidate(holders)
+    # Checkpointing frees at most what the module holds: below the threshold it is not worth measuring.
+    if saved < min_share * peak or saved == 0:
+        plan.checkpoint_declined = (
+            f"{declined} (the best candidate, {name}, holds {fmt_bytes(saved)}, "
+            f"{_share(saved, peak)} of the {fmt_bytes(peak)} peak; {threshold})"
+        )
+        return None
     # Measured and timed on this one copy: a deep copy of it would copy the function below as
     # it is, still calling this copy's module.
     wrapped, opt = _configured(model, flags, optimizer)
@@ -571,10 +638,22 @@ def _checkpoint_suggestion(
     try:
         after = measure_owned(wrapped, opt, args, kwargs, loss_fn=loss_fn, steps=steps, target=model)
     except Exception as e:  # a module that cannot be checkpointed (non-tensor outputs, ...)
-        plan.notes.append(f"checkpointing {name} could not be measured: {type(e).__name__}: {e}"[:300])
+        plan.notes.append(textwrap.shorten(f"checkpointing {name} could not be measured: {type(e).__name__}: {e}", 400, placeholder=" ..."))
         return None
     rng.restore()
     (t_after,) = times_owned([(wrapped, opt)], args, kwargs, loss_fn=loss_fn)
+    lowered = peak - after.peak
+    if min_share > 0 and lowered < min_share * peak:
+        if lowered > 0:
+            effect = f"lowers the {fmt_bytes(peak)} peak by only {fmt_bytes(lowered)}, {_share(lowered, peak)}"
+        elif lowered == 0:
+            effect = f"leaves the {fmt_bytes(peak)} peak unchanged"
+        else:
+            effect = f"raises the {fmt_bytes(peak)} peak to {fmt_bytes(after.peak)}"
+        plan.checkpoint_declined = (
+            f"{declined} (measured: checkpointing {name}, which holds {fmt_bytes(saved)}, {effect}; {threshold})"
+        )
+        return None
     caveats = []
     if model.training and any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in target.modules()):
         caveats.append("contains BatchNorm: its running statistics update again on recompute (IPD108)")
@@ -586,3 +665,7 @@ def _checkpoint_suggestion(
         time_ratio=t_after / plan.time_planned if plan.time_planned > 0 else float("nan"),
         caveats=caveats,
     )
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.1%}" if whole > 0 else "n/a"

@@ -53,8 +53,9 @@ def plan_lines(plan: "Plan") -> list[str]:
     lines.append(f"verify: {plan.verified}")
     if plan.saved_by_module:
         lines.append("")
-        lines.append("what would save memory: saved activations at the end of forward, by module")
-        for name, nbytes in plan.saved_by_module[:5]:
+        # No entry contains another: a parent beside its own child would count the same bytes twice.
+        lines.append("what would save memory: saved activations at the end of forward, by module (none nested in another)")
+        for name, nbytes in plan.largest_holders(5):
             lines.append(f"  {fmt_bytes(nbytes):>11}  {name}")
     cp = plan.checkpoint
     if cp is not None:
@@ -65,6 +66,8 @@ def plan_lines(plan: "Plan") -> list[str]:
             f"({effect}), step time x{cp.time_ratio:.2f}"
         )
         lines += [f"  caveat: {c}" for c in cp.caveats]
+    elif plan.checkpoint_declined:
+        lines.append(f"checkpointing: {plan.checkpoint_declined}")
     peak = plan.memory_planned.peak_phase if plan.memory_planned.peaks else None
     if peak is not None:
         lines.append("")

@@ -19,13 +19,21 @@ _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.
 _PLACES_SHOWN = 6
 
 
-def _site_line(label: str, site: Site, root_label: str, slot: str | None = None, stack: int = 2) -> list[str]:
+def _site_line(
+    label: str, site: Site, root_label: str, slot: str | None = None, stack: int = 2,
+    shown: set[tuple[str, int]] | None = None,
+) -> list[str]:
     """The site, its source line, and the frame that called into it from other code (the training
-    script's line); `stack` > 2 adds more outer frames, innermost first."""
+    script's line, once per finding: `shown`); `stack` > 2 adds more outer frames, innermost first."""
     lines = [f"  {label:<12}{describe_site(site, root_label, slot)}"]
     if site.code:
         lines.append(f"  {'':<12}{site.code}")
     caller = caller_of(site) if stack >= 2 else None
+    if caller is not None and shown is not None and stack == 2:
+        if (caller.file, caller.line) in shown:
+            caller = None
+        else:
+            shown.add((caller.file, caller.line))
     if caller is not None:
         frames = [caller]
         if stack > 2:
@@ -52,15 +60,16 @@ def finding_lines(f: Finding, root_label: str = "model", stack: int = 2) -> list
     count = f"  (x{f.count})" if f.count > 1 else ""
     out = [(f"{f.severity.value:<8}{f.code}  {f.title}{status}{count}", _STYLE[f.severity])]
     label = "overwritten" if f.saved or f.read else "at"
-    out += [(line, "") for line in _site_line(label, f.mutation, root_label, stack=stack)]
+    callers: set[tuple[str, int]] = set()  # a caller line shared by the sites is printed once
+    out += [(line, "") for line in _site_line(label, f.mutation, root_label, stack=stack, shown=callers)]
     if f.saved is not None:
-        out += [(line, "") for line in _site_line("saved", f.saved, root_label, f.details.get("slot"), stack)]
+        out += [(line, "") for line in _site_line("saved", f.saved, root_label, f.details.get("slot"), stack, callers)]
     if f.read is not None:
-        out += [(line, "") for line in _site_line("read by", f.read, root_label, stack=stack)]
+        out += [(line, "") for line in _site_line("read by", f.read, root_label, stack=stack, shown=callers)]
     if len(f.places) > 1 or (f.places and f.details.get("target")):
-        shown = ", ".join(f.places[:_PLACES_SHOWN])
+        listed = ", ".join(f.places[:_PLACES_SHOWN])
         more = f" and {len(f.places) - _PLACES_SHOWN} more" if len(f.places) > _PLACES_SHOWN else ""
-        out.append((f"  {'places' if len(f.places) > 1 else 'written':<12}{shown}{more}", ""))
+        out.append((f"  {'places' if len(f.places) > 1 else 'written':<12}{listed}{more}", ""))
     why = f.why or f.details.get("why") or f.message.split("\nFix: ")[0]
     out.append((f"  why: {why}", ""))
     if f.unconfirmed_reason:

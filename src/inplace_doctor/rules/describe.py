@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import functools
 import linecache
+import math
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,8 @@ def written_desc(write: Any, saved: Any, root_label: str) -> str:
         shape = f"[{', '.join(map(str, saved.shape))}]"
         if len(saved.shape) == 2 and tuple(saved.shape) == tuple(reversed(write.shape)):
             desc += f", saved as its transpose {shape}"
+        elif math.prod(saved.shape) > math.prod(write.shape):
+            desc += f" (part of the {shape} tensor saved)"
         else:
             desc += f", saved as a {shape} view of it"
     return desc

@@ -6,6 +6,7 @@ PyTorch's wording changes between releases, so each case is matched loosely.
 from __future__ import annotations
 
 import re
+import textwrap
 from typing import Any
 
 from ..events import InplaceErrorRaised
@@ -147,7 +148,7 @@ def forbidden_inplace(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
     return make_finding(
         "IPD103",
         what=f"{where(site, ctx.root_label)} {what}.",
-        why=f"{why}; PyTorch raised: \"{first[:200]}\"",
+        why=f"{why}; PyTorch raised: \"{textwrap.shorten(first, 400, placeholder=' ...')}\"",
         fix=fix,
         mutation=site,
         confirmed=True,

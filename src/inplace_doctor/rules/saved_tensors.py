@@ -36,9 +36,11 @@ def saved_tensor_overwritten(event: Any, ctx: Any) -> Finding | None:
     Why: when backward reaches the saving node, autograd compares versions and
     raises "one of the variables needed for gradient computation has been
     modified by an inplace operation" — naming neither line. inplace-doctor
-    reports it at the write, before backward, with both lines. A tensor saved
-    only by a branch that backward never reaches is reported unconfirmed
-    (warning).
+    records both lines at the write and reports an error when backward reaches
+    the tensor (confirmed). A graph that is freed without backward reaching it
+    (an RL target computed with grad and used detached) raises nothing in
+    PyTorch, so nothing is reported; one still alive when the run ends is
+    reported as info (in ``audit``: not on the loss's path).
 
     Example::
 
@@ -177,8 +179,10 @@ def saved_tensor_silently_overwritten(event: Any, ctx: Any) -> Finding | None:
     saved tensor's version.
 
     Why: autograd cannot notice. Backward reads the new values and computes
-    wrong gradients with no error at all. Severity error: this is the worst
-    kind of in-place bug.
+    wrong gradients with no error at all. Severity error, once backward has
+    read the changed tensor (confirmed); a graph freed without backward reading
+    it (a soft target-network update through ``.data`` while an unused graph
+    is alive) is harmless and not reported.
 
     Example::
 
@@ -187,8 +191,10 @@ def saved_tensor_silently_overwritten(event: Any, ctx: Any) -> Finding | None:
         s.data.mul_(0.5)         # IPD104: same storage, separate counter
         s.sum().backward()       # no error, wrong x.grad
 
-    Fix: never write through ``.data``; modify a copy (``s.detach().clone()``)
-    or do the write after backward (under ``torch.no_grad()`` for parameters).
+    Fix: make the write out of place on the tensor itself (``s = s.mul(0.5)``:
+    autograd then sees it), or, if the new values must carry no gradient,
+    compute them from a copy (``s.detach().clone()``) and use the copy; for a
+    parameter, do the update after backward (under ``torch.no_grad()``).
     Writes the node's backward never reads (BatchNorm's running statistics in
     training mode) are not reported.
     """
