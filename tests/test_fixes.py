@@ -425,3 +425,58 @@ def test_expanded_tensor_fix_clones_before_the_write():
     assert diagnose(path) == []
     intended = textwrap.dedent(program).replace("h = bias.expand(3, 4)\nh.add_(1)", "h = bias.expand(3, 4) + 1")
     assert_same(run_plain(path), run_plain(write("intended.py", intended)))
+
+
+# -- IPD108 / IPD103 (hooked outputs) ---------------------------------------------
+
+CHECKPOINTED_BN = """
+    import torch
+    from torch import nn
+    from torch.utils.checkpoint import checkpoint
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    y = checkpoint(block, x, use_reentrant=False)
+    y.sum().backward()
+    result = {"y": y.detach(), "x.grad": x.grad, **{k: v.clone() for k, v in block.state_dict().items()}}
+"""
+
+
+def test_batchnorm_in_a_checkpoint_fix_moves_it_out_and_its_statistics_are_updated_once():
+    path = write("program.py", CHECKPOINTED_BN)
+    findings = diagnose(path)
+    assert findings and {f.code for f in findings} == {"IPD108"}
+    assert all("keep BatchNorm" in f.fix and "out of the checkpointed region" in f.fix for f in findings)
+    source = textwrap.dedent(CHECKPOINTED_BN)
+    fixed = write("fixed.py", source.replace("checkpoint(block, x, use_reentrant=False)", "block[1](checkpoint(block[0], x, use_reentrant=False))"))
+    assert diagnose(fixed) == []
+    intended = run_plain(write("intended.py", source.replace("checkpoint(block, x, use_reentrant=False)", "block(x)")))
+    assert_same(run_plain(fixed), intended)
+    # The unfixed program's running statistics moved twice: that is what the finding is about.
+    assert not torch.equal(run_plain(path)["1.running_mean"], intended["1.running_mean"])
+
+
+def test_hooked_module_output_fix_turns_the_inplace_flags_off():
+    program = """
+        import torch
+        import torchvision
+        torch.manual_seed(0)
+        model = torchvision.models.resnet18(num_classes=4)
+        model.bn1.register_full_backward_hook(lambda module, grad_in, grad_out: None)
+        # FIX
+        out = model(torch.randn(2, 3, 32, 32))
+        out.sum().backward()
+        result = {"out": out.detach(), "conv1.grad": model.conv1.weight.grad}
+    """
+    path = write("program.py", program)
+    finding = only(diagnose(path), "IPD103")
+    assert "for m in model.modules(): m.inplace = False" in finding.fix
+    snippet = re.search(r"`(for m in model\.modules\(\): m\.inplace = False)` where it has the attribute", finding.fix)
+    assert snippet
+    # Applied as printed, limited to modules that have the attribute, as the fix says.
+    path.write_text(path.read_text().replace("# FIX", "for m in model.modules():\n    if hasattr(m, 'inplace'): m.inplace = False"))
+    assert diagnose(path) == []
+    intended = program.replace(
+        "# FIX", "for m in model.modules():\n            if isinstance(m, torch.nn.ReLU): m.inplace = False"
+    )
+    assert_same(run_plain(path), run_plain(write("intended.py", intended)))
