@@ -125,15 +125,19 @@ def _class_tree(cls: type) -> tuple[str, int, ast.AST] | None:
     return file, start, tree
 
 
-def _assigned_in_class(cls: type, name: str) -> Frame | None:
-    """`self.<name> = ...` in the class's source (any method): the assignment's value line."""
+def _class_sources(cls: type) -> Any:
+    """(class, file, first line, parsed source) for `cls` and its bases, up to the first torch class."""
     for klass in cls.__mro__:
         if klass.__module__.startswith("torch.") or klass is object:
-            break
+            return
         parsed = _class_tree(klass)
-        if parsed is None:
-            continue
-        file, start, tree = parsed
+        if parsed is not None:
+            yield (klass, *parsed)
+
+
+def _assigned_in_class(cls: type, name: str) -> Frame | None:
+    """`self.<name> = ...` in the class's source (any method): the assignment's value line."""
+    for klass, file, start, tree in _class_sources(cls):
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Attribute) and t.attr == name and isinstance(t.value, ast.Name) and t.value.id == "self"
@@ -145,23 +149,25 @@ def _assigned_in_class(cls: type, name: str) -> Frame | None:
 
 def _positional_in_class(cls: type, container: str, index: int, cls_name: str) -> Frame | None:
     """`self.<container> = nn.Sequential(a, b, ...)`: the line of positional argument `index`."""
-    for klass in cls.__mro__:
-        if klass.__module__.startswith("torch.") or klass is object:
-            break
-        parsed = _class_tree(klass)
-        if parsed is None:
-            continue
-        file, start, tree = parsed
+    for klass, file, start, tree in _class_sources(cls):
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
                 continue
             if not any(isinstance(t, ast.Attribute) and t.attr == container for t in node.targets):
                 continue
-            args = node.value.args
-            if index < len(args) and not any(isinstance(a, ast.Starred) for a in args[: index + 1]):
-                arg = args[index]
-                if isinstance(arg, ast.Call) and _call_name(arg) == cls_name:
-                    return Frame(file, start + arg.lineno - 1, klass.__name__)
+            arg = _positional_call(node.value, index, cls_name)
+            if arg is not None:
+                return Frame(file, start + arg.lineno - 1, klass.__name__)
+    return None
+
+
+def _positional_call(call: ast.Call, index: int, cls_name: str) -> ast.Call | None:
+    """Positional argument `index` of `call` when it is a `<cls_name>(...)` call (no `*args` before it)."""
+    args = call.args
+    if index < len(args) and not any(isinstance(a, ast.Starred) for a in args[: index + 1]):
+        arg = args[index]
+        if isinstance(arg, ast.Call) and _call_name(arg) == cls_name:
+            return arg
     return None
 
 
@@ -200,11 +206,9 @@ def _argument_line(file: str, line: int, cls_name: str, index: int | None) -> in
         return line
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and node.lineno == line and (node.end_lineno or line) > line:
-            args = node.args
-            if index is not None and index < len(args) and not any(isinstance(a, ast.Starred) for a in args[: index + 1]):
-                arg = args[index]
-                if isinstance(arg, ast.Call) and _call_name(arg) == cls_name:
-                    return arg.lineno
+            arg = _positional_call(node, index, cls_name) if index is not None else None
+            if arg is not None:
+                return arg.lineno
             inner = [
                 n.lineno
                 for n in ast.walk(node)
