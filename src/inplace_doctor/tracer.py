@@ -329,7 +329,6 @@ class Tracer:
                 ctx.__exit__(None, None, None)
             self._pending_writes.clear()
             self._pending_nodes.clear()
-            # Saved tensors that outlive the session stay unsettled: finish() reports them.
             self._inputs = {}
             self._forward_state = {}
             self.inplace_calls.clear()
@@ -467,8 +466,12 @@ class Tracer:
     def emit(self, event: Event) -> None:
         """Hand an event to the sink; raise what it returns (fail-fast, or a stale tensor's error)."""
         error = self._sink(event)
-        if error is not None:
-            raise error from getattr(error, "written_here", None)
+        if error is None:
+            return
+        written = getattr(error, "written_here", None)
+        if written is not None:
+            raise error from written
+        raise error
 
     # -- writes -----------------------------------------------------------
     def _call_before_write(self, written: list[torch.Tensor]) -> None:
