@@ -220,3 +220,15 @@ def test_audit_names_models_inside_the_one_audited():
     assert f.mutation.module == "D.2" and f.places == ("D.2",)
     assert "`D.2.inplace = False`" in f.fix
     assert ipd.audit(pair, torch.randn(2, 4)).findings[0].mutation.module == "d.2"  # unnamed: relative paths
+
+
+def test_models_are_named_by_the_variables_that_hold_them_and_never_share_a_path():
+    G = nn.Sequential(nn.Linear(2, 2))
+    D = nn.Sequential(nn.Linear(2, 2))
+    paths = {p for _, p, _ in ipd.watch(G, D).tracer.modules._known.values()}
+    assert {"G", "G.0", "D", "D.0"} <= paths
+    twins = [nn.Sequential(nn.Linear(2, 2), nn.Sigmoid(), nn.ReLU(inplace=True)) for _ in range(2)]
+    with ipd.watch() as session:
+        kept = [m(torch.randn(1, 2)) for m in twins]  # a loop variable names the first; the second by class
+    (f,) = session.findings
+    assert f.count == 2 and set(f.places) == {"m.2", "Sequential.2"} and kept

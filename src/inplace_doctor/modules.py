@@ -154,7 +154,16 @@ class ModuleTracker:
         """A module first seen outside any known root: named by the user's variable that holds it
         (`D` for `D = nn.Sequential(...)`; two `Sequential`s are then told apart), else by its class."""
         refuse_opaque(module, type(module).__name__)
-        self.add_root(module, _variable_name(module) or type(module).__name__)
+        name = variable_name(module)
+        if name is not None and any(path == name for _, path, _ in self._known.values()):
+            name = None  # a loop variable (`for m in models: m(x)`) names only the first; the rest by class
+        name = name or type(module).__name__
+        taken = {path for _, path, _ in self._known.values()}
+        label, n = name, 1
+        while label in taken:  # two roots of one class are never one path
+            n += 1
+            label = f"{name}#{n}"
+        self.add_root(module, label)
         return self._known[id(module)]
 
     def _pre(self, module: torch.nn.Module, args: Any) -> None:
@@ -217,7 +226,7 @@ class ModuleTracker:
         self.clear()
 
 
-def _variable_name(module: torch.nn.Module) -> str | None:
+def variable_name(module: torch.nn.Module) -> str | None:
     """The one name the innermost user frame (locals, then globals) binds to `module`, if exactly one."""
     import sys
 
