@@ -25,10 +25,9 @@ from torch.overrides import TorchFunctionMode
 from .errors import UsageError
 from .findings import Finding
 from .preserve import RngState, labelled_tensors, map_tensors, tensors_in
-from .sites import capture_frames
+from .sites import TORCH_DIR, capture_frames
 
 _TORCH_MODULES_DIR = os.path.join(torch.nn.modules.__path__[0], "")
-_TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "")
 ATOL, RTOL = 1e-6, 1e-5  # verify's default tolerances
 
 
@@ -125,7 +124,7 @@ def _called_by_a_torch_module(frame: Any) -> bool:
         filename = frame.f_code.co_filename
         if filename.startswith(_TORCH_MODULES_DIR):
             return True
-        if not filename.startswith(_TORCH_DIR):
+        if not filename.startswith(TORCH_DIR):
             return False
         frame = frame.f_back
     return False

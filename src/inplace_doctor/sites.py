@@ -62,15 +62,6 @@ class Site:
             return "<unknown location>"
         return f"{_short_path(self.file)}:{self.line}"
 
-    @property
-    def module_label(self) -> str | None:
-        if self.module is None:
-            return None
-        name = self.module or "<root>"
-        if self.module_call and self.module_call > 1:
-            name += f" (call {self.module_call})"
-        return name
-
     def to_dict(self) -> dict[str, object]:
         return {
             "op": self.op,
@@ -144,7 +135,7 @@ def _library_dirs() -> tuple[str, ...]:
 _STDLIB_DIRS = _with_real({os.path.dirname(os.__file__)})
 _SITE_MARKERS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 _LIBRARY_DIRS = _library_dirs()
-_TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "")
+TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "")  # torch's own files: never the user's line
 # The bundled examples are user code as far as locations go.
 _USER_DIRS = tuple(
     os.path.join(d, "examples", "") for d in (os.path.dirname(__file__), os.path.realpath(os.path.dirname(__file__)))
@@ -231,7 +222,7 @@ def _select(entries: list[dict[str, Any]], limit: int) -> tuple[tuple[RawFrame, 
             continue
         if is_user_file(filename):
             frames.append((filename, line, name))
-        elif not frames and filename.startswith(_TORCH_DIR):
+        elif not frames and filename.startswith(TORCH_DIR):
             qualname = _qualname(filename, name, line)
             if _is_api_name(qualname):
                 api = qualname
@@ -294,7 +285,7 @@ def frames_from_traceback(tb: TracebackType | None) -> tuple[tuple[RawFrame, ...
         if is_user_file(code.co_filename):
             frames.append((code.co_filename, tb.tb_lineno, code.co_name))
             api, after_user = None, True
-        elif after_user and code.co_filename.startswith(_TORCH_DIR) and _is_api_name(code.co_qualname):
+        elif after_user and code.co_filename.startswith(TORCH_DIR) and _is_api_name(code.co_qualname):
             api, after_user = code.co_qualname, False
         tb = tb.tb_next
     return tuple(frames[-MAX_STACK:]), api
