@@ -33,6 +33,7 @@ from .events import (
 from .findings import Finding, Severity
 from .rules import Rule
 from .rules.describe import place_of
+from .sites import Site, source_line
 from .suppress import is_suppressed
 
 _REMEMBERED_OVERWRITES = 4096
@@ -226,17 +227,12 @@ class Analyzer:
         )
 
 
-def _format_stack(site: object) -> str:
+def _format_stack(site: Site) -> str:
     """The write's user frames as Python prints a traceback (most recent call last)."""
-    from .sites import Site
-
-    assert isinstance(site, Site)
     lines = [f"the in-place write `{site.op.removeprefix('aten.')}` ran here (most recent call last):"]
     for frame in site.stack:
         lines.append(f'  File "{frame.file}", line {frame.line}, in {frame.function}')
-        import linecache
-
-        text = linecache.getline(frame.file, frame.line).strip()
+        text = source_line(frame)
         if text:
             lines.append(f"    {text}")
     return "\n".join(lines)

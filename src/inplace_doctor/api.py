@@ -10,7 +10,7 @@ import torch
 from .analysis import Analyzer
 from .errors import InplaceError, ModelError, UsageError
 from .findings import Finding, Severity
-from .modules import UnsupportedModuleError, refuse_opaque, variable_name
+from .modules import UnsupportedModuleError, refuse_opaque, unique_label, variable_name
 from .preserve import Preserved, labelled_tensors, private_inputs, tensors_in
 from .report import Report
 from .rules import select_rules
@@ -256,12 +256,12 @@ class watch:
                 raise UsageError(f"watch({label}=...) needs a torch.nn.Module, got {type(m).__name__}")
         # Positional models are named by the caller's variable (`watch(G, D)`), else by class; a
         # label used twice gets a suffix, so two `Sequential`s are never one path.
-        roots = [(variable_name(m) or type(m).__name__, m) for m in models] + list(named_models.items())
-        seen: dict[str, int] = {}
-        for i, (label, m) in enumerate(roots):
-            seen[label] = seen.get(label, 0) + 1
-            if seen[label] > 1:
-                roots[i] = (f"{label}#{seen[label]}", m)
+        roots = []
+        taken: set[str] = set()
+        for label, m in [(variable_name(m) or type(m).__name__, m) for m in models] + list(named_models.items()):
+            label = unique_label(label, taken)
+            taken.add(label)
+            roots.append((label, m))
         root_label = "model" if len(models) == 1 and not named_models else ""
         if len(named_models) == 1 and not models:
             root_label = next(iter(named_models))

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .sites import Site
+from .sites import Site, caller_frame
 
 
 class Severity(enum.StrEnum):
@@ -58,7 +58,10 @@ class Finding:
         saving side counts by the line in the caller's code (`d_out = D(fake)`),
         so the layers of one model's forward fold together.
         """
-        saved = _line_in_callers_code(self.saved) if self.saved is not None else None
+        saved = None
+        if self.saved is not None:
+            by = caller_frame(self.saved)
+            saved = (by.file, by.line) if by is not None else (self.saved.file, self.saved.line)
         read = (self.read.file, self.read.line) if self.read is not None else None
         return (self.code, self.mutation.file, self.mutation.line, self.mutation.op.split(" ")[0], saved, read)
 
@@ -83,11 +86,3 @@ class Finding:
             "details": dict(self.details),
         }
 
-
-def _line_in_callers_code(site: Site) -> tuple[str | None, int | None]:
-    """(file, line) of the frame that called into the site from other code, else the site's own."""
-    if len(site.stack) < 2:
-        return (site.file, site.line)
-    inner = site.stack[-1]
-    caller = next((f for f in reversed(site.stack[:-1]) if f.file != inner.file), site.stack[-2])
-    return (caller.file, caller.line)

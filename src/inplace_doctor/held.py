@@ -154,11 +154,7 @@ class HeldTensors:
 
     def unused_stale(self) -> list[Any]:
         """The overwrites of aliases still held and stale when the session ends (never used since)."""
-        out = []
-        for entry in self.stale_ids.values():
-            if entry.ref() is not None and entry.stale is not None:
-                out.append(entry.stale)
-        return out
+        return [e.stale for e in self.stale_ids.values() if e.ref() is not None and e.stale is not None]
 
 
 def _gone() -> None:

@@ -54,8 +54,10 @@ def _is_augmented_operator(instruction: dis.Instruction) -> bool:
     return instruction.opcode in _INPLACE_OPCODES
 
 
-def is_augmented_assignment_to_a_name(frame: FrameType | None) -> bool:
-    """Whether `frame` is executing `x += y` (any augmented operator) into a plain name right now.
+def _augmented_target(frame: FrameType | None) -> bool | None:
+    """None unless `frame` is executing `x += y` (any augmented operator) into a plain name right
+    now; then whether `x` is an argument of a helper function (not a module's `forward`), whose
+    caller may rely on the mutation.
 
     Not `x[i] += y` or `self.n += 1`: Python writes a subscript or attribute
     target back with `__setitem__` / `__setattr__` after the operator; handing
@@ -63,12 +65,6 @@ def is_augmented_assignment_to_a_name(frame: FrameType | None) -> bool:
     PyTorch does (an in-place copy of a tensor onto an alias of itself raises a
     memory-overlap error).
     """
-    return _augmented_target(frame) is not None
-
-
-def _augmented_target(frame: FrameType | None) -> bool | None:
-    """None unless `frame` is executing `name op= value`; then whether `name` is an argument of a
-    helper function (not a module's `forward`), whose caller may rely on the mutation."""
     if frame is None:
         return None
     code = frame.f_code
@@ -96,7 +92,7 @@ class _Overwritten:
     Where the call ran is kept as a captured stack, resolved only if a read is reported.
     """
 
-    __slots__ = ("ref", "snapshot", "change", "op", "stack", "module", "shape", "dtype", "kind", "tracker")
+    __slots__ = ("ref", "snapshot", "change", "op", "stack", "module", "shape", "dtype", "kind", "find_origin")
 
     def __init__(
         self,
@@ -119,11 +115,11 @@ class _Overwritten:
         self.shape = tuple(target.shape)
         self.dtype = str(target.dtype).removeprefix("torch.")
         self.kind = kind
-        self.tracker = origin  # the module's construction line, found only when a read is reported
+        self.find_origin = origin  # the module's construction line, looked up only when a read is reported
 
     def write(self) -> WriteInfo:
         frames, api, _ = resolve_stack(self.stack, MAX_STACK)
-        origin = self.tracker(tuple({f[0] for f in frames})) if self.tracker is not None else None
+        origin = self.find_origin(tuple({f[0] for f in frames})) if self.find_origin is not None else None
         return WriteInfo(
             site=make_site(self.op, frames, api, self.module, "forward", origin),
             shape=self.shape,

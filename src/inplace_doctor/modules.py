@@ -113,8 +113,6 @@ class ModuleTracker:
         """Where the innermost running module (one with an `inplace` flag) was constructed: a `Frame` or None."""
         if not self._stack:
             return None
-        from .origins import origin_of
-
         module, (path, _, _, _) = self._stack[-1]
         return self.origin_for(module, path, search_files)
 
@@ -154,16 +152,11 @@ class ModuleTracker:
         """A module first seen outside any known root: named by the user's variable that holds it
         (`D` for `D = nn.Sequential(...)`; two `Sequential`s are then told apart), else by its class."""
         refuse_opaque(module, type(module).__name__)
-        name = variable_name(module)
-        if name is not None and any(path == name for _, path, _ in self._known.values()):
-            name = None  # a loop variable (`for m in models: m(x)`) names only the first; the rest by class
-        name = name or type(module).__name__
         taken = {path for _, path, _ in self._known.values()}
-        label, n = name, 1
-        while label in taken:  # two roots of one class are never one path
-            n += 1
-            label = f"{name}#{n}"
-        self.add_root(module, label)
+        name = variable_name(module)
+        if name in taken:
+            name = None  # a loop variable (`for m in models: m(x)`) names only the first; the rest by class
+        self.add_root(module, unique_label(name or type(module).__name__, taken))
         return self._known[id(module)]
 
     def _pre(self, module: torch.nn.Module, args: Any) -> None:
@@ -224,6 +217,15 @@ class ModuleTracker:
             handle.remove()
         self._handles = []
         self.clear()
+
+
+def unique_label(name: str, taken: set[str]) -> str:
+    """`name`, or `name#2`, `name#3` ... when taken: two roots of one class are never one path."""
+    label, n = name, 1
+    while label in taken:
+        n += 1
+        label = f"{name}#{n}"
+    return label
 
 
 def variable_name(module: torch.nn.Module) -> str | None:

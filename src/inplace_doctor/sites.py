@@ -27,6 +27,11 @@ class Frame:
     def __str__(self) -> str:
         return f"{self.file}:{self.line} in {self.function}"
 
+    @property
+    def location(self) -> str:
+        """`file:line` as sites print it (relative to the working directory when close)."""
+        return f"{_short_path(self.file)}:{self.line}"
+
 
 @dataclass(frozen=True)
 class Site:
@@ -54,7 +59,7 @@ class Site:
 
     @property
     def origin_location(self) -> str | None:
-        return f"{_short_path(self.origin.file)}:{self.origin.line}" if self.origin is not None else None
+        return self.origin.location if self.origin is not None else None
 
     @property
     def location(self) -> str:
@@ -289,6 +294,15 @@ def frames_from_traceback(tb: TracebackType | None) -> tuple[tuple[RawFrame, ...
             api, after_user = code.co_qualname, False
         tb = tb.tb_next
     return tuple(frames[-MAX_STACK:]), api
+
+
+def caller_frame(site: Site) -> Frame | None:
+    """The frame that called into the site's innermost one from other code (the training script's
+    line): the first outer user frame in another file, else the direct caller; None without one."""
+    if len(site.stack) < 2:
+        return None
+    inner = site.stack[-1]
+    return next((f for f in reversed(site.stack[:-1]) if f.file != inner.file), site.stack[-2])
 
 
 def source_line(frame: Frame | None) -> str | None:

@@ -10,8 +10,7 @@ from rich.text import Text
 
 from ..findings import Finding, Severity
 from ..report import Report
-from ..rules.describe import caller_of
-from ..sites import Site, describe_site
+from ..sites import Site, caller_frame, describe_site, source_line
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold blue"}
 
@@ -28,7 +27,7 @@ def _site_line(
     lines = [f"  {label:<12}{describe_site(site, root_label, slot)}"]
     if site.code:
         lines.append(f"  {'':<12}{site.code}")
-    caller = caller_of(site) if stack >= 2 else None
+    caller = caller_frame(site) if stack >= 2 else None
     if caller is not None and shown is not None and stack == 2:
         if (caller.file, caller.line) in shown:
             caller = None
@@ -40,16 +39,10 @@ def _site_line(
             outer = [fr for fr in reversed(site.stack[:-1]) if fr != caller]
             frames += outer[: stack - 2]
         for frame in frames:
-            code = _source(frame)
-            where = Site(op="", file=frame.file, line=frame.line).location
+            code = source_line(frame)
+            where = frame.location
             lines.append(f"  {'':<12}called from {where} in {frame.function}" + (f": {code}" if code else ""))
     return lines
-
-
-def _source(frame: object) -> str:
-    import linecache
-
-    return linecache.getline(frame.file, frame.line).strip()  # type: ignore[attr-defined]
 
 
 def finding_lines(f: Finding, root_label: str = "model", stack: int = 2) -> list[tuple[str, str]]:

@@ -64,17 +64,6 @@ def place_of(finding: "Finding", root_label: str) -> str:
     return ""
 
 
-def caller_of(site: Site) -> Any:
-    """The frame that called into the innermost one from other code (the training script's line):
-    the first outer user frame in another file, else the direct caller; None without one."""
-    if len(site.stack) < 2:
-        return None
-    from ..findings import _line_in_callers_code
-
-    file, line = _line_in_callers_code(site)
-    return next(f for f in reversed(site.stack[:-1]) if (f.file, f.line) == (file, line))
-
-
 _AUGMENTED = re.compile(r"^(?P<lhs>[\w.\[\]:, ]+?)\s*(?P<op>\+|-|\*|/|//|@|%|\*\*|&|\||\^)=\s*(?P<rhs>.+)$")
 _INPLACE_CALL = re.compile(r"\.(?P<name>[a-z][a-z0-9_]*?)_\(")
 _INPLACE_STATEMENT = re.compile(r"^(?P<target>[A-Za-z_][\w.]*?)\.(?P<name>[a-z][a-z0-9_]*?)_\(.*\)$")
@@ -225,15 +214,11 @@ def argument_fix(site: Site, code: str) -> str | None:
         return f"{head}: clone the argument where `{inner.function}` is called"
     call_line = without_comment(linecache.getline(caller.file, caller.line).strip())
     passed = _passed_argument(call_line, inner.function, params, name)
-    where = f"{_short(caller.file)}:{caller.line}"
+    where = caller.location
     if passed is not None and passed.isidentifier():
         return f"{head}: insert `{passed} = {passed}.clone()` before `{call_line}` at {where}"
     target = f"`{passed}`" if passed else f"the argument `{name}`"
     return f"{head}: clone {target} before the call `{call_line}` at {where}, and use the clone afterwards"
-
-
-def _short(path: str) -> str:
-    return Site(op="", file=path, line=0).location.rsplit(":", 1)[0]
 
 
 @functools.lru_cache(maxsize=256)
