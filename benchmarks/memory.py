@@ -29,7 +29,7 @@ from torch import nn
 
 import inplace_doctor as ipd
 from _torchvision_sizes import classification_size  # benchmarks/ is on sys.path when run as a script
-from inplace_doctor.config import inplace_modules
+from inplace_doctor.engines.optimize.toml_config import inplace_modules
 
 
 def sgd(params):

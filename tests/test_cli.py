@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import inplace_doctor.examples
-from inplace_doctor.cli import main
+from inplace_doctor.cli.main import main
 
 BROKEN = "inplace_doctor.examples:sigmoid_then_relu"
 CLEAN = "inplace_doctor.examples:linear_then_relu"

@@ -14,7 +14,7 @@ from torch import nn
 
 import inplace_doctor as ipd
 from inplace_doctor.examples import ResidualReLU
-from inplace_doctor.project_config import load_project_config, merged
+from inplace_doctor.cli.project import load_project_config, merged
 
 
 class CommentSuppressed(nn.Module):
@@ -109,7 +109,7 @@ def test_cli_run_reads_the_config_and_flags_override_it(tmp_path: Path) -> None:
 
 
 def test_cli_audit_reads_the_config_too(tmp_path: Path, monkeypatch, capsys) -> None:
-    from inplace_doctor.cli import main
+    from inplace_doctor.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     spec = "inplace_doctor.examples:sigmoid_then_relu"
@@ -123,7 +123,7 @@ def test_cli_audit_reads_the_config_too(tmp_path: Path, monkeypatch, capsys) -> 
 
 
 def test_cli_config_option_sets_the_flags_before_audit_and_verify(tmp_path: Path, monkeypatch, capsys) -> None:
-    from inplace_doctor.cli import main
+    from inplace_doctor.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     spec = "inplace_doctor.examples:sigmoid_then_relu"
@@ -143,7 +143,7 @@ def test_cli_config_option_sets_the_flags_before_audit_and_verify(tmp_path: Path
 
 
 def test_the_clone_fix_names_the_written_variable_and_drops_the_comment() -> None:
-    from inplace_doctor.rules.describe import without_comment
+    from inplace_doctor.rules.phrasing import without_comment
 
     assert without_comment("feats[:, 3:] = 0  # pad") == "feats[:, 3:] = 0"
     assert without_comment("s = '#not a comment'") == "s = '#not a comment'"

@@ -30,12 +30,7 @@ import torch
 
 import inplace_doctor as ipd
 from inplace_doctor import Report, Severity, Site, examples
-from inplace_doctor.examples import (
-    DataWriteAfterSave,
-    ResidualReLU,
-    ResidualSinAdd,
-    SigmoidThenReLU,
-)
+from inplace_doctor.examples import DataWriteAfterSave, ResidualReLU, ResidualSinAdd, SigmoidThenReLU
 from inplace_doctor.render import json as json_format
 from inplace_doctor.render import sarif
 from inplace_doctor.rules import RULES

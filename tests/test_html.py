@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import inplace_doctor as ipd
-from inplace_doctor.cli import main
+from inplace_doctor.cli.main import main
 from inplace_doctor.render.html import write_html
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")

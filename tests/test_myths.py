@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inplace_doctor.cli import main as cli_main
+from inplace_doctor.cli.main import main as cli_main
 from inplace_doctor.myths import main
 
 

@@ -202,7 +202,7 @@ def test_optimize_on_the_torchvision_zoo_gives_a_config_verify_accepts(name: str
 def test_cli_optimize_writes_a_config_that_apply_config_reads(tmp_path, capsys) -> None:
     import json
 
-    from inplace_doctor.cli import main
+    from inplace_doctor.cli.main import main
 
     path = tmp_path / "inplace.toml"
     assert main(["optimize", "inplace_doctor.examples:residual_relu", "--write", str(path), "--no-checkpoint"]) == 0

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from inplace_doctor.cli import main
+from inplace_doctor.cli.main import main
 
 LOOP = textwrap.dedent("""
     import sys

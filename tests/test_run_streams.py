@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from inplace_doctor.cli import main
+from inplace_doctor.cli.main import main
 
 # One SGD step, then an in-place op on a parameter (PyTorch raises at the op: IPD102).
 LEAF_AFTER_A_STEP = textwrap.dedent("""

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import inplace_doctor as ipd
-from inplace_doctor.cli import CliUsageError, build_model
+from inplace_doctor.cli.main import CliUsageError, build_model
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guide.md"
 

@@ -12,9 +12,9 @@ from torch import nn
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from inplace_doctor.events import SavedTensorOverwritten, StaleSavedTensorUsed
-from inplace_doctor.ops import op_name, write_spec
+from inplace_doctor.trace.ops import op_name, write_spec
 from inplace_doctor.sites import SAVE_STACK, is_user_file
-from inplace_doctor.tracer import Tracer
+from inplace_doctor.trace.tracer import Tracer
 
 
 class Recorder(list):

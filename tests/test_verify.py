@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import inplace_doctor as ipd
-from inplace_doctor.cli import main
+from inplace_doctor.cli.main import main
 from inplace_doctor.examples import LinearThenReLU, ResidualReLU, SigmoidThenReLU
 from inplace_doctor.testing import assert_equivalent, assert_inplace_safe
 

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 import inplace_doctor as ipd
-from inplace_doctor.config import apply_config
+from inplace_doctor.engines.optimize.toml_config import apply_config
 
 CLAIM = "the INPLACE_CONFIG template makes in-place decisions configurable and auditable (ReLU/LeakyReLU/GELU/SiLU per stage)"
 SOURCE = "seed 000"

@@ -19,19 +19,19 @@ with warnings.catch_warnings():
     import torch  # noqa: F401
 
 from . import _compat  # noqa: F401,E402  (fails early, naming the torch version)
-from .api import audit, watch
-from .distributed import gather
-from .equivalence import VerifyResult, verify
+from .engines.audit import audit, watch
+from .engines.distributed import gather
+from .engines.verify.equivalence import VerifyResult, verify
 from .errors import InplaceDoctorError, InplaceError, ModelError, UsageError, WrittenHere
 from .findings import Finding, Severity
-from .config import apply_config
-from .ledger import MemoryReport
-from .ledger import measure_memory as memory
-from .optimize import Plan, optimize
+from .engines.optimize.toml_config import apply_config
+from .engines.memory.ledger import MemoryReport
+from .engines.memory.ledger import measure_memory as memory
+from .engines.optimize.decide import Plan, optimize
 from .report import Report
 from .rules import RULES, Rule, get_rule
 from .sites import Frame, Site
-from .suppress import suppress
+from .rules.suppress import suppress
 
 __version__ = "0.1.0"
 

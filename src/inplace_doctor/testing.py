@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from .api import audit
-from .equivalence import VerifyResult, verify
+from .engines.audit import audit
+from .engines.verify.equivalence import VerifyResult, verify
 from .findings import Severity
 from .report import Report
 

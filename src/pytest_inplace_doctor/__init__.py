@@ -25,7 +25,7 @@ import pytest
 if TYPE_CHECKING:
     import torch
 
-    from inplace_doctor.api import watch
+    from inplace_doctor.engines.audit import watch
     from inplace_doctor.findings import Severity
     from inplace_doctor.report import Report
 
@@ -110,7 +110,7 @@ def inplace_audit(request: pytest.FixtureRequest) -> InplaceAudit:
         **kwargs: Any,
     ) -> Report:
         __tracebackhide__ = True
-        from inplace_doctor.api import audit
+        from inplace_doctor.engines.audit import audit
 
         threshold = _severity(fail_on if fail_on is not None else default)
         report = audit(model, *args, select=select, ignore=ignore, **kwargs)
@@ -151,7 +151,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, o
 
 def _marker_settings(marker: pytest.Mark, config: pytest.Config) -> tuple[Severity, watch]:
     """The marker's threshold and the (not yet entered) watch session; UsageError on bad arguments."""
-    from inplace_doctor.api import watch
+    from inplace_doctor.engines.audit import watch
     from inplace_doctor.errors import UsageError
 
     unknown = sorted(set(marker.kwargs) - _MARKER_KWARGS)

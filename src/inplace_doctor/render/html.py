@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Sequence
 from .memory_text import fmt_bytes
 
 if TYPE_CHECKING:
-    from ..ledger import MemoryReport, Peak
-    from ..optimize import Plan
+    from ..engines.memory.ledger import MemoryReport, Peak
+    from ..engines.optimize.decide import Plan
     from ..report import Report
 
 _CSS = """

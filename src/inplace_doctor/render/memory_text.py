@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..ledger import MemoryReport, Peak
+    from ..engines.memory.ledger import MemoryReport, Peak
 
 
 def fmt_bytes(n: int) -> str:

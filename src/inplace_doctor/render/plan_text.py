@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from .memory_text import fmt_bytes, peak_lines
 
 if TYPE_CHECKING:
-    from ..optimize import Plan
+    from ..engines.optimize.decide import Plan
 
 
 def _flag(value: bool) -> str:

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..events import CallerInputWritten, HeldTensorOverwritten, HeldTensorUsed
 from ..findings import Finding, Severity
-from .describe import fix_for_write, tensor_desc, where
+from .phrasing import fix_for_write, tensor_desc, where
 from .registry import make_finding, rule
 
 

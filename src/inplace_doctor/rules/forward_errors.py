@@ -12,7 +12,7 @@ from typing import Any
 from ..events import InplaceErrorRaised
 from ..findings import Finding, Severity
 from ..sites import module_ref
-from .describe import fix_for_write, where
+from .phrasing import fix_for_write, where
 from .registry import make_finding, rule
 
 _LEAF = re.compile(r"leaf variable that requires grad.*in-place", re.IGNORECASE | re.DOTALL)

@@ -12,7 +12,7 @@ from ..events import (
     StaleSavedTensorUsed,
 )
 from ..findings import Finding, Severity
-from .describe import fix_for_write, tensor_desc, where
+from .phrasing import fix_for_write, tensor_desc, where
 from .registry import make_finding, rule
 
 

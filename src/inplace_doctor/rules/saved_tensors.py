@@ -8,7 +8,7 @@ from typing import Any
 from ..events import InplaceErrorRaised, SavedTensorOverwritten, SavedTensorReached, StaleSavedTensorUsed
 from ..findings import Finding, Severity
 from ..sites import Site, capture_frames, make_site
-from .describe import fix_for_write, qualified, short_op, silent_write_fix, step_fix, where, written_desc
+from .phrasing import fix_for_write, qualified, short_op, silent_write_fix, step_fix, where, written_desc
 from .registry import make_finding, rule
 
 _PYTORCH_STALE = re.compile(r"modified by an inplace operation", re.IGNORECASE)

@@ -22,10 +22,10 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .errors import UsageError
-from .findings import Finding
-from .preserve import RngState, labelled_tensors, map_tensors, tensors_in
-from .sites import TORCH_DIR, capture_frames
+from ...errors import UsageError
+from ...findings import Finding
+from ..preserve import RngState, labelled_tensors, map_tensors, tensors_in
+from ...sites import TORCH_DIR, capture_frames
 
 _TORCH_MODULES_DIR = os.path.join(torch.nn.modules.__path__[0], "")
 ATOL, RTOL = 1e-6, 1e-5  # verify's default tolerances
@@ -187,7 +187,7 @@ def _stages(
 
     A stage's tensors are the run's own, not copies: read them before the run resumes.
     """
-    from .api import default_loss
+    from ..audit import default_loss
 
     model = _copy_with_flags(model, flags)
     for name, m in model.named_modules():
@@ -395,7 +395,7 @@ def _configured_raised(
     error: str,
     result: VerifyResult,
 ) -> VerifyResult:
-    from .api import audit
+    from ..audit import audit
 
     result.equivalent = False
     result.error = error

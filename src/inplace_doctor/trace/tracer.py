@@ -24,9 +24,9 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-from . import _compat
+from .. import _compat
 from .autograd_facts import saved_field_is_read
-from .events import (
+from ..events import (
     CallerInputWritten,
     Event,
     HeldTensorOverwritten,
@@ -39,20 +39,12 @@ from .events import (
     StaleSavedTensorUsed,
     WriteInfo,
 )
-from .held import HeldTensors
+from .aliases import HeldTensors
 from .inplace_calls import InplaceCalls
 from .modules import ModuleContext, ModuleTracker
 from .origins import ConstructionRecorder
-from .ops import (
-    _op_facts,
-    _writes_bytes,
-    _written,
-    op_facts,
-    op_name,
-    restores_version_bump,
-    write_spec,
-)
-from .sites import (
+from .ops import _op_facts, _writes_bytes, _written, op_facts, op_name, restores_version_bump, write_spec
+from ..sites import (
     MAX_STACK,
     SAVE_STACK,
     RawFrame,

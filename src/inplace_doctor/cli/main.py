@@ -130,7 +130,7 @@ def build_model(spec: str, input_specs: Sequence[str], seed: int) -> tuple[Any, 
     factory = load_factory(spec)
     inputs = make_inputs(input_specs, seed)  # parse before running user code
     torch.manual_seed(seed)
-    from .origins import ConstructionRecorder
+    from ..trace.origins import ConstructionRecorder
 
     try:
         with ConstructionRecorder():  # where each inplace=True module is built: the line a flag fix edits
@@ -264,11 +264,11 @@ def _stack_depth(text: str) -> int:
 
 
 def _audit(ns: argparse.Namespace) -> int:
-    from . import audit
-    from .render import get_renderer
-    from .rules import select_rules
+    from .. import audit
+    from ..render import get_renderer
+    from ..rules import select_rules
 
-    from .project_config import load_project_config, merged
+    from .project import load_project_config, merged
 
     renderer = get_renderer(ns.format)
     config = merged(load_project_config(), _codes(ns.select), _codes(ns.ignore), ns.fail_on)
@@ -289,7 +289,7 @@ def _audit(ns: argparse.Namespace) -> int:
     else:
         renderer(report, sys.stdout)
     if ns.html:
-        from .render.html import write_html
+        from ..render.html import write_html
 
         write_html(ns.html, f"inplace-doctor audit: {ns.spec}", report=report)
     threshold = config.fail_severity()
@@ -301,7 +301,7 @@ def _apply_config_option(model: Any, path: str | None) -> None:
     so that JSON and SARIF on stdout stay clean)."""
     if path is None:
         return
-    from .config import apply_config
+    from ..engines.optimize.toml_config import apply_config
 
     changed = apply_config(model, path)
     flips = ", ".join(f"{name} -> {'on' if flag else 'off'}" for name, flag in sorted(changed.items()))
@@ -312,7 +312,7 @@ def _apply_config_option(model: Any, path: str | None) -> None:
 def _verify(ns: argparse.Namespace) -> int:
     import torch
 
-    from . import verify
+    from .. import verify
 
     model, args, kwargs = build_model(ns.spec, ns.input, ns.seed)
     _apply_config_option(model, ns.config)
@@ -385,15 +385,15 @@ def _training_setup(ns: argparse.Namespace) -> tuple[Any, Any, tuple[Any, ...], 
 
 
 def _png(path: str | None, series: Any) -> None:
-    from .render.html import write_png
+    from ..render.html import write_png
 
     if path and not write_png(path, series):
         print("note: --png needs matplotlib (pip install matplotlib); no PNG written", file=sys.stderr)
 
 
 def _memory(ns: argparse.Namespace) -> int:
-    from . import memory
-    from .render.html import write_html
+    from .. import memory
+    from ..render.html import write_html
 
     optimizer, model, args, kwargs = _training_setup(ns)
     with _progress() as say:
@@ -418,8 +418,8 @@ def _memory(ns: argparse.Namespace) -> int:
 
 
 def _optimize(ns: argparse.Namespace) -> int:
-    from . import optimize
-    from .render.html import write_html
+    from .. import optimize
+    from ..render.html import write_html
 
     optimizer, model, args, kwargs = _training_setup(ns)
     specs = list(ns.input) or None
@@ -445,9 +445,9 @@ def _optimize(ns: argparse.Namespace) -> int:
 def _run(ns: argparse.Namespace) -> int:
     import os
 
-    from .project_config import load_project_config, merged
-    from .render import get_renderer
-    from .runner import run_script
+    from .project import load_project_config, merged
+    from ..render import get_renderer
+    from .script import run_script
 
     renderer = get_renderer(ns.format)
     if ns.module:
@@ -461,7 +461,7 @@ def _run(ns: argparse.Namespace) -> int:
     if ns.steps is not None and ns.steps < 1:
         raise CliUsageError(f"--steps must be at least 1, got {ns.steps}")
     config = merged(load_project_config(), _codes(ns.select), _codes(ns.ignore), ns.fail_on)
-    from .rules import select_rules
+    from ..rules import select_rules
 
     select_rules(config.select, config.ignore)  # unknown codes fail before the script runs
     status, report, stats = run_script(
@@ -521,7 +521,7 @@ def _codes(values: list[str]) -> list[str] | None:
 
 
 def _rules() -> int:
-    from .rules import RULES
+    from ..rules import RULES
 
     for code, r in sorted(RULES.items()):
         print(f"{code}  {r.severity.value:<8} {r.name:<36} {r.summary}")
@@ -529,7 +529,7 @@ def _rules() -> int:
 
 
 def _rule(code: str) -> int:
-    from .rules import get_rule
+    from ..rules import get_rule
 
     r = get_rule(code)
     print(f"{r.code} ({r.name}, {r.severity.value}): {r.title}\n\n{r.doc}")
@@ -537,7 +537,7 @@ def _rule(code: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .errors import ModelError, UsageError
+    from ..errors import ModelError, UsageError
 
     try:
         argv = list(sys.argv[1:] if argv is None else argv)
@@ -554,7 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ns.command == "run":
             return _run(ns)
         if ns.command == "myths":
-            from .myths import main as myths_main
+            from ..myths import main as myths_main
 
             return myths_main([ns.name] if ns.name else [])
         if ns.command == "memory":

@@ -48,9 +48,9 @@ from typing import Any, Callable, TextIO
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from .api import watch
-from .errors import InplaceError
-from .report import Report
+from ..engines.audit import watch
+from ..errors import InplaceError
+from ..report import Report
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _EXAMPLES_DIR = os.path.join(_PACKAGE_DIR, "examples")

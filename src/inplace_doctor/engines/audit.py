@@ -7,14 +7,14 @@ from typing import Any, Callable, Iterable, Literal, Mapping
 
 import torch
 
-from .analysis import Analyzer
-from .errors import InplaceError, ModelError, UsageError
-from .findings import Finding, Severity
-from .modules import UnsupportedModuleError, refuse_opaque, unique_label, variable_name
+from ..rules.dispatch import Analyzer
+from ..errors import InplaceError, ModelError, UsageError
+from ..findings import Finding, Severity
+from ..trace.modules import UnsupportedModuleError, refuse_opaque, unique_label, variable_name
 from .preserve import Preserved, labelled_tensors, private_inputs, tensors_in
-from .report import Report
-from .rules import select_rules
-from .tracer import Tracer
+from ..report import Report
+from ..rules import select_rules
+from ..trace.tracer import Tracer
 
 Selection = Iterable[str] | str | None
 

@@ -19,16 +19,16 @@ import fnmatch
 import re
 from typing import Iterable, Mapping, Sequence
 
-from .errors import UsageError
-from .findings import Finding
+from ..errors import UsageError
+from ..findings import Finding
 
 _COMMENT = re.compile(r"#\s*inplace-doctor:\s*ignore(?:\[([^\]]*)\])?", re.IGNORECASE)
 _REGIONS: list[tuple[str, ...]] = []  # active `suppress` regions; () means every code
 
 
 def _codes(items: Iterable[str]) -> tuple[str, ...]:
-    from .rules import RULES
-    from .rules.registry import _unknown
+    from . import RULES
+    from .registry import _unknown
 
     out = []
     for item in items:

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
-from .findings import Severity
+from ..errors import UsageError
+from ..findings import Severity
 
 KEYS = ("select", "ignore", "fail-on", "per-module-ignores")
 FAIL_ON = ("error", "warning", "info", "never")
@@ -55,7 +55,7 @@ def _did_you_mean(word: str, choices: tuple[str, ...] | list[str]) -> str:
 
 
 def _code_list(value: Any, key: str, where: str) -> list[str]:
-    from .rules import select_rules
+    from ..rules import select_rules
 
     if isinstance(value, str):
         value = [value]

@@ -27,7 +27,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .errors import UsageError
+from ...errors import UsageError
 
 HEADER_TABLE = "inplace-doctor"
 

@@ -48,7 +48,7 @@ def elements_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
         return True  # each covers its whole range
     if a.element_size() != b.element_size():
         return True
-    from ._compat import DisableTorchDispatch
+    from .._compat import DisableTorchDispatch
 
     first = min(int(a.storage_offset()), int(b.storage_offset()))
     last = max(_last_element(a), _last_element(b))

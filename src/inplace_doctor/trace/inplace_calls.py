@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from . import _compat
-from .events import OriginalValueRead, WriteInfo
+from .. import _compat
+from ..events import OriginalValueRead, WriteInfo
 from .ops import op_name
 from .modules import ModuleContext
-from .sites import MAX_STACK, capture_frames, capture_stack, is_user_file, make_site, resolve_stack
+from ..sites import MAX_STACK, capture_frames, capture_stack, is_user_file, make_site, resolve_stack
 
 if TYPE_CHECKING:
     from .tracer import Tracer

@@ -40,12 +40,12 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils._pytree import tree_leaves
 
-from . import _compat
-from .errors import UsageError
-from .preserve import RngState, private_inputs, tensors_in
-from .sites import make_site
-from .render.memory_text import fmt_bytes as _fmt_bytes
-from .tracer import SavedPlace, Tracer
+from ... import _compat
+from ...errors import UsageError
+from ..preserve import RngState, private_inputs, tensors_in
+from ...sites import make_site
+from ...render.memory_text import fmt_bytes as _fmt_bytes
+from ...trace.tracer import SavedPlace, Tracer
 
 PHASES = ("forward", "backward", "optimizer")
 CATEGORIES = (
@@ -192,7 +192,7 @@ class MemoryReport:
         }
 
     def __str__(self) -> str:
-        from .render.memory_text import memory_to_plain_text
+        from ...render.memory_text import memory_to_plain_text
 
         return memory_to_plain_text(self)
 
@@ -414,7 +414,7 @@ def training_step(
 ) -> None:
     """One step as measured: zero grads (set to None), forward and loss, backward,
     release the output and loss, optimizer step."""
-    from .api import default_loss
+    from ..audit import default_loss
 
     if optimizer is not None:
         optimizer.zero_grad(set_to_none=True)

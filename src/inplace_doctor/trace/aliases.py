@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .events import HeldTensorUsed
+from ..events import HeldTensorUsed
 from .ops import op_name
-from .sites import Site, capture_frames, make_site
+from ..sites import Site, capture_frames, make_site
 from .storage import storage_key, storage_span
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from . import _compat
+from .. import _compat
 
 # In-place ops that change a tensor's metadata or storage pointer but write no
 # bytes: they still bump the version counter (so autograd will complain), but

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ._compat import TorchIncompatibleError  # noqa: F401  (import check first)
+from .._compat import TorchIncompatibleError  # noqa: F401  (import check first)
 from .storage import storage_key
 
 ModuleContext = tuple[str, int, str, "bool | None"]  # path, call index, class, inplace flag
@@ -232,7 +232,7 @@ def variable_name(module: torch.nn.Module) -> str | None:
     """The one name the innermost user frame (locals, then globals) binds to `module`, if exactly one."""
     import sys
 
-    from .sites import is_user_file
+    from ..sites import is_user_file
 
     frame = sys._getframe(2)
     while frame is not None and not is_user_file(frame.f_code.co_filename):

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Mapping, Sequence
 
-from .errors import InplaceError, WrittenHere
-from .events import (
+from ..errors import InplaceError, WrittenHere
+from ..events import (
     Event,
     InplaceErrorRaised,
     SavedTensorFreed,
@@ -30,10 +30,10 @@ from .events import (
     SavedTensorReached,
     StaleSavedTensorUsed,
 )
-from .findings import Finding, Severity
-from .rules import Rule
-from .rules.describe import place_of
-from .sites import Site, source_line
+from ..findings import Finding, Severity
+from . import Rule
+from .phrasing import place_of
+from ..sites import Site, source_line
 from .suppress import is_suppressed
 
 _REMEMBERED_OVERWRITES = 4096

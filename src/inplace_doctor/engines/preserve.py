@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 import torch
 
-from .storage import storage_span
+from ..trace.storage import storage_span
 
 
 def tensors_in(value: Any) -> list[torch.Tensor]:

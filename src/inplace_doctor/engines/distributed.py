@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .report import Report
+from ..report import Report
 
 
 def current_rank() -> int | None:

@@ -39,12 +39,12 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from ._compat import TORCH_VERSION
-from .config import HEADER_TABLE, apply_config, compress, inplace_modules, toml_string
-from .errors import UsageError
-from .findings import Finding, Severity
-from .ledger import MemoryReport, copy_model_and_optimizer, measure_owned, times_owned
-from .render.memory_text import fmt_bytes
+from ..._compat import TORCH_VERSION
+from .toml_config import HEADER_TABLE, apply_config, compress, inplace_modules, toml_string
+from ...errors import UsageError
+from ...findings import Finding, Severity
+from ..memory.ledger import MemoryReport, copy_model_and_optimizer, measure_owned, times_owned
+from ...render.memory_text import fmt_bytes
 
 
 @dataclass
@@ -222,7 +222,7 @@ class Plan:
         }
 
     def __str__(self) -> str:
-        from .render.plan_text import plan_to_plain_text
+        from ...render.plan_text import plan_to_plain_text
 
         return plan_to_plain_text(self)
 
@@ -250,8 +250,8 @@ def _site_of_call(f: Finding) -> str | None:
 def _executed(model: torch.nn.Module, args: Any, kwargs: Any, loss_fn: Any) -> tuple[set[str], list[str]]:
     """On a copy: the inplace-capable modules one step executes, and the
     functional `inplace=True` calls it makes (file:line)."""
-    from .equivalence import _Functional
-    from .ledger import training_step
+    from ..verify.equivalence import _Functional
+    from ..memory.ledger import training_step
 
     copy_ = copy.deepcopy(model)
     seen: set[str] = set()
@@ -310,9 +310,9 @@ def optimize(
         input_specs: how to name the inputs in the config header (the CLI's `--input`).
         progress: called with a short description of each stage.
     """
-    from .api import audit
-    from .equivalence import ATOL, RTOL, _verify
-    from .preserve import RngState, tensors_in
+    from ..audit import audit
+    from ..verify.equivalence import ATOL, RTOL, _verify
+    from ..preserve import RngState, tensors_in
 
     if not isinstance(model, torch.nn.Module):
         raise UsageError(f"optimize() needs a torch.nn.Module, got {type(model).__name__}")

@@ -1,0 +1,3 @@
+from .main import main, run
+
+__all__ = ["main", "run"]
