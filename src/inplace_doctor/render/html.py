@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Sequence
 
-from .memory_text import fmt_bytes
+from ..printing import fmt_bytes
 
 if TYPE_CHECKING:
     from ..engines.memory.ledger import MemoryReport, Peak

@@ -4,18 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..printing import fmt_bytes
+
 if TYPE_CHECKING:
     from ..engines.memory.ledger import MemoryReport, Peak
-
-
-def fmt_bytes(n: int) -> str:
-    """`1536` -> `1.50 KiB`; exact bytes below 1 KiB."""
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{sign}{n / size:.2f} {unit}"
-    return f"{sign}{n} B"
 
 
 def _when(peak: "Peak") -> str:

@@ -7,7 +7,8 @@ from typing import Any
 
 from ..events import InplaceErrorRaised, SavedTensorOverwritten, SavedTensorReached, StaleSavedTensorUsed
 from ..findings import Finding, Severity
-from ..sites import Site, capture_frames, make_site
+from ..sites import Site
+from ..trace.stacks import capture_frames, make_site
 from .phrasing import fix_for_write, qualified, short_op, silent_write_fix, step_fix, where, written_desc
 from .registry import make_finding, rule
 

@@ -22,7 +22,8 @@ import torch
 
 from ..events import HeldTensorUsed
 from .ops import op_name
-from ..sites import Site, capture_frames, make_site
+from ..sites import Site
+from .stacks import capture_frames, make_site
 from .storage import storage_key, storage_span
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ from .. import _compat
 from ..events import OriginalValueRead, WriteInfo
 from .ops import op_name
 from .modules import ModuleContext
-from ..sites import MAX_STACK, capture_frames, capture_stack, is_user_file, make_site, resolve_stack
+from .stacks import MAX_STACK, capture_frames, capture_stack, is_user_file, make_site, resolve_stack
 
 if TYPE_CHECKING:
     from .tracer import Tracer

@@ -232,7 +232,7 @@ def variable_name(module: torch.nn.Module) -> str | None:
     """The one name the innermost user frame (locals, then globals) binds to `module`, if exactly one."""
     import sys
 
-    from ..sites import is_user_file
+    from .stacks import is_user_file
 
     frame = sys._getframe(2)
     while frame is not None and not is_user_file(frame.f_code.co_filename):

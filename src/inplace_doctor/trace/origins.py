@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from ..sites import Frame, capture_stack, resolve_stack
+from ..sites import Frame
+from .stacks import capture_stack, resolve_stack
 
 _recorded: "weakref.WeakKeyDictionary[torch.nn.Module, Any]" = weakref.WeakKeyDictionary()
 _resolved: "weakref.WeakKeyDictionary[torch.nn.Module, Frame | None]" = weakref.WeakKeyDictionary()

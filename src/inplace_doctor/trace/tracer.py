@@ -44,20 +44,8 @@ from .inplace_calls import InplaceCalls
 from .modules import ModuleContext, ModuleTracker
 from .origins import ConstructionRecorder
 from .ops import _op_facts, _writes_bytes, _written, op_facts, op_name, restores_version_bump, write_spec
-from ..sites import (
-    MAX_STACK,
-    SAVE_STACK,
-    RawFrame,
-    Site,
-    capture_stack,
-    checkpoint_in_traceback,
-    frames_from_traceback,
-    in_ddp_state_sync,
-    inplace_op_in_traceback,
-    make_site,
-    resolve_stack,
-    resolve_stacks,
-)
+from ..sites import Site
+from .stacks import MAX_STACK, SAVE_STACK, RawFrame, capture_stack, checkpoint_in_traceback, frames_from_traceback, in_ddp_state_sync, inplace_op_in_traceback, make_site, resolve_stack, resolve_stacks
 from .storage import elements_overlap, storage_key, storage_span
 
 Sink = Callable[[Event], "BaseException | None"]

@@ -43,8 +43,8 @@ from torch.utils._pytree import tree_leaves
 from ... import _compat
 from ...errors import UsageError
 from ..preserve import RngState, private_inputs, tensors_in
-from ...sites import make_site
-from ...render.memory_text import fmt_bytes as _fmt_bytes
+from ...trace.stacks import make_site
+from ...printing import fmt_bytes as _fmt_bytes
 from ...trace.tracer import SavedPlace, Tracer
 
 PHASES = ("forward", "backward", "optimizer")

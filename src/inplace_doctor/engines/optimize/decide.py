@@ -44,7 +44,7 @@ from .toml_config import HEADER_TABLE, apply_config, compress, inplace_modules, 
 from ...errors import UsageError
 from ...findings import Finding, Severity
 from ..memory.ledger import MemoryReport, copy_model_and_optimizer, measure_owned, times_owned
-from ...render.memory_text import fmt_bytes
+from ...printing import fmt_bytes
 
 
 @dataclass

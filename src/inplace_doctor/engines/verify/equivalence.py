@@ -25,7 +25,7 @@ from torch.overrides import TorchFunctionMode
 from ...errors import UsageError
 from ...findings import Finding
 from ..preserve import RngState, labelled_tensors, map_tensors, tensors_in
-from ...sites import TORCH_DIR, capture_frames
+from ...trace.stacks import TORCH_DIR, capture_frames
 
 _TORCH_MODULES_DIR = os.path.join(torch.nn.modules.__path__[0], "")
 ATOL, RTOL = 1e-6, 1e-5  # verify's default tolerances

@@ -1,0 +1,65 @@
+"""The one seam between a result and its text: `str(result)` asks the renderer registered for its type.
+
+Results (`Report`, `MemoryReport`, `Plan`, `VerifyResult`) live below `render/` and import no
+renderer. Each renderer module registers its plain-text (and, where it has one, notebook HTML)
+function for the result types it formats, with `@renders_text(Report)`; the package's
+`__init__` imports `render/`, so every result a user can hold prints. Results inherit
+`Printable` to get `__str__` and `_repr_html_` through this registry. `fmt_bytes` is the
+one byte format every result's message and renderer shares.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+_TEXT: dict[type, Callable[[Any], str]] = {}
+_HTML: dict[type, Callable[[Any], str]] = {}
+
+F = TypeVar("F", bound=Callable[..., str])
+
+
+def renders_text(*types: type) -> Callable[[F], F]:
+    """Register the decorated function as the plain text of `types` (what `str()` returns)."""
+
+    def register(fn: F) -> F:
+        _TEXT.update((t, fn) for t in types)
+        return fn
+
+    return register
+
+
+def renders_html(*types: type) -> Callable[[F], F]:
+    """Register the decorated function as the notebook view of `types` (`_repr_html_`)."""
+
+    def register(fn: F) -> F:
+        _HTML.update((t, fn) for t in types)
+        return fn
+
+    return register
+
+
+def _lookup(table: dict[type, Callable[[Any], str]], obj: object, what: str) -> Callable[[Any], str]:
+    for klass in type(obj).__mro__:
+        if klass in table:
+            return table[klass]
+    raise LookupError(f"no {what} renderer is registered for {type(obj).__name__}: import inplace_doctor.render")
+
+
+def fmt_bytes(n: int) -> str:
+    """`1536` -> `1.50 KiB`; exact bytes below 1 KiB."""
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{sign}{n / size:.2f} {unit}"
+    return f"{sign}{n} B"
+
+
+class Printable:
+    """Mixin for results: `str()` and Jupyter's `_repr_html_` go through the registered renderers."""
+
+    def __str__(self) -> str:
+        return _lookup(_TEXT, self, "text")(self)
+
+    def _repr_html_(self) -> str:
+        return _lookup(_HTML, self, "HTML")(self)

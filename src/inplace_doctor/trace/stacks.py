@@ -1,0 +1,257 @@
+"""Stacks: which frames are the user's, capturing them (Python and C++ stacks), and DDP detection."""
+
+from __future__ import annotations
+
+import linecache
+import os
+import re
+import sys
+import sysconfig
+from types import FrameType, TracebackType
+from typing import Any
+
+import torch
+
+from .. import _compat
+from ..sites import Frame, Site, source_line
+
+
+def _with_real(dirs: set[str]) -> tuple[str, ...]:
+    return tuple(sorted({os.path.join(p, "") for d in dirs for p in (d, os.path.realpath(d))}))
+
+
+def _library_dirs() -> tuple[str, ...]:
+    dirs = {os.path.dirname(torch.__file__), os.path.dirname(__file__)}
+    scripts = sysconfig.get_paths().get("scripts")  # console-script wrappers
+    if scripts:
+        dirs.add(scripts)
+    return _with_real(dirs)
+
+
+# The standard library, but not the site-packages inside it (a venv's
+# platstdlib is a parent of its site-packages).
+_STDLIB_DIRS = _with_real({os.path.dirname(os.__file__)})
+_SITE_MARKERS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+_LIBRARY_DIRS = _library_dirs()
+TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "")  # torch's own files: never the user's line
+# The bundled examples are user code as far as locations go.
+_USER_DIRS = tuple(
+    os.path.join(d, "examples", "") for d in (os.path.dirname(__file__), os.path.realpath(os.path.dirname(__file__)))
+)
+_is_user_file_cache: dict[str, bool] = {}
+# Torch frames that only forward a call (module __call__, decorators): not the API the user called.
+_WRAPPER_NAMES = frozenset({"_wrapped_call_impl", "_call_impl", "_fn", "wrapper", "decorate_context"})
+
+
+# Installed packages that only wrap calls (deprecation and decorator helpers): a frame there is the
+# wrapper around the user's call (`torch.nn.utils.weight_norm` is wrapped by typing_extensions' `deprecated`).
+_WRAPPER_PACKAGES = ("typing_extensions.py", "wrapt", "decorator.py", "deprecated", "deprecation.py", "functools.py")
+
+
+def _is_wrapper_package(filename: str) -> bool:
+    for marker in _SITE_MARKERS:
+        if marker in filename:
+            top = filename.split(marker, 1)[1].split(os.sep, 1)[0]
+            return top in _WRAPPER_PACKAGES
+    return False
+
+
+def is_user_file(filename: str) -> bool:
+    known = _is_user_file_cache.get(filename)
+    if known is None:
+        stdlib = filename.startswith(_STDLIB_DIRS) and not any(m in filename for m in _SITE_MARKERS)
+        known = filename.startswith(_USER_DIRS) or not (
+            stdlib or filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen") or _is_wrapper_package(filename)
+        )
+        _is_user_file_cache[filename] = known
+    return known
+
+
+def _is_api_name(qualname: str) -> bool:
+    return "<locals>" not in qualname and qualname.rsplit(".", 1)[-1] not in _WRAPPER_NAMES
+
+
+_CHECKPOINT_FILE = os.path.join(os.path.dirname(torch.__file__), "utils", "checkpoint.py")
+MAX_STACK = 24  # user frames kept for a write: the line everyone reads first
+SAVE_STACK = 8  # user frames kept for a save
+
+
+RawFrame = tuple[str, int, str]  # (file, line, function): cheap to capture on every save
+
+
+def capture_frames(limit: int = MAX_STACK) -> tuple[tuple[RawFrame, ...], str | None]:
+    """User frames of the current stack (innermost last) and the torch API the innermost one called.
+
+    Plain tuples; `make_site` turns them into `Frame`s only when a finding needs them.
+    """
+    frames, api, _ = resolve_stack(capture_stack(), limit)
+    return frames, api
+
+
+def capture_stack() -> Any:
+    """The whole Python stack, captured in C: code objects and instruction offsets.
+
+    Runs on every saved tensor. About three times cheaper than walking the
+    frames in Python, and it keeps no frame (so no local tensor) alive;
+    `resolve_stack` reads it only when a finding needs the location.
+    """
+    return _compat.gather_traceback(True, False, False)
+
+
+def resolve_stack(captured: Any, limit: int) -> tuple[tuple[RawFrame, ...], str | None, bool]:
+    """`capture_frames`' answer for a `capture_stack()` capture, plus whether it ran inside a checkpointed region."""
+    return resolve_stacks([captured], limit)[0]
+
+
+def resolve_stacks(captured: list[Any], limit: int) -> list[tuple[tuple[RawFrame, ...], str | None, bool]]:
+    """`resolve_stack` for many captures at once (torch symbolizes them in one batch)."""
+    return [_select(entries, limit) for entries in _compat.symbolize_tracebacks(captured)]
+
+
+def _select(entries: list[dict[str, Any]], limit: int) -> tuple[tuple[RawFrame, ...], str | None, bool]:
+    frames: list[RawFrame] = []
+    api: str | None = None
+    through_checkpoint = False
+    for entry in entries:  # innermost first
+        filename, line, name = entry["filename"], entry["line"], entry["name"]
+        if filename == _CHECKPOINT_FILE:
+            through_checkpoint = True
+        if len(frames) >= limit:
+            continue
+        if is_user_file(filename):
+            frames.append((filename, line, name))
+        elif not frames and filename.startswith(TORCH_DIR):
+            qualname = _qualname(filename, name, line)
+            if _is_api_name(qualname):
+                api = qualname
+    frames.reverse()
+    return tuple(frames), api, through_checkpoint
+
+
+# filename -> (first line, last line, name, qualname) of every code object compiled from it
+_code_spans: dict[str, list[tuple[int, int, str, str]]] = {}
+
+
+def _qualname(filename: str, name: str, line: int) -> str:
+    """`Linear.forward` for the function `forward` running at `line` of torch/nn/modules/linear.py.
+
+    A captured stack keeps the function's name only; its qualified name comes
+    from compiling the file's source once (only when a finding is reported).
+    """
+    spans = _code_spans.get(filename)
+    if spans is None:
+        spans = _code_spans[filename] = []
+        try:
+            todo = [compile("".join(linecache.getlines(filename)), filename, "exec", dont_inherit=True)]
+        except (SyntaxError, ValueError):
+            todo = []
+        while todo:
+            code = todo.pop()
+            lines = [n for _, _, n in code.co_lines() if n is not None]
+            if lines:
+                spans.append((min(lines), max(lines), code.co_name, code.co_qualname))
+            todo.extend(c for c in code.co_consts if isinstance(c, type(code)))
+    inside = [(last - first, qualname) for first, last, n, qualname in spans if n == name and first <= line <= last]
+    return min(inside)[1] if inside else name
+
+
+_INPLACE_CALL = re.compile(r"\b(?P<name>[a-z][a-z0-9_]*_)\(")
+
+
+def inplace_op_in_traceback(tb: TracebackType | None) -> str | None:
+    """The in-place call on the innermost Python line of a traceback (`relu_`), if it shows one."""
+    last = None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    if last is None:
+        return None
+    text = linecache.getline(last.tb_frame.f_code.co_filename, last.tb_lineno)
+    found = _INPLACE_CALL.search(text)
+    if found:
+        return f"aten.{found['name']}"
+    return "aten.add_" if "+=" in text else None
+
+
+def frames_from_traceback(tb: TracebackType | None) -> tuple[tuple[RawFrame, ...], str | None]:
+    """User frames of a traceback, innermost last, and the torch API the innermost one called."""
+    frames: list[RawFrame] = []
+    api: str | None = None
+    after_user = False
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if is_user_file(code.co_filename):
+            frames.append((code.co_filename, tb.tb_lineno, code.co_name))
+            api, after_user = None, True
+        elif after_user and code.co_filename.startswith(TORCH_DIR) and _is_api_name(code.co_qualname):
+            api, after_user = code.co_qualname, False
+        tb = tb.tb_next
+    return tuple(frames[-MAX_STACK:]), api
+
+
+
+
+try:
+    import torch.nn.parallel.distributed as _ddp_module
+
+    _DDP_FILE: str | None = _ddp_module.__file__
+except Exception:  # torch built without distributed support
+    _DDP_FILE = None
+# DistributedDataParallel methods that overwrite parameters or buffers on purpose, under
+# `torch.autograd.graph._unsafe_preserve_version_counter` (buffer broadcast at each forward,
+# parameter sync at construction): PyTorch hides these writes from autograd by design.
+_DDP_SYNC_FUNCTIONS = frozenset(
+    {"_sync_buffers", "_sync_module_buffers", "_default_broadcast_coalesced",
+     "_distributed_broadcast_coalesced", "_sync_params_and_buffers", "_broadcast_coalesced"}
+)
+
+
+def in_ddp_state_sync(frame: FrameType | None = None) -> bool:
+    """Whether DistributedDataParallel's own parameter/buffer synchronisation is on the stack.
+
+    Called for every write: outside an initialised process group (where DDP
+    cannot sync) it answers without walking the stack.
+    """
+    if _DDP_FILE is None or not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return False
+    f: FrameType | None = frame if frame is not None else sys._getframe(1)
+    while f is not None:
+        code = f.f_code
+        if code.co_filename == _DDP_FILE and code.co_name in _DDP_SYNC_FUNCTIONS:
+            return True
+        f = f.f_back
+    return False
+
+
+def checkpoint_in_traceback(tb: TracebackType | None) -> bool:
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == _CHECKPOINT_FILE:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def make_site(
+    op: str,
+    raw_frames: tuple[RawFrame, ...],
+    api: str | None,
+    module: tuple[str, int, str, bool | None] | None,
+    phase: str,
+    origin: Frame | None = None,
+) -> Site:
+    frames = tuple(Frame(*raw) for raw in raw_frames)
+    inner = frames[-1] if frames else None
+    return Site(
+        op=op,
+        module=module[0] if module else None,
+        module_call=module[1] if module else None,
+        module_type=module[2] if module else None,
+        module_inplace=module[3] if module else None,
+        file=inner.file if inner else None,
+        line=inner.line if inner else None,
+        code=source_line(inner),
+        stack=frames,
+        api=api,
+        phase=phase,
+        origin=origin,
+    )
