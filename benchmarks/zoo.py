@@ -30,6 +30,7 @@ from typing import Any, Callable
 import torch
 
 import inplace_doctor as ipd
+from inplace_doctor.engines.training import default_loss
 from _torchvision_sizes import classification_size  # benchmarks/ is on sys.path when run as a script
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,7 +155,7 @@ def build(
 def _plain_seconds(model: torch.nn.Module, args: tuple[Any, ...], loss_fn: Any) -> float:
     start = time.perf_counter()
     out = model(*args)
-    loss = loss_fn(out) if loss_fn else ipd.api.default_loss(out)
+    loss = loss_fn(out) if loss_fn else default_loss(out)
     if loss is not None:
         loss.backward()
     model.zero_grad(set_to_none=True)

@@ -399,6 +399,23 @@ def _audit_to_terminal(monkeypatch: pytest.MonkeyPatch) -> str:
     return stream.getvalue()
 
 
+def test_every_exception_of_the_command_line_is_an_inplace_doctor_error():
+    import importlib
+    import pkgutil
+
+    import inplace_doctor.cli
+    from inplace_doctor.errors import InplaceDoctorError
+
+    found = []
+    for info in pkgutil.iter_modules(inplace_doctor.cli.__path__):
+        module = importlib.import_module(f"inplace_doctor.cli.{info.name}")
+        for obj in vars(module).values():
+            if isinstance(obj, type) and issubclass(obj, BaseException) and obj.__module__ == module.__name__:
+                found.append(obj)
+                assert issubclass(obj, InplaceDoctorError), obj
+    assert found  # CliUsageError, FactoryError
+
+
 def test_no_ansi_codes_when_not_a_terminal(capsys, monkeypatch):
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.setenv("FORCE_COLOR", "1")

@@ -17,7 +17,7 @@ from torch import nn
 from torch.distributed._tools.mem_tracker import MemTracker
 
 import inplace_doctor as ipd
-from inplace_doctor.engines.memory.ledger import training_step
+from inplace_doctor.engines.training import training_step
 
 from _markers import marker_line
 

@@ -19,7 +19,7 @@ from torch import nn
 import inplace_doctor as ipd
 from inplace_doctor.cli.main import main
 from inplace_doctor.engines.memory.ledger import is_bookkeeping_op
-from inplace_doctor.engines.optimize.decide import CHECKPOINT_MIN_SHARE, disjoint_holders
+from inplace_doctor.engines.optimize import CHECKPOINT_MIN_SHARE, disjoint_holders
 
 NO_CHECKPOINT_LINE = "no single module holds enough saved activations for checkpointing to lower the peak meaningfully"
 

@@ -19,45 +19,7 @@ with warnings.catch_warnings():
     import torch  # noqa: F401
 
 from . import _compat  # noqa: F401,E402  (fails early, naming the torch version)
-from .engines.audit import audit, watch
-from .engines.distributed import gather
-from .engines.verify.equivalence import VerifyResult, verify
-from .errors import InplaceDoctorError, InplaceError, ModelError, UsageError, WrittenHere
-from .findings import Finding, Severity
-from .engines.optimize.toml_config import apply_config
-from .engines.memory.ledger import MemoryReport
-from .engines.memory.ledger import measure_memory as memory
-from .engines.optimize.decide import Plan, optimize
-from .report import Report
-from .rules import RULES, Rule, get_rule
-from .sites import Frame, Site
-from .rules.suppress import suppress
-
-__version__ = "0.1.0"
-
-__all__ = [
-    "Finding",
-    "Frame",
-    "InplaceDoctorError",
-    "InplaceError",
-    "MemoryReport",
-    "ModelError",
-    "Plan",
-    "RULES",
-    "Report",
-    "Rule",
-    "Severity",
-    "Site",
-    "UsageError",
-    "VerifyResult",
-    "apply_config",
-    "audit",
-    "gather",
-    "get_rule",
-    "memory",
-    "optimize",
-    "suppress",
-    "verify",
-    "watch",
-    "WrittenHere",
-]
+from . import render  # noqa: F401,E402  (registers how every result prints: str(), _repr_html_)
+from ._version import __version__  # noqa: E402
+from .api import *  # noqa: F401,F403,E402
+from .api import __all__  # noqa: E402

@@ -10,11 +10,9 @@ from typing import Any, Callable
 
 import torch
 
+from .errors import TorchIncompatibleError
+
 TORCH_VERSION = torch.__version__
-
-
-class TorchIncompatibleError(ImportError):
-    """The installed torch lacks a private API that inplace-doctor needs."""
 
 
 def _require(obj: Any, name: str, what: str) -> Any:

@@ -1,11 +1,8 @@
-"""The exceptions inplace-doctor raises."""
+"""The exceptions inplace-doctor raises: all under `InplaceDoctorError`, each also the builtin it refines."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
-
-if TYPE_CHECKING:
-    from .findings import Finding
+from typing import Any, Sequence
 
 
 class InplaceDoctorError(Exception):
@@ -16,18 +13,19 @@ class UsageError(InplaceDoctorError, ValueError):
     """Bad input from the user: one clear line says what and the closest valid choice."""
 
 
-class InplaceError(RuntimeError):
+class InplaceError(InplaceDoctorError, RuntimeError):
     """An in-place operation broke autograd; the message names both culprits.
 
-    Carries `.findings`; the PyTorch error it replaces is chained as `__cause__`.
+    Carries `.findings` (the `Finding`s behind it); the PyTorch error it replaces is chained as
+    `__cause__`. A `RuntimeError` too, so code that catches PyTorch's error catches this one.
     """
 
-    def __init__(self, message: str, findings: "Sequence[Finding]" = ()) -> None:
+    def __init__(self, message: str, findings: Sequence[Any] = ()) -> None:
         super().__init__(message)
         self.findings = list(findings)
 
 
-class WrittenHere(Exception):
+class WrittenHere(InplaceDoctorError):
     """Chained in front of an in-place error raised at backward: where the write ran.
 
     Its message is the write's user stack, formatted as a traceback (the frames
@@ -37,3 +35,11 @@ class WrittenHere(Exception):
 
 class ModelError(InplaceDoctorError, RuntimeError):
     """The user's model raised; the message says how far the tool got."""
+
+
+class UnsupportedModuleError(InplaceDoctorError, TypeError):
+    """A model the tracer cannot see into (TorchScript, a compiled graph): the message says what to pass instead."""
+
+
+class TorchIncompatibleError(InplaceDoctorError, ImportError):
+    """The installed torch lacks an API the tracer needs; the message names the version."""

@@ -23,8 +23,8 @@ class Severity(enum.StrEnum):
 class Finding:
     """One in-place hazard, with the op that overwrote and (when known) the op that saved.
 
-    `message` reads on its own: what happened, why it matters, and the fix;
-    `why` and `fix` are its parts. A write to a tensor saved for backward is a
+    Its parts are fields (`what` happened, `why` it matters, the `fix`); `message`
+    joins them into one text that reads on its own (the JSON's and the error's). A write to a tensor saved for backward is a
     prediction until backward reaches that tensor: `confirmed` is True when it
     did (and raised, or read the changed values), False when the run ended
     without it (`unconfirmed_reason` says why, and the severity is lowered),
@@ -36,7 +36,7 @@ class Finding:
     code: str
     severity: Severity
     title: str
-    message: str
+    what: str
     mutation: Site
     saved: Site | None = None
     fix: str = ""
@@ -47,6 +47,16 @@ class Finding:
     why: str = ""
     unconfirmed_reason: str = ""
     details: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def message(self) -> str:
+        """What happened, why it matters, the fix, and (for a prediction backward never reached) why
+        it is unconfirmed: the text of the JSON's `message` and of an InplaceError."""
+        text = f"{self.what} {self.why}" if self.what else self.why
+        text += f"\nFix: {self.fix}."
+        if self.unconfirmed_reason:
+            text += f"\nUnconfirmed: {self.unconfirmed_reason}"
+        return text
 
     @property
     def dedupe_key(self) -> tuple[Any, ...]:

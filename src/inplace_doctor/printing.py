@@ -38,11 +38,8 @@ def renders_html(*types: type) -> Callable[[F], F]:
     return register
 
 
-def _lookup(table: dict[type, Callable[[Any], str]], obj: object, what: str) -> Callable[[Any], str]:
-    for klass in type(obj).__mro__:
-        if klass in table:
-            return table[klass]
-    raise LookupError(f"no {what} renderer is registered for {type(obj).__name__}: import inplace_doctor.render")
+def _lookup(table: dict[type, Callable[[Any], str]], obj: object) -> Callable[[Any], str] | None:
+    return next((table[klass] for klass in type(obj).__mro__ if klass in table), None)
 
 
 def fmt_bytes(n: int) -> str:
@@ -59,7 +56,12 @@ class Printable:
     """Mixin for results: `str()` and Jupyter's `_repr_html_` go through the registered renderers."""
 
     def __str__(self) -> str:
-        return _lookup(_TEXT, self, "text")(self)
+        text = _lookup(_TEXT, self)
+        if text is None:
+            raise LookupError(f"no text renderer is registered for {type(self).__name__}: import inplace_doctor.render")
+        return text(self)
 
-    def _repr_html_(self) -> str:
-        return _lookup(_HTML, self, "HTML")(self)
+    def _repr_html_(self) -> str | None:
+        """The registered notebook view; None (IPython then shows `str()`) for a type without one."""
+        html = _lookup(_HTML, self)
+        return html(self) if html is not None else None

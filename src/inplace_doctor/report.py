@@ -7,13 +7,14 @@ from typing import Any
 
 from ._compat import TORCH_VERSION
 from .findings import Finding, Severity
+from .printing import Printable
 
 SCHEMA_VERSION = 1
 
 
 @dataclass
-class Report:
-    """Findings of one instrumented run. `str(report)` is the text report."""
+class Report(Printable):
+    """Findings of one instrumented run. `str(report)` is the text report (render/text.py)."""
 
     findings: list[Finding]
     target: str = ""
@@ -36,31 +37,6 @@ class Report:
     @property
     def codes(self) -> list[str]:
         return [f.code for f in self.findings]
-
-    def __str__(self) -> str:
-        from .render.text import to_plain_text
-
-        return to_plain_text(self)
-
-    def _repr_html_(self) -> str:
-        """Jupyter: the text report in a <pre>, headlines coloured by severity (escaped, no script)."""
-        import html
-
-        from .render.text import _lines
-
-        css = {  # the text report's rich styles
-            "bold red": "color:#b00020;font-weight:bold",
-            "bold yellow": "color:#a66300;font-weight:bold",
-            "bold blue": "color:#0b5394;font-weight:bold",
-            "bold": "font-weight:bold",
-            "green": "color:#2e7d32",
-            "dim": "opacity:.7",
-        }
-        body = "\n".join(
-            f'<span style="{css[style]}">{html.escape(text)}</span>' if style in css else html.escape(text)
-            for text, style in _lines(self)
-        )
-        return f'<pre class="inplace-doctor-report" style="white-space:pre-wrap">{body}</pre>'
 
     def to_dict(self) -> dict[str, Any]:
         return {

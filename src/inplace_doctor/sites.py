@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import enum
 import linecache
 import os
 from dataclasses import dataclass, field
+
+
+class Phase(enum.StrEnum):
+    """When an op ran: the forward (and optimizer code around it) or autograd's backward."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
 
 
 @dataclass(frozen=True)
@@ -44,7 +52,7 @@ class Site:
     code: str | None = None
     stack: tuple[Frame, ...] = field(default=(), compare=False)
     api: str | None = None
-    phase: str = "forward"
+    phase: Phase = Phase.FORWARD  # a plain "forward"/"backward" string compares equal
     #: where the running module (one with an `inplace` flag) was constructed: what a flag fix edits
     origin: Frame | None = field(default=None, compare=False)
 
@@ -98,7 +106,7 @@ def describe_site(site: Site, root_label: str, slot: str | None = None) -> str:
             extra.append(f"call {site.module_call}")
         parts.append(f"in {ref}" + (f" ({', '.join(extra)})" if extra else ""))
     parts.append(f"at {site.location}")
-    if site.phase != "forward":
+    if site.phase != Phase.FORWARD:
         parts.append(f"during {site.phase}")
     return " ".join(parts)
 

@@ -13,10 +13,7 @@ from typing import Any
 
 import torch
 
-from .engines.audit import audit
-from .engines.verify.equivalence import VerifyResult, verify
-from .findings import Severity
-from .report import Report
+from .api import Report, Severity, VerifyResult, audit, verify
 
 
 def assert_inplace_safe(model: torch.nn.Module, *args: Any, **kwargs: Any) -> Report:

@@ -25,7 +25,7 @@ import pytest
 if TYPE_CHECKING:
     import torch
 
-    from inplace_doctor.engines.audit import watch
+    from inplace_doctor.api import watch
     from inplace_doctor.findings import Severity
     from inplace_doctor.report import Report
 
@@ -151,7 +151,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, o
 
 def _marker_settings(marker: pytest.Mark, config: pytest.Config) -> tuple[Severity, watch]:
     """The marker's threshold and the (not yet entered) watch session; UsageError on bad arguments."""
-    from inplace_doctor.engines.audit import watch
+    from inplace_doctor.api import watch
     from inplace_doctor.errors import UsageError
 
     unknown = sorted(set(marker.kwargs) - _MARKER_KWARGS)

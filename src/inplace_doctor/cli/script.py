@@ -36,198 +36,16 @@ else 0.
 
 from __future__ import annotations
 
-import functools
 import os
 import runpy
 import sys
-import time
-import traceback
-from dataclasses import dataclass, field
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
-import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-
-from ..engines.audit import watch
+from ..api import watch
 from ..errors import InplaceError
 from ..report import Report
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_EXAMPLES_DIR = os.path.join(_PACKAGE_DIR, "examples")
-
-
-@dataclass
-class _Tally:
-    """Steps of one kind (backward passes or optimizer steps), watched and after the window."""
-
-    watched: int = 0
-    first_s: float = 0.0  # to the end of the first watched one (start-up and warm-up included)
-    last_s: float = 0.0  # to the end of the last watched one
-    after: int = 0
-    after_s: float = 0.0  # from the end of the window to the end of the last unwatched one
-
-    def watched_one(self, elapsed: float) -> None:
-        self.watched += 1
-        self.last_s = elapsed
-        if self.watched == 1:
-            self.first_s = elapsed
-
-
-@dataclass
-class RunStats:
-    backward: _Tally = field(default_factory=_Tally)
-    optimizer: _Tally = field(default_factory=_Tally)
-    window_ended: bool = False  # --steps N was reached and watching stopped
-    failed_after_window: bool = False  # the script failed after that, undiagnosed
-    diagnosis: str | None = None  # the one line for an in-place error the script stopped at
-
-    @property
-    def steps(self) -> _Tally:
-        """The tally that counts as steps: optimizer steps once one was watched, else backward passes."""
-        return self.optimizer if self.optimizer.watched else self.backward
-
-    def summary(self, steps_limit: int | None) -> str:
-        """What was watched, at what cost per step, and what ran after the window."""
-        tally = self.steps
-        one, many = ("optimizer step", "optimizer steps") if tally is self.optimizer else ("backward pass", "backward passes")
-        if not tally.watched:
-            text = "no backward pass completed"
-        elif tally.watched > 1:
-            per = (tally.last_s - tally.first_s) / (tally.watched - 1)
-            text = f"watched {tally.watched} {many}, {per * 1e3:.1f} ms per step after the first"
-        else:
-            text = f"watched 1 {one} ({tally.last_s:.2f} s from the start, imports included)"
-        if steps_limit is None or not self.window_ended:
-            return text
-        if tally.after:
-            text += f"; then {tally.after} unwatched, {tally.after_s / tally.after * 1e3:.1f} ms per step"
-        if self.failed_after_window:
-            return (
-                f"{text}; the script failed after the watched window (--steps {steps_limit}): "
-                f"run with --steps {tally.watched + tally.after + 1} to watch the failing step"
-            )
-        return f"{text} (--steps {steps_limit})"
-
-
-class _StepCounter:
-    """Counts training steps and stops the session after N of them (the rule: module docstring).
-
-    Wraps `Tensor.backward`, `torch.autograd.backward` and `torch.autograd.grad`
-    (only the outermost call counts: `Tensor.backward` calls the others) and
-    registers global optimizer step pre/post hooks. The session stops only
-    outside PyTorch's torch-function handling: inside it our function mode is
-    off the stack and could not be popped.
-    """
-
-    _TARGETS = ((torch.Tensor, "backward"), (torch.autograd, "backward"), (torch.autograd, "grad"))
-
-    def __init__(self, session: watch, limit: int | None, stats: RunStats) -> None:
-        self.session = session
-        self.limit = limit
-        self.stats = stats
-        self.active = True
-        self.start = time.perf_counter()
-        self._depth = 0
-        self._in_step = 0
-        self._pending_stop = False
-        self._stop_at_next_backward = False  # N backward passes, no optimizer step yet
-        self._stack_len = 0
-        self._originals: list[tuple[Any, str, Any]] = []
-        self._hooks: list[Any] = []
-
-    def __enter__(self) -> "_StepCounter":
-        self._stack_len = torch._C._len_torch_function_stack()
-        for owner, name in self._TARGETS:
-            original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
-            self._originals.append((owner, name, original))
-            setattr(owner, name, self._wrap(original))
-        self._hooks = [
-            register_optimizer_step_pre_hook(self._before_optimizer_step),
-            register_optimizer_step_post_hook(self._after_optimizer_step),
-        ]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for handle in self._hooks:
-            handle.remove()
-        self._hooks = []
-        for owner, name, original in reversed(self._originals):
-            setattr(owner, name, original)
-        self._originals = []
-
-    def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        counter = self
-
-        @functools.wraps(original)
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            if counter._depth == 0 and counter._stop_at_next_backward and not counter._in_step:
-                counter._stop_at_next_backward = False
-                counter._request_stop()
-            counter._depth += 1
-            try:
-                result = original(*args, **kwargs)
-            finally:
-                counter._depth -= 1
-            if counter._depth == 0:
-                counter._after_backward()
-            elif counter._pending_stop:
-                counter._maybe_stop()
-            return result
-
-        return wrapped
-
-    def _elapsed(self) -> float:
-        return time.perf_counter() - self.start
-
-    def _after_backward(self) -> None:
-        stats = self.stats
-        if self._in_step:
-            pass  # part of the optimizer step (a closure's backward)
-        elif self.active and not self._pending_stop:
-            if not stats.optimizer.watched:
-                stats.backward.watched_one(self._elapsed())
-                if self.limit is not None and stats.backward.watched >= self.limit:
-                    self._stop_at_next_backward = True
-        elif not self.active:
-            stats.backward.after += 1
-            stats.backward.after_s = self._elapsed()
-        if self._pending_stop:
-            self._maybe_stop()
-
-    def _before_optimizer_step(self, *hook_args: Any) -> None:
-        self._in_step += 1
-
-    def _after_optimizer_step(self, *hook_args: Any) -> None:
-        self._in_step = max(self._in_step - 1, 0)
-        if self._in_step:
-            return  # an optimizer stepping another inside its own step
-        stats = self.stats
-        if self.active and not self._pending_stop:
-            self._stop_at_next_backward = False
-            stats.optimizer.watched_one(self._elapsed())
-            if self.limit is not None and stats.optimizer.watched >= self.limit:
-                self._request_stop()
-        elif not self.active:
-            stats.optimizer.after += 1
-            stats.optimizer.after_s = self._elapsed()
-        if self._pending_stop:
-            self._maybe_stop()
-
-    def _request_stop(self) -> None:
-        self._pending_stop = True
-        self._maybe_stop()
-
-    def _maybe_stop(self) -> None:
-        if torch._C._len_torch_function_stack() >= self._stack_len:
-            self._pending_stop = False
-            self.stats.window_ended = True
-            self.stop()
-            self.start = time.perf_counter()
-
-    def stop(self) -> None:
-        if self.active:
-            self.active = False
-            self.session.__exit__(None, None, None)
+from .steps import RunStats, StepCounter
+from .tracebacks import print_script_error
 
 
 def run_script(
@@ -254,7 +72,7 @@ def run_script(
     status = 0
     sys.argv = [target, *args]
     sys.path.insert(0, os.getcwd() if module else os.path.dirname(os.path.abspath(target)))
-    counter = _StepCounter(session, steps, stats)
+    counter = StepCounter(session, steps, stats)
     session.__enter__()
     try:
         with counter:
@@ -302,88 +120,6 @@ def _diagnosis(error: InplaceError) -> str:
         )
     first = str(error).splitlines()[0] if str(error) else type(error).__name__
     return f"the script stopped at an in-place error: {first}"
-
-
-def print_script_error(exc: BaseException, err: TextIO) -> None:
-    """Print the traceback python would have printed for `exc`, without the tool.
-
-    The tool's frames (this runner, runpy, the tracer's hooks and modes) are
-    left out, and so are exceptions the tool chained on; where the tool
-    replaced PyTorch's error with `InplaceError`, PyTorch's error is shown.
-    """
-    shown, frames_of = exc, exc
-    if isinstance(exc, InplaceError) and isinstance(exc.__cause__, BaseException):
-        shown = exc.__cause__
-        frames_of = shown if shown.__traceback__ is not None else exc
-    report = traceback.TracebackException(type(shown), shown, frames_of.__traceback__, compact=True)
-    _trim(report)
-    err.flush()
-    print("".join(report.format()), end="", file=err)
-    err.flush()
-
-
-def _trim(report: traceback.TracebackException) -> None:
-    seen: set[int] = set()
-    pending: list[traceback.TracebackException] = [report]
-    while pending:
-        te = pending.pop()
-        if id(te) in seen:
-            continue
-        seen.add(id(te))
-        te.stack = traceback.StackSummary.from_list(_user_frames(list(te.stack)))
-        for attr in ("__cause__", "__context__"):
-            chained = getattr(te, attr)
-            if chained is None:
-                continue
-            if _is_tool_exception(chained):
-                setattr(te, attr, None)
-            else:
-                pending.append(chained)
-
-
-def _is_tool_exception(te: traceback.TracebackException) -> bool:
-    """The tool's own exceptions, except `WrittenHere`: where the write ran is the diagnosis, kept."""
-    module = getattr(te, "exc_type_module", None)
-    name = getattr(te, "exc_type_qualname", None)
-    if module is None:  # Python < 3.13
-        exc_type = getattr(te, "exc_type", None)
-        module = getattr(exc_type, "__module__", "")
-        name = getattr(exc_type, "__qualname__", "")
-    return str(module).startswith("inplace_doctor.") and name != "WrittenHere"
-
-
-def _is_tool_frame(frame: traceback.FrameSummary) -> bool:
-    filename = os.path.abspath(frame.filename) if not frame.filename.startswith("<") else frame.filename
-    if filename in ("<frozen runpy>",) or os.path.basename(filename) == "runpy.py":
-        return True
-    return filename.startswith(_PACKAGE_DIR + os.sep) and not filename.startswith(_EXAMPLES_DIR + os.sep)
-
-
-# PyTorch's frames that call into the tool's modes and hooks; python without the tool shows none of them.
-_DISPATCH_FILES = tuple(
-    os.path.join("torch", *parts) for parts in (("overrides.py",), ("_dynamo", "eval_frame.py"), ("utils", "_python_dispatch.py"))
-)
-
-
-def _user_frames(frames: list[traceback.FrameSummary]) -> list[traceback.FrameSummary]:
-    """The frames python would have shown: without the tool's, nor PyTorch's calls into the tool's
-    modes (`handle_torch_function` dispatching to our function mode, dynamo's `disable` wrapper,
-    `_ops.py` called by our dispatch mode)."""
-    keep = [not _is_tool_frame(f) for f in frames]
-    for i in range(len(frames)):
-        if keep[i]:
-            continue
-        j = i - 1
-        while j >= 0 and keep[j] and frames[j].filename.endswith(_DISPATCH_FILES):
-            keep[j] = False
-            j -= 1
-        if j < i - 1 and j >= 0 and keep[j] and "handle_torch_function" in (frames[j].line or ""):
-            keep[j] = False  # the torch function that dispatched only because our mode is on
-        j = i + 1
-        while j < len(frames) and frames[j].filename.endswith(os.path.join("torch", "_ops.py")):
-            keep[j] = False  # the op our dispatch mode ran for the script's own call
-            j += 1
-    return [f for f, k in zip(frames, keep) if k]
 
 
 def _exit_status(code: Any, err: TextIO) -> int:

@@ -10,29 +10,15 @@ import torch
 from ..rules.dispatch import Analyzer
 from ..errors import InplaceError, ModelError, UsageError
 from ..findings import Finding, Severity
-from ..trace.modules import UnsupportedModuleError, refuse_opaque, unique_label, variable_name
+from ..errors import UnsupportedModuleError
+from ..trace.modules import refuse_opaque, unique_label, variable_name
 from .preserve import Preserved, labelled_tensors, private_inputs, tensors_in
+from .training import default_loss
 from ..report import Report
 from ..rules import select_rules
 from ..trace.tracer import Tracer
 
 Selection = Iterable[str] | str | None
-
-
-def default_loss(output: Any) -> torch.Tensor | None:
-    """Sum of every floating-point output that requires grad (None when there is none)."""
-    parts = [
-        t.float().sum()
-        for t in tensors_in(output)
-        if t.is_floating_point() or t.is_complex()
-        if t.requires_grad
-    ]
-    if not parts:
-        return None
-    total = parts[0]
-    for p in parts[1:]:
-        total = total + p
-    return total.real if total.is_complex() else total
 
 
 def audit(

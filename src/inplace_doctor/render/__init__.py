@@ -1,4 +1,12 @@
-"""Output formats. Each module has `render(report, stream)` and reads only a Report."""
+"""Output formats, and the text of every result.
+
+`text`, `json`, `sarif` and `html` each have `render(report, stream)` and read only a `Report`;
+`FORMATS` maps `--format` names to them. `text`, `memory_text`, `plan_text` and `verify_text`
+register the plain text (and notebook view) of `Report`, `MemoryReport`, `Plan` and
+`VerifyResult` with `printing`, which is how `str(result)` works without results importing
+this room. Renderers may import the records, `rules/` (rule documentation for SARIF) and the
+engines' result types; only cli/ and the package's `__init__` import render/.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +15,7 @@ from typing import Callable, TextIO
 from ..errors import UsageError
 from ..report import Report
 from . import json as json_format
+from . import memory_text, plan_text, verify_text  # noqa: F401  (registers str() of the results)
 from . import sarif as sarif_format
 from . import text as text_format
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Sequence
 from ..printing import fmt_bytes
 
 if TYPE_CHECKING:
-    from ..engines.memory.ledger import MemoryReport, Peak
-    from ..engines.optimize.decide import Plan
+    from ..engines.memory import MemoryReport, Peak
+    from ..engines.optimize import Plan
     from ..report import Report
 
 _CSS = """

@@ -1,26 +1,22 @@
-"""Compact terminal view of a MemoryReport: the phase peaks and who holds the largest."""
+"""Compact terminal view of a MemoryReport: the phase peaks and who holds the largest; `str(report)`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from ..printing import fmt_bytes
-
-if TYPE_CHECKING:
-    from ..engines.memory.ledger import MemoryReport, Peak
+from ..engines.memory import Category, MemoryReport, Peak
+from ..printing import fmt_bytes, renders_text
 
 
-def _when(peak: "Peak") -> str:
+def _when(peak: Peak) -> str:
     where = f" in {peak.where}" if peak.where else ""
     return f"after op {peak.op_index} ({peak.op}{where})"
 
 
-def peak_lines(peak: "Peak", top: int = 6) -> list[str]:
+def peak_lines(peak: Peak, top: int = 6) -> list[str]:
     lines = [f"at the {peak.phase} peak, {fmt_bytes(peak.nbytes)} ({peak.nbytes:,} bytes), {_when(peak)}:"]
     for category, nbytes in sorted(peak.by_category.items(), key=lambda kv: -kv[1]):
         if nbytes:
             lines.append(f"  {category:<18}{fmt_bytes(nbytes):>12}")
-    detailed = [h for h in peak.holdings if h.category in ("saved activations", "temporaries")][:top]
+    detailed = [h for h in peak.holdings if h.category in (Category.SAVED, Category.TEMPORARIES)][:top]
     if detailed:
         lines.append("  largest saved activations and temporaries:")
         for h in detailed:
@@ -32,7 +28,7 @@ def peak_lines(peak: "Peak", top: int = 6) -> list[str]:
     return lines
 
 
-def memory_lines(report: "MemoryReport") -> list[str]:
+def memory_lines(report: MemoryReport) -> list[str]:
     opt = f", {report.optimizer}" if report.optimizer else ", no optimizer"
     lines = [
         f"inplace-doctor memory: {report.target}, {report.mode} mode{opt}, {report.steps} step(s) on {report.device}",
@@ -53,5 +49,6 @@ def memory_lines(report: "MemoryReport") -> list[str]:
     return lines
 
 
-def memory_to_plain_text(report: "MemoryReport") -> str:
+@renders_text(MemoryReport)
+def memory_to_plain_text(report: MemoryReport) -> str:
     return "\n".join(memory_lines(report)) + "\n"

@@ -1,20 +1,17 @@
-"""Terminal view of an optimize Plan: every decision with its reason and measured effect."""
+"""Terminal view of an optimize Plan: every decision with its reason and measured effect; `str(plan)`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from .memory_text import fmt_bytes, peak_lines
-
-if TYPE_CHECKING:
-    from ..engines.optimize.decide import Plan
+from ..engines.optimize import Plan
+from ..printing import fmt_bytes, renders_text
+from .memory_text import peak_lines
 
 
 def _flag(value: bool) -> str:
     return "on " if value else "off"
 
 
-def plan_lines(plan: "Plan") -> list[str]:
+def plan_lines(plan: Plan) -> list[str]:
     opt = plan.optimizer or "no optimizer"
     lines = [f"inplace-doctor optimize: {plan.target}, {plan.mode} mode, {opt}, inputs {', '.join(plan.inputs)}", ""]
     modules = [d for d in plan.decisions if d.kind == "module"]
@@ -76,5 +73,6 @@ def plan_lines(plan: "Plan") -> list[str]:
     return lines
 
 
-def plan_to_plain_text(plan: "Plan") -> str:
+@renders_text(Plan)
+def plan_to_plain_text(plan: Plan) -> str:
     return "\n".join(plan_lines(plan)) + "\n"

@@ -66,7 +66,7 @@ def to_sarif(report: Report) -> JSONDict:
 
 def _driver(rules: list[Rule]) -> JSONDict:
     # Imported late: this module loads while the package itself is still importing.
-    from .. import __version__
+    from .._version import __version__
 
     return {
         "name": TOOL_NAME,

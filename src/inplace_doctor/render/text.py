@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import os
 from typing import TextIO
 
@@ -9,6 +10,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..findings import Finding, Severity
+from ..printing import renders_html, renders_text
 from ..report import Report
 from ..sites import Site, caller_frame, describe_site, source_line
 
@@ -63,8 +65,7 @@ def finding_lines(f: Finding, root_label: str = "model", stack: int = 2) -> list
         listed = ", ".join(f.places[:_PLACES_SHOWN])
         more = f" and {len(f.places) - _PLACES_SHOWN} more" if len(f.places) > _PLACES_SHOWN else ""
         out.append((f"  {'places' if len(f.places) > 1 else 'written':<12}{listed}{more}", ""))
-    why = f.why or f.details.get("why") or f.message.split("\nFix: ")[0]
-    out.append((f"  why: {why}", ""))
+    out.append((f"  why: {f.why}", ""))
     if f.unconfirmed_reason:
         out.append((f"  unconfirmed: {f.unconfirmed_reason}", "dim"))
     fixes = f.details.get("fixes") or ([f.fix] if f.fix else [])
@@ -110,5 +111,27 @@ def render(report: Report, stream: TextIO, *, color: bool | None = None) -> None
         console.print(Text(text, style=style if color else ""), markup=False)
 
 
+@renders_text(Report)
 def to_plain_text(report: Report) -> str:
     return "\n".join(text for text, _ in _lines(report)).rstrip() + "\n"
+
+
+_CSS = {  # the text report's rich styles
+    "bold red": "color:#b00020;font-weight:bold",
+    "bold yellow": "color:#a66300;font-weight:bold",
+    "bold blue": "color:#0b5394;font-weight:bold",
+    "bold": "font-weight:bold",
+    "green": "color:#2e7d32",
+    "dim": "opacity:.7",
+}
+
+
+@renders_html(Report)
+def to_notebook_html(report: Report) -> str:
+    """Jupyter: the text report in a <pre>, headlines coloured by severity (escaped, no script)."""
+    body = "\n".join(
+        f'<span style="{_CSS[style]}">{html.escape(text)}</span>' if style in _CSS else html.escape(text)
+        for text, style in _lines(report)
+    )
+    return f'<pre class="inplace-doctor-report" style="white-space:pre-wrap">{body}</pre>'
+

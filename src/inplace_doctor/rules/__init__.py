@@ -1,8 +1,27 @@
-"""The rule catalogue. Importing this package registers every rule."""
+"""The rules: what the tracer's events mean, in the user's words.
+
+One rule is a function registered with `@rule(...)` whose docstring is its
+documentation (`inplace-doctor rule CODE`, docs/rules/). Every module of this
+folder other than the machinery below is a rule module and is imported here, so
+a new rule is one new file (plus its fixtures under tests/rules/IPDxxx/):
+`registry` (codes, selection, `make_finding`), `dispatch` (the Analyzer that
+routes events to rules, folds findings and confirms predictions), `suppress`
+(comments and regions), `phrasing` (how sites, tensors and fixes are worded).
+Rules may import the records and trace/ (for stacks), never engines/, render/
+or cli/.
+"""
 
 from __future__ import annotations
 
-from . import caller_data, forward_errors, program_meaning, saved_tensors  # noqa: F401  (registration)
+import importlib
+import pkgutil
+
 from .registry import RULES, Rule, get_rule, select_rules
+
+MACHINERY = frozenset({"registry", "dispatch", "suppress", "phrasing"})
+
+for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+    if _module not in MACHINERY:
+        importlib.import_module(f"{__name__}.{_module}")  # registers its rules
 
 __all__ = ["RULES", "Rule", "get_rule", "select_rules"]

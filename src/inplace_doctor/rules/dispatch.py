@@ -188,7 +188,7 @@ class Analyzer:
         details = {**old.details, "fixes": fixes} if len(fixes) > 1 else old.details
         if confirming and not old.confirmed:
             merged = old.with_(
-                confirmed=True, severity=finding.severity, message=finding.message, why=finding.why,
+                confirmed=True, severity=finding.severity, what=finding.what, why=finding.why,
                 places=places, details=details, unconfirmed_reason="",
             )
         else:
@@ -202,12 +202,7 @@ class Analyzer:
         for predicted in pending.values():
             for f in predicted:
                 self._record(
-                    f.with_(
-                        confirmed=False,
-                        severity=severity,
-                        unconfirmed_reason=reason,
-                        message=f"{f.message}\nUnconfirmed: {reason}",
-                    ),
+                    f.with_(confirmed=False, severity=severity, unconfirmed_reason=reason),
                     confirming=False,
                 )
 

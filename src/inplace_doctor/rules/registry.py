@@ -58,7 +58,7 @@ def make_finding(
         code=code,
         severity=severity or registered.severity,
         title=registered.title,
-        message=f"{what} {why}\nFix: {fix}." if what else f"{why}\nFix: {fix}.",
+        what=what,
         mutation=mutation,
         saved=saved,
         fix=fix,
@@ -91,17 +91,17 @@ def select_rules(select: Iterable[str] | str | None = None, ignore: Iterable[str
     for pattern in patterns(select):
         matched = _match(pattern)
         if not matched:
-            raise UsageError(_unknown(pattern))
+            raise UsageError(unknown_rule_message(pattern))
         chosen.update(matched)
     for pattern in patterns(ignore):
         matched = _match(pattern)
         if not matched:
-            raise UsageError(_unknown(pattern))
+            raise UsageError(unknown_rule_message(pattern))
         chosen.difference_update(matched)
     return [RULES[c] for c in sorted(chosen)]
 
 
-def _unknown(pattern: str) -> str:
+def unknown_rule_message(pattern: str) -> str:
     close = difflib.get_close_matches(pattern.strip().upper(), list(RULES), n=1)
     hint = f"did you mean {close[0]}?" if close else f"known rules: {', '.join(sorted(RULES))}"
     return f"unknown rule code or prefix {pattern.strip()!r}; {hint}"
@@ -110,5 +110,5 @@ def _unknown(pattern: str) -> str:
 def get_rule(code: str) -> Rule:
     found = RULES.get(code.strip().upper())
     if found is None:
-        raise UsageError(_unknown(code))
+        raise UsageError(unknown_rule_message(code))
     return found

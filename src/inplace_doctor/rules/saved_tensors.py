@@ -7,7 +7,7 @@ from typing import Any
 
 from ..events import InplaceErrorRaised, SavedTensorOverwritten, SavedTensorReached, StaleSavedTensorUsed
 from ..findings import Finding, Severity
-from ..sites import Site
+from ..sites import Phase, Site
 from ..trace.stacks import capture_frames, make_site
 from .phrasing import fix_for_write, qualified, short_op, silent_write_fix, step_fix, where, written_desc
 from .registry import make_finding, rule
@@ -137,7 +137,7 @@ def _stale_without_write(event: StaleSavedTensorUsed, ctx: Any) -> Finding:
             "outside the instrumented code (or before a second backward through a retained graph)."
         ),
         fix="find the in-place write to this tensor between its save and backward (run it inside watch(fail_fast=True))",
-        mutation=Site(op="<unknown write>", phase="backward"),
+        mutation=Site(op="<unknown write>", phase=Phase.BACKWARD),
         saved=saved.site,
         confirmed=True,
         slot=saved.slot,

@@ -21,15 +21,13 @@ from typing import Iterable, Mapping, Sequence
 
 from ..errors import UsageError
 from ..findings import Finding
+from .registry import RULES, unknown_rule_message
 
 _COMMENT = re.compile(r"#\s*inplace-doctor:\s*ignore(?:\[([^\]]*)\])?", re.IGNORECASE)
 _REGIONS: list[tuple[str, ...]] = []  # active `suppress` regions; () means every code
 
 
 def _codes(items: Iterable[str]) -> tuple[str, ...]:
-    from . import RULES
-    from .registry import _unknown
-
     out = []
     for item in items:
         for part in str(item).split(","):
@@ -37,7 +35,7 @@ def _codes(items: Iterable[str]) -> tuple[str, ...]:
             if not code:
                 continue
             if not any(c.startswith(code) for c in RULES):
-                raise UsageError(_unknown(code))
+                raise UsageError(unknown_rule_message(code))
             out.append(code)
     return tuple(out)
 

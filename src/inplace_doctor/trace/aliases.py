@@ -16,18 +16,17 @@ through another path (the optimizer's step on the parameter) makes the alias
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ..events import HeldTensorUsed
+from .modules import ModulePaths
 from .ops import op_name
+from .owner import TraceOwner
 from ..sites import Site
 from .stacks import capture_frames, make_site
 from .storage import storage_key, storage_span
-
-if TYPE_CHECKING:
-    from .tracer import Tracer
 
 
 class _Held:
@@ -44,8 +43,9 @@ class _Held:
 class HeldTensors:
     """Registry of handed-out aliases by storage, and the `state_dict` wrapper that fills it."""
 
-    def __init__(self, tracer: "Tracer") -> None:
-        self.tracer = tracer
+    def __init__(self, owner: TraceOwner, modules: ModulePaths) -> None:
+        self.owner = owner
+        self.modules = modules
         self.by_storage: dict[int, list[_Held]] = {}
         #: id(alias) -> entry, for aliases another path overwrote: their next use is reported
         self.stale_ids: dict[int, _Held] = {}
@@ -83,13 +83,13 @@ class HeldTensors:
 
     def _remember(self, module: torch.nn.Module, result: Any) -> None:
         frames, api = capture_frames()
-        site = make_site("state_dict", frames, api, self.tracer.modules.current, "forward")
-        owner = self.tracer.modules.path_of(module)
+        site = make_site("state_dict", frames, api, self.modules.current, "forward")
+        path = self.modules.path_of(module)
         for name, value in result.items():
             if isinstance(value, torch.Tensor):
                 span = storage_span(value)
                 if span is not None:
-                    label = f"{owner}.state_dict()[{name!r}]"
+                    label = f"{path}.state_dict()[{name!r}]"
                     self.by_storage.setdefault(span[0], []).append(_Held(value, label, site, span))
                     self._aliases[id(value)] = weakref.ref(value)
 
@@ -149,9 +149,9 @@ class HeldTensors:
             entry.ref = _gone  # type: ignore[assignment]  # reported once: later writes (the load) are not news
             frames, api = capture_frames()
             name = op_name(func)
-            use = make_site(name, frames, api, self.tracer.modules.current, "forward")
+            use = make_site(name, frames, api, self.modules.current, "forward")
             how = "loaded onto the tensor it aliases" if name == "aten.copy_" else "compared or combined with the live tensor"
-            self.tracer.emit(HeldTensorUsed(overwritten, use, f"{how}, by `{name.removeprefix('aten.')}`"))
+            self.owner.emit(HeldTensorUsed(overwritten, use, f"{how}, by `{name.removeprefix('aten.')}`"))
 
     def unused_stale(self) -> list[Any]:
         """The overwrites of aliases still held and stale when the session ends (never used since)."""

@@ -26,7 +26,7 @@ import functools
 import sys
 import weakref
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -34,11 +34,9 @@ from torch.overrides import TorchFunctionMode
 from .. import _compat
 from ..events import OriginalValueRead, WriteInfo
 from .ops import op_name
-from .modules import ModuleContext
+from .modules import ModuleContext, ModulePaths
+from .owner import TraceOwner
 from .stacks import MAX_STACK, capture_frames, capture_stack, is_user_file, make_site, resolve_stack
-
-if TYPE_CHECKING:
-    from .tracer import Tracer
 
 _BINARY_OP = dis.opmap.get("BINARY_OP")  # Python 3.11+: one opcode, the operator in its argument
 _INPLACE_ARGS = frozenset(i for i, (name, _) in enumerate(getattr(dis, "_nb_ops", ())) if name.startswith("NB_INPLACE"))
@@ -161,9 +159,10 @@ def largest_change(func: Any, args: Any, kwargs: Any) -> float | None:
 class InplaceCalls(TorchFunctionMode):
     """Watches in-place calls (flags and augmented assignment) and later reads of what they overwrote."""
 
-    def __init__(self, tracer: "Tracer") -> None:
+    def __init__(self, owner: TraceOwner, modules: ModulePaths) -> None:
         super().__init__()
-        self.tracer = tracer
+        self.owner = owner
+        self.modules = modules
         self.overwritten: dict[int, _Overwritten] = {}
         # Snapshots usually die right after the call's module returns: reusing their
         # memory avoids a fresh (page-faulting) allocation for every in-place call.
@@ -173,11 +172,11 @@ class InplaceCalls(TorchFunctionMode):
         self._aliases: dict[int, weakref.ref[torch.Tensor]] = {}
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        tracer = self.tracer
+        owner = self.owner
         if kwargs is None:
             kwargs = {}
         kind = None
-        if not tracer._busy and args and type(args[0]) in (torch.Tensor, torch.nn.Parameter):
+        if args and type(args[0]) in (torch.Tensor, torch.nn.Parameter) and not owner.busy:
             if kwargs.get("inplace") is True:
                 kind = "flag"
             elif _augmentable(func):
@@ -192,8 +191,7 @@ class InplaceCalls(TorchFunctionMode):
             out = func(*args, **kwargs)
         else:
             out = self._inplace_call(func, args, kwargs, kind)
-        if tracer._pending_writes and not tracer._busy and tracer._fail_fast:
-            tracer._settle()
+        owner.user_call_returned()
         return out
 
     def _inplace_call(self, func: Any, args: Any, kwargs: Any, kind: str) -> Any:
@@ -202,7 +200,7 @@ class InplaceCalls(TorchFunctionMode):
         if (
             not keep_meaning
             or isinstance(target, torch.nn.Parameter)
-            or id(target) in self.tracer.modules.buffer_ids()
+            or id(target) in self.modules.buffer_ids()
             or target.is_inference()
             or target.numel() == 0
         ):
@@ -245,12 +243,12 @@ class InplaceCalls(TorchFunctionMode):
         name = getattr(func, "__name__", "in-place call")
         op = f"{name} (inplace=True)" if kind == "flag" else f"{name} (augmented assignment)"
         key = id(target)
-        module = self.tracer.modules.current
+        module = self.modules.current
         origin = None
         if module is not None and module[3]:  # resolved later, only if a read is reported
-            running = self.tracer.modules.current_module()
+            running = self.modules.current_module()
             if running is not None:
-                origin = functools.partial(self.tracer.modules.origin_for, running, module[0])
+                origin = functools.partial(self.modules.origin_for, running, module[0])
         self.overwritten[key] = _Overwritten(
             weakref.ref(target, self._forget(key)), snapshot, change, op, stack, module, target, kind, origin
         )
@@ -312,8 +310,8 @@ class InplaceCalls(TorchFunctionMode):
                 else:
                     difference = float(torch.ne(t, entry.snapshot).sum())
         frames, api = capture_frames()
-        read = make_site(name, frames, api, self.tracer.modules.current, "forward")
-        self.tracer.emit(OriginalValueRead(entry.write(), read, entry.kind, difference))
+        read = make_site(name, frames, api, self.modules.current, "forward")
+        self.owner.emit(OriginalValueRead(entry.write(), read, entry.kind, difference))
 
     def clear(self) -> None:
         self.overwritten.clear()

@@ -7,14 +7,10 @@ from typing import Any
 
 import torch
 
-from .._compat import TorchIncompatibleError  # noqa: F401  (import check first)
+from ..errors import UnsupportedModuleError
 from .storage import storage_key
 
 ModuleContext = tuple[str, int, str, "bool | None"]  # path, call index, class, inplace flag
-
-
-class UnsupportedModuleError(TypeError):
-    """A compiled or scripted module, which the tracer cannot see into."""
 
 
 def refuse_opaque(module: torch.nn.Module, where: str) -> None:
@@ -30,8 +26,14 @@ def refuse_opaque(module: torch.nn.Module, where: str) -> None:
         )
 
 
-class ModuleTracker:
-    """Global forward hooks keeping the stack of running modules and their paths.
+class ModulePaths:
+    """Global forward hooks keeping the stack of running modules: path, call index, class, inplace flag.
+
+    Unlike `torch.utils.module_tracker.ModuleTracker` (the fully qualified
+    names of the modules running, forward or backward), it gives each op a
+    `ModuleContext`: the innermost module's path, its call index (counted
+    from the start of the outermost module call), its class and its
+    `inplace` flag.
 
     Paths come from the root given to `add_root` (empty string for the root
     itself); a module seen first without a known root is named by its class,
@@ -201,7 +203,7 @@ class ModuleTracker:
         """Forget modules an exception unwound past (their post hooks never ran)."""
         self._truncate(0)
 
-    def __enter__(self) -> "ModuleTracker":
+    def __enter__(self) -> "ModulePaths":
         # Not always_call=True: it slows every module call several-fold. An
         # exception instead leaves the stack as it was at the error: exactly
         # the context an error message needs; `clear()` forgets it.

@@ -101,11 +101,13 @@ def op_name(func: Any) -> str:
     return name
 
 
-def _writes_bytes(func: Any) -> bool:
+def writes_bytes(func: Any) -> bool:
+    """Whether an in-place op writes bytes (not only metadata: `squeeze_`, `set_`)."""
     return op_name(func).split(".", 1)[-1] not in _METADATA_ONLY
 
 
-def _written(spec: WriteSpec, args: Any, kwargs: Any) -> list[torch.Tensor]:
+def written_tensors(spec: WriteSpec, args: Any, kwargs: Any) -> list[torch.Tensor]:
+    """The tensors an op with write spec `spec` writes, in this call."""
     out: list[torch.Tensor] = []
     for name, position in spec:
         value = args[position] if position < len(args) else kwargs.get(name)

@@ -13,7 +13,11 @@ from typing import Any
 import torch
 
 from .. import _compat
-from ..sites import Frame, Site, source_line
+from ..sites import Frame, Phase, Site, source_line
+
+
+# inplace_doctor's own files are never the user's line (its bundled examples are).
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _with_real(dirs: set[str]) -> tuple[str, ...]:
@@ -21,7 +25,7 @@ def _with_real(dirs: set[str]) -> tuple[str, ...]:
 
 
 def _library_dirs() -> tuple[str, ...]:
-    dirs = {os.path.dirname(torch.__file__), os.path.dirname(__file__)}
+    dirs = {os.path.dirname(torch.__file__), PACKAGE_DIR}
     scripts = sysconfig.get_paths().get("scripts")  # console-script wrappers
     if scripts:
         dirs.add(scripts)
@@ -36,7 +40,7 @@ _LIBRARY_DIRS = _library_dirs()
 TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "")  # torch's own files: never the user's line
 # The bundled examples are user code as far as locations go.
 _USER_DIRS = tuple(
-    os.path.join(d, "examples", "") for d in (os.path.dirname(__file__), os.path.realpath(os.path.dirname(__file__)))
+    os.path.join(d, "examples", "") for d in (PACKAGE_DIR, os.path.realpath(PACKAGE_DIR))
 )
 _is_user_file_cache: dict[str, bool] = {}
 # Torch frames that only forward a call (module __call__, decorators): not the API the user called.
@@ -206,7 +210,7 @@ _DDP_SYNC_FUNCTIONS = frozenset(
 )
 
 
-def in_ddp_state_sync(frame: FrameType | None = None) -> bool:
+def in_ddp_state_sync() -> bool:
     """Whether DistributedDataParallel's own parameter/buffer synchronisation is on the stack.
 
     Called for every write: outside an initialised process group (where DDP
@@ -214,7 +218,7 @@ def in_ddp_state_sync(frame: FrameType | None = None) -> bool:
     """
     if _DDP_FILE is None or not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return False
-    f: FrameType | None = frame if frame is not None else sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     while f is not None:
         code = f.f_code
         if code.co_filename == _DDP_FILE and code.co_name in _DDP_SYNC_FUNCTIONS:
@@ -239,6 +243,7 @@ def make_site(
     phase: str,
     origin: Frame | None = None,
 ) -> Site:
+    """A Site for `op` from captured frames; `phase` is "forward" or "backward"."""
     frames = tuple(Frame(*raw) for raw in raw_frames)
     inner = frames[-1] if frames else None
     return Site(
@@ -252,6 +257,6 @@ def make_site(
         code=source_line(inner),
         stack=frames,
         api=api,
-        phase=phase,
+        phase=Phase(phase),
         origin=origin,
     )

@@ -1,0 +1,107 @@
+"""The argument groups the subcommands share, each written once, and what they mean.
+
+A subcommand's module adds its options in the order its `--help` lists them,
+calling these for the ones it shares: the model to run (`PKG.MODULE:FACTORY`,
+`--input`, `--eval`), `--seed`, `--format`, `--output`, `--select`/`--ignore`,
+`--fail-on`, `--html`, `--config` and `--stack`. Where the help text differs
+between subcommands, the caller passes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from .errors import EXIT_FINDINGS, EXIT_OK, CliUsageError
+
+if TYPE_CHECKING:
+    from .project import ProjectConfig
+
+
+class Parser(argparse.ArgumentParser):
+    """A parser whose errors are `CliUsageError`s: one line on stderr, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CliUsageError(message)
+
+
+if TYPE_CHECKING:
+    Subcommands = argparse._SubParsersAction[Parser]  # what `add_subparsers` returns; each subcommand adds its parser
+
+
+def add_model(parser: argparse.ArgumentParser, eval_help: str = "eval mode (default: train mode)") -> None:
+    """The model to run: its factory, `--input` (repeatable) and `--eval`."""
+    parser.add_argument("spec", metavar="PKG.MODULE:FACTORY", help="factory returning a model or (model, inputs)")
+    parser.add_argument("--input", action="append", default=[], metavar="SHAPE[:DTYPE]",
+                        help="an input tensor, e.g. 2x3x224x224 or 2x16:int64 (repeat for several)")
+    parser.add_argument("--eval", action="store_true", help=eval_help)
+
+
+def add_seed(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seed", type=int, default=0, help="seed for weights and random inputs (default 0)")
+
+
+def add_format(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--format", default="text", help=help)
+
+
+def add_output(parser: argparse.ArgumentParser, help: str) -> None:
+    """`--output FILE`; the report is written there by `output.write_report`."""
+    parser.add_argument("--output", metavar="FILE", help=help)
+
+
+def add_rule_selection(parser: argparse.ArgumentParser, select_help: str, ignore_help: str) -> None:
+    """`--select` and `--ignore` (repeatable, comma-separated): read with `rule_config`."""
+    parser.add_argument("--select", action="append", default=[], metavar="CODES", help=select_help)
+    parser.add_argument("--ignore", action="append", default=[], metavar="CODES", help=ignore_help)
+
+
+def add_fail_on(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--fail-on", metavar="SEVERITY", help=help)
+
+
+def add_html(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+
+
+def add_config(parser: argparse.ArgumentParser) -> None:
+    """`--config FILE`: applied to the built model by `model.apply_config_option`."""
+    parser.add_argument("--config", metavar="FILE", help="first set the inplace flags from FILE (inplace.toml, as optimize writes it)")
+
+
+def add_stack(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stack", type=stack_depth, default=2, metavar="N", help="frames shown per site in text: the line and the line in your code that called into it (default 2)")
+
+
+def stack_depth(text: str) -> int:
+    """`--stack N`: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--stack needs a whole number of frames, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--stack needs at least 1 frame, got {value}")
+    return value
+
+
+def codes(values: list[str]) -> list[str] | None:
+    """`--select A,B --select C` -> ["A", "B", "C"]; None when none was given."""
+    out = [c for v in values for c in v.split(",") if c.strip()]
+    return out or None
+
+
+def rule_config(ns: argparse.Namespace) -> "ProjectConfig":
+    """`[tool.inplace-doctor]` with `--select`, `--ignore` and `--fail-on` over it; unknown codes
+    fail here, before anything runs."""
+    from ..rules import select_rules
+    from .project import load_project_config, merged
+
+    config = merged(load_project_config(), codes(ns.select), codes(ns.ignore), ns.fail_on)
+    select_rules(config.select, config.ignore)
+    return config
+
+
+def findings_exit(config: "ProjectConfig", report: Any) -> int:
+    """1 when the report has findings at or above the `fail-on` severity, else 0."""
+    threshold = config.fail_severity()
+    return EXIT_FINDINGS if threshold is not None and report.failed(threshold) else EXIT_OK

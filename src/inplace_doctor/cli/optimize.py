@@ -1,0 +1,46 @@
+"""`inplace-doctor optimize`: every in-place flag decided from evidence, verified, and the memory
+it saves measured; `--write FILE` saves the configuration as TOML. Exit 1 unless verified."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from .errors import EXIT_FINDINGS, EXIT_OK
+from .output import print_result, writing
+from .training import add_training_parser, progress, training_setup, write_png
+
+if TYPE_CHECKING:
+    from .args import Subcommands
+
+
+def add_parser(sub: "Subcommands") -> None:
+    cmd = add_training_parser(sub, "optimize", "decide every in-place flag from evidence, verify it, measure the memory it saves")
+    cmd.add_argument("--write", metavar="FILE", help="write the config (TOML) to FILE, e.g. inplace.toml")
+    cmd.add_argument("--enable-safe", action="store_true",
+                     help="turn on every safe site, not only those that lower the peak")
+    cmd.add_argument("--no-checkpoint", action="store_true", help="skip the activation-checkpointing measurement")
+    cmd.set_defaults(handler=command)
+
+
+def command(ns: argparse.Namespace) -> int:
+    from ..api import optimize
+    from ..render.html import write_html
+
+    optimizer, model, args, kwargs = training_setup(ns)
+    specs = list(ns.input) or None
+    with progress() as say:
+        plan = optimize(model, *args, optimizer=optimizer, enable_safe=ns.enable_safe,
+                        suggest_checkpoint=not ns.no_checkpoint, steps=ns.steps, input_specs=specs,
+                        progress=say, **kwargs)
+    plan.target = ns.spec
+    print_result(ns, plan)
+    if ns.write:
+        with writing(ns.write):
+            plan.write(ns.write)
+        if ns.format == "text":
+            print(f"wrote {ns.write}")
+    if ns.html:
+        write_html(ns.html, f"inplace-doctor optimize: {ns.spec}", plan=plan)
+    write_png(ns.png, plan.memory_series())
+    return EXIT_OK if bool(plan.verified) else EXIT_FINDINGS

@@ -1,0 +1,106 @@
+"""`inplace-doctor run`: the parser and the report of the `run` subcommand; `script.py` runs the
+script under watch(). (Not `run.py`: `run` is the console-script function `cli.run`.)"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from .args import add_fail_on, add_format, add_output, add_rule_selection, add_stack, findings_exit, rule_config
+from .errors import CliUsageError
+from .output import write_report
+
+if TYPE_CHECKING:
+    from .args import Subcommands
+
+
+def add_parser(sub: "Subcommands") -> None:
+    runner = sub.add_parser(
+        "run", help="run a training script (or -m module) as python would, under watch()",
+        usage="inplace-doctor run [options] (SCRIPT.py | -m MODULE) [ARGS ...]",
+        description="Run a training script (or -m module) as python would, under watch(). The script's output and "
+                    "traceback are its own; the report goes to stderr (or --output FILE).",
+    )
+    runner.add_argument("--fail-fast", action="store_true", help="stop at the overwriting op itself")
+    runner.add_argument(
+        "--steps", type=int, metavar="N",
+        help="watch only the first N training steps, then run at full speed. A step is an optimizer step (step() "
+             "of any torch.optim optimizer); until the first one is seen, and in a script without one, a backward "
+             "pass. When N backward passes come before any optimizer step, watching goes on until an optimizer "
+             "step (then optimizer steps are counted) or the next backward pass (watching stops there). The last "
+             "line says which was counted",
+    )
+    add_rule_selection(runner, "only these rule codes or prefixes", "skip these rule codes or prefixes")
+    add_fail_on(runner, "error, warning (default), info or never")
+    add_format(runner, "report format: text (default), json or sarif")
+    add_output(runner, "write the report to FILE (default: stderr); the terminal then shows only the script's "
+                       "own output")
+    add_stack(runner)
+    runner.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m does")
+    runner.add_argument("target", nargs=argparse.REMAINDER, metavar="SCRIPT.py [ARGS ...]")
+    runner.set_defaults(handler=command)
+
+
+# The options of `run` that take a value: `split_run` skips the value with the option.
+_VALUE_OPTIONS = {"--steps", "--select", "--ignore", "--fail-on", "--format", "--output", "--stack"}
+
+
+def split_run(argv: list[str]) -> tuple[list[str], list[str]]:
+    """`run [our options] (SCRIPT | -m MODULE) [script args]`: everything after the
+    script (or module) belongs to it, unchanged, even what looks like our options."""
+    i = 1
+    while i < len(argv):
+        token = argv[i]
+        if token == "-m":
+            return argv[: i + 2], argv[i + 2 :]
+        if token.startswith("-m") and len(token) > 2:  # -mpackage.module
+            return argv[:i] + ["-m", token[2:]], argv[i + 1 :]
+        if token in _VALUE_OPTIONS:
+            i += 2
+            continue
+        if token.startswith("-"):
+            i += 1
+            continue
+        return argv[: i + 1], argv[i + 1 :]
+    return argv, []
+
+
+def command(ns: argparse.Namespace) -> int:
+    from ..render import get_renderer
+    from .script import run_script
+
+    renderer = get_renderer(ns.format)
+    if ns.module:
+        target, args, module = ns.module, list(ns.target), True
+    elif ns.target:
+        target, args, module = ns.target[0], list(ns.target[1:]), False
+        if not os.path.isfile(target):
+            raise CliUsageError(f"no script {target!r}: give a path to a .py file, or -m MODULE")
+    else:
+        raise CliUsageError("run needs a script: inplace-doctor run train.py [ARGS ...] or -m MODULE [ARGS ...]")
+    if ns.steps is not None and ns.steps < 1:
+        raise CliUsageError(f"--steps must be at least 1, got {ns.steps}")
+    config = rule_config(ns)  # unknown codes fail before the script runs
+    status, report, stats = run_script(
+        target, args, module=module, fail_fast=ns.fail_fast, steps=ns.steps, select=config.select,
+        ignore=config.ignore, per_module_ignores=config.per_module_ignores,
+    )
+    report.target = f"-m {target}" if module else target
+    report.command = "run"
+    report.stack = ns.stack
+    summary = stats.summary(ns.steps)
+    if ns.output:  # the report, and what was watched, to FILE; the terminal keeps the script's output only
+        report.notes.append(summary)
+        write_report(ns.output, renderer, report)
+    else:
+        sys.stderr.flush()
+        if stats.diagnosis:
+            print(f"inplace-doctor: {stats.diagnosis}", file=sys.stderr)
+        if report.findings or ns.format != "text":
+            renderer(report, sys.stderr)
+        print(f"inplace-doctor: {len(report.findings)} finding(s); {summary}", file=sys.stderr)
+    if status:
+        return int(status)
+    return findings_exit(config, report)

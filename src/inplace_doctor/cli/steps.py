@@ -1,0 +1,191 @@
+"""Counting training steps for `inplace-doctor run --steps N`, and stopping the watch after N.
+
+What counts as a step (optimizer steps once one is seen, backward passes before
+that and in scripts without one) is spelled out in `script.py`'s docstring.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+from ..api import watch
+
+
+@dataclass
+class Tally:
+    """Steps of one kind (backward passes or optimizer steps), watched and after the window."""
+
+    watched: int = 0
+    first_s: float = 0.0  # to the end of the first watched one (start-up and warm-up included)
+    last_s: float = 0.0  # to the end of the last watched one
+    after: int = 0
+    after_s: float = 0.0  # from the end of the window to the end of the last unwatched one
+
+    def watched_one(self, elapsed: float) -> None:
+        self.watched += 1
+        self.last_s = elapsed
+        if self.watched == 1:
+            self.first_s = elapsed
+
+
+@dataclass
+class RunStats:
+    backward: Tally = field(default_factory=Tally)
+    optimizer: Tally = field(default_factory=Tally)
+    window_ended: bool = False  # --steps N was reached and watching stopped
+    failed_after_window: bool = False  # the script failed after that, undiagnosed
+    diagnosis: str | None = None  # the one line for an in-place error the script stopped at
+
+    @property
+    def steps(self) -> Tally:
+        """The tally that counts as steps: optimizer steps once one was watched, else backward passes."""
+        return self.optimizer if self.optimizer.watched else self.backward
+
+    def summary(self, steps_limit: int | None) -> str:
+        """What was watched, at what cost per step, and what ran after the window."""
+        tally = self.steps
+        one, many = ("optimizer step", "optimizer steps") if tally is self.optimizer else ("backward pass", "backward passes")
+        if not tally.watched:
+            text = "no backward pass completed"
+        elif tally.watched > 1:
+            per = (tally.last_s - tally.first_s) / (tally.watched - 1)
+            text = f"watched {tally.watched} {many}, {per * 1e3:.1f} ms per step after the first"
+        else:
+            text = f"watched 1 {one} ({tally.last_s:.2f} s from the start, imports included)"
+        if steps_limit is None or not self.window_ended:
+            return text
+        if tally.after:
+            text += f"; then {tally.after} unwatched, {tally.after_s / tally.after * 1e3:.1f} ms per step"
+        if self.failed_after_window:
+            return (
+                f"{text}; the script failed after the watched window (--steps {steps_limit}): "
+                f"run with --steps {tally.watched + tally.after + 1} to watch the failing step"
+            )
+        return f"{text} (--steps {steps_limit})"
+
+
+class StepCounter:
+    """Counts training steps and stops the session after N of them (the rule: script.py's docstring).
+
+    Wraps `Tensor.backward`, `torch.autograd.backward` and `torch.autograd.grad`
+    (only the outermost call counts: `Tensor.backward` calls the others) and
+    registers global optimizer step pre/post hooks. The session stops only
+    outside PyTorch's torch-function handling: inside it our function mode is
+    off the stack and could not be popped.
+    """
+
+    _TARGETS = ((torch.Tensor, "backward"), (torch.autograd, "backward"), (torch.autograd, "grad"))
+
+    def __init__(self, session: watch, limit: int | None, stats: RunStats) -> None:
+        self.session = session
+        self.limit = limit
+        self.stats = stats
+        self.active = True
+        self.start = time.perf_counter()
+        self._depth = 0
+        self._in_step = 0
+        self._pending_stop = False
+        self._stop_at_next_backward = False  # N backward passes, no optimizer step yet
+        self._stack_len = 0
+        self._originals: list[tuple[Any, str, Any]] = []
+        self._hooks: list[Any] = []
+
+    def __enter__(self) -> "StepCounter":
+        self._stack_len = torch._C._len_torch_function_stack()
+        for owner, name in self._TARGETS:
+            original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+            self._originals.append((owner, name, original))
+            setattr(owner, name, self._wrap(original))
+        self._hooks = [
+            register_optimizer_step_pre_hook(self._before_optimizer_step),
+            register_optimizer_step_post_hook(self._after_optimizer_step),
+        ]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+        for owner, name, original in reversed(self._originals):
+            setattr(owner, name, original)
+        self._originals = []
+
+    def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        counter = self
+
+        @functools.wraps(original)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            if counter._depth == 0 and counter._stop_at_next_backward and not counter._in_step:
+                counter._stop_at_next_backward = False
+                counter._request_stop()
+            counter._depth += 1
+            try:
+                result = original(*args, **kwargs)
+            finally:
+                counter._depth -= 1
+            if counter._depth == 0:
+                counter._after_backward()
+            elif counter._pending_stop:
+                counter._maybe_stop()
+            return result
+
+        return wrapped
+
+    def _elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def _after_backward(self) -> None:
+        stats = self.stats
+        if self._in_step:
+            pass  # part of the optimizer step (a closure's backward)
+        elif self.active and not self._pending_stop:
+            if not stats.optimizer.watched:
+                stats.backward.watched_one(self._elapsed())
+                if self.limit is not None and stats.backward.watched >= self.limit:
+                    self._stop_at_next_backward = True
+        elif not self.active:
+            stats.backward.after += 1
+            stats.backward.after_s = self._elapsed()
+        if self._pending_stop:
+            self._maybe_stop()
+
+    def _before_optimizer_step(self, *hook_args: Any) -> None:
+        self._in_step += 1
+
+    def _after_optimizer_step(self, *hook_args: Any) -> None:
+        self._in_step = max(self._in_step - 1, 0)
+        if self._in_step:
+            return  # an optimizer stepping another inside its own step
+        stats = self.stats
+        if self.active and not self._pending_stop:
+            self._stop_at_next_backward = False
+            stats.optimizer.watched_one(self._elapsed())
+            if self.limit is not None and stats.optimizer.watched >= self.limit:
+                self._request_stop()
+        elif not self.active:
+            stats.optimizer.after += 1
+            stats.optimizer.after_s = self._elapsed()
+        if self._pending_stop:
+            self._maybe_stop()
+
+    def _request_stop(self) -> None:
+        self._pending_stop = True
+        self._maybe_stop()
+
+    def _maybe_stop(self) -> None:
+        if torch._C._len_torch_function_stack() >= self._stack_len:
+            self._pending_stop = False
+            self.stats.window_ended = True
+            self.stop()
+            self.start = time.perf_counter()
+
+    def stop(self) -> None:
+        if self.active:
+            self.active = False
+            self.session.__exit__(None, None, None)

@@ -1,0 +1,41 @@
+"""`inplace-doctor verify`: the model's in-place configuration against its out-of-place form,
+run side by side; exit 1 when they differ."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from .args import add_config, add_model, add_seed
+from .errors import EXIT_FINDINGS, EXIT_OK
+from .model import apply_config_option, build_model
+
+if TYPE_CHECKING:
+    from .args import Subcommands
+
+
+def add_parser(sub: "Subcommands") -> None:
+    check = sub.add_parser("verify", help="check that the in-place configuration computes what its out-of-place form does")
+    add_model(check, eval_help="verify in eval mode (default: train mode)")
+    check.add_argument("--steps", type=int, default=1, help="training steps per run (default 1)")
+    check.add_argument("--sgd", type=float, metavar="LR", help="also take SGD steps with this learning rate and compare parameters")
+    check.add_argument("--atol", type=float, default=1e-6)
+    check.add_argument("--rtol", type=float, default=1e-5)
+    add_seed(check)
+    add_config(check)
+    check.set_defaults(handler=command)
+
+
+def command(ns: argparse.Namespace) -> int:
+    import torch
+
+    from ..api import verify
+
+    model, args, kwargs = build_model(ns.spec, ns.input, ns.seed)
+    apply_config_option(model, ns.config)
+    model.train(not ns.eval)
+    optimizer = (lambda params: torch.optim.SGD(params, lr=ns.sgd)) if ns.sgd is not None else None
+    result = verify(model, *args, steps=ns.steps, optimizer=optimizer, atol=ns.atol, rtol=ns.rtol, **kwargs)
+    print(f"inplace-doctor verify of {ns.spec} ({'eval' if ns.eval else 'train'} mode)\n")
+    print(result)
+    return EXIT_OK if result else EXIT_FINDINGS

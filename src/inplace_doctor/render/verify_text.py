@@ -1,0 +1,34 @@
+"""A VerifyResult as text (`str(result)`) and in a notebook (`result._repr_html_()`)."""
+
+from __future__ import annotations
+
+import html
+
+from ..engines.verify import VerifyResult
+from ..printing import renders_html, renders_text
+
+
+@renders_text(VerifyResult)
+def verify_to_plain_text(result: VerifyResult) -> str:
+    """Equivalent, or the first differences and the responsible sites, or what the configured run raised."""
+    if result.error is not None:
+        lines = [f"not equivalent: the in-place configuration raised: {result.error}"]
+        lines += [f"  {f.code} {f.message.splitlines()[0]}" for f in result.findings]
+        return "\n".join(lines)
+    if result.equivalent:
+        return (
+            f"equivalent: outputs, loss, gradients, buffers and inputs match the out-of-place program "
+            f"({len(result.sites)} in-place sites, {result.runs} runs)"
+        )
+    lines = [f"not equivalent: {result.differences[0]}"]
+    lines += [f"  also {d}" for d in result.differences[1:5]]
+    if result.culprits:
+        lines.append("responsible: " + "; ".join(str(c) for c in result.culprits))
+    return "\n".join(lines)
+
+
+@renders_html(VerifyResult)
+def verify_to_html(result: VerifyResult) -> str:
+    """Jupyter: `str(result)` in a <pre>, green when equivalent, red when not (escaped, no script)."""
+    color = "#2e7d32" if result.equivalent else "#b00020"
+    return f'<pre class="inplace-doctor-verify" style="white-space:pre-wrap;color:{color}">{html.escape(str(result))}</pre>'

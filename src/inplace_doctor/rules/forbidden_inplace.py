@@ -1,0 +1,106 @@
+"""IPD103: the in-place errors PyTorch raises at the op itself, made specific.
+
+PyTorch's wording changes between releases, so each case is matched loosely.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from typing import Any
+
+from ..events import InplaceErrorRaised
+from ..findings import Finding, Severity
+from ..sites import module_ref
+from .phrasing import where
+from .registry import make_finding, rule
+
+_FORWARD_ERRORS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
+    (
+        re.compile(r"more than one element of the written-to tensor refers to a single memory location", re.I),
+        "writes to an expanded (overlapping) tensor",
+        "Several elements share one memory location (an `expand()`/`expand_as()` or broadcast view), so "
+        "an elementwise in-place op would write the same memory several times",
+        "`.clone()` (or `.contiguous()`) the expanded tensor before modifying it, or use the out-of-place op",
+    ),
+    (
+        re.compile(r"BackwardHookFunction", re.I),
+        "modifies the output of a module with full backward hooks",
+        "`register_full_backward_hook` (Grad-CAM, captum, shap) wraps the module's outputs in a custom "
+        "Function; modifying such an output in place would bypass the hook's backward",
+        "make the op out of place (for `nn.ReLU(inplace=True)` after the hooked module, set `inplace = "
+        "False` on every ReLU: `for m in model.modules(): m.inplace = False` where it has the attribute)",
+    ),
+    (
+        re.compile(r"function that returns multiple views", re.I),
+        "modifies one of several views returned together (`unbind`, `split`, `chunk`)",
+        "Autograd cannot rewrite the backward of an op that returned several views when one of them "
+        "changes in place",
+        "`.clone()` the piece before modifying it, or build the result out of place (`torch.stack`/`cat`)",
+    ),
+    (
+        re.compile(r"view was created in no_grad mode|created in inference mode", re.I),
+        "modifies, with grad on, a view created under no_grad",
+        "The view has no autograd history from its base, so the in-place change cannot be recorded",
+        "create the view with grad enabled, or move both the view and the in-place op inside the "
+        "`no_grad` block",
+    ),
+    (
+        re.compile(r"view (?:was )?created inside a custom Function|is a view and (?:is being|its base)", re.I),
+        "modifies a view whose autograd history cannot be rewritten",
+        "The view comes from a custom Function (or an input returned as-is), whose backward would be "
+        "overridden by the view+in-place logic",
+        "`.clone()` the tensor before modifying it, or return a clone from the custom Function",
+    ),
+)
+
+
+@rule(
+    "IPD103",
+    "forbidden-inplace",
+    "In-place op that PyTorch forbids on this tensor",
+    Severity.ERROR,
+    events=(InplaceErrorRaised,),
+)
+def forbidden_inplace(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
+    """An in-place op PyTorch refuses at the op: overlapping memory, multi-output views, no_grad views, hooked outputs.
+
+    What: one of the in-place errors PyTorch raises during forward —
+    writing to an ``expand()``ed tensor; to one of the views ``unbind``/
+    ``split``/``chunk`` returned; to a view created under ``no_grad`` while
+    grad mode is on; to the output of a module with
+    ``register_full_backward_hook`` (Grad-CAM, captum, shap meet this with
+    ``nn.ReLU(inplace=True)`` and ``out += identity``).
+
+    Why: PyTorch's message names the rule but not the module or the line in
+    your model; inplace-doctor adds both and the specific fix.
+
+    Example::
+
+        hook = lambda module, grad_input, grad_output: None   # Grad-CAM's, captum's ...
+        m = torchvision.models.resnet18()
+        m.bn1.register_full_backward_hook(hook)
+        m(torch.randn(1, 3, 64, 64))   # IPD103 at the ReLU(inplace=True) after bn1
+
+    Fix: out-of-place op or a ``.clone()`` before the write, as the finding says.
+    """
+    text = str(event.error)
+    for pattern, what, why, fix in _FORWARD_ERRORS:
+        if pattern.search(text):
+            break
+    else:
+        return None
+    site = event.site
+    ref = module_ref(site, ctx.root_label)
+    if ref is not None and site.module_inplace:
+        fix = f"set `{ref}.inplace = False`; in general, {fix}"
+    first = text.strip().splitlines()[0] if text.strip() else type(event.error).__name__
+    return make_finding(
+        "IPD103",
+        what=f"{where(site, ctx.root_label)} {what}.",
+        why=f"{why}; PyTorch raised: \"{textwrap.shorten(first, 400, placeholder=' ...')}\"",
+        fix=fix,
+        mutation=site,
+        confirmed=True,
+        kind=what,
+    )

@@ -1,0 +1,62 @@
+"""IPD102: an in-place op on a leaf tensor that requires grad, as PyTorch raises it, made specific."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..events import InplaceErrorRaised
+from ..findings import Finding, Severity
+from .phrasing import fix_for_write, where
+from .registry import make_finding, rule
+
+_LEAF = re.compile(r"leaf variable that requires grad.*in-place", re.IGNORECASE | re.DOTALL)
+
+
+@rule(
+    "IPD102",
+    "inplace-on-leaf",
+    "In-place op on a leaf tensor that requires grad",
+    Severity.ERROR,
+    events=(InplaceErrorRaised,),
+)
+def inplace_on_leaf(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
+    """An in-place op modifies a leaf tensor that requires grad (or a view of one).
+
+    What: a tensor created by the user with ``requires_grad=True`` (a
+    parameter, or an input you want gradients for) is modified in place
+    with grad mode on.
+
+    Why: PyTorch raises at once ("a leaf Variable that requires grad is being
+    used in an in-place operation"): the gradient would have to flow into a
+    value that no longer exists. Parameter updates are meant to happen under
+    ``torch.no_grad()``.
+
+    Example::
+
+        w = torch.randn(3, requires_grad=True)
+        w.add_(1)                 # IPD102
+
+    Fix: for an update of parameters, wrap it in ``with torch.no_grad():``; to
+    compute with a modified value, use the out-of-place form (``w = w + 1``)
+    or modify a ``.clone()``.
+    """
+    text = str(event.error)
+    if not _LEAF.search(text) or event.in_checkpoint:
+        return None  # inside a checkpoint's recompute: IPD108 explains it
+    kind = "a view of a leaf tensor" if "view of a leaf" in text.lower() else "a leaf tensor"
+    site = event.site
+    return make_finding(
+        "IPD102",
+        what=f"{where(site, ctx.root_label)} modifies {kind} that requires grad, with grad mode on.",
+        why="PyTorch raises at once: the gradient for that leaf would have to flow into a value that no longer exists.",
+        fix=(
+            f"if this updates parameters, wrap it in `with torch.no_grad():`; otherwise "
+            f"{fix_for_write(site, ctx.root_label)}"
+        ),
+        mutation=site,
+        confirmed=True,
+    )
+
+
+# (pattern, short name, why, fix) for each forward-time in-place error PyTorch raises.

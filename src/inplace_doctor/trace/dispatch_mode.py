@@ -1,0 +1,135 @@
+"""The tracer's `TorchDispatchMode`: every aten op of the run passes through it once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .. import _compat
+from .aliases import HeldTensors
+from .inplace_calls import InplaceCalls
+from .ops import _op_facts, op_facts, restores_version_bump, written_tensors
+from .owner import Busy
+from .pytorch_errors import RaisedErrors
+from .saved import SavedTensors
+from .writes import WriteRecorder
+
+
+class TracingMode(_compat.TorchDispatchMode):
+    """Before each op: settle what earlier ops did, look for reads of overwritten values; after: record its writes.
+
+    One per tracer, entered each time the tracer is; `ops` counts what it saw.
+    """
+
+    def __init__(
+        self,
+        busy: Busy,
+        saved: SavedTensors,
+        writes: WriteRecorder,
+        inplace_calls: InplaceCalls,
+        held: HeldTensors,
+        raised: RaisedErrors,
+    ) -> None:
+        super().__init__()
+        self.busy = busy
+        self.saved = saved
+        self.writes = writes
+        self.inplace_calls = inplace_calls
+        self.held = held
+        self.raised = raised
+        self.ops = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if kwargs is None:
+            kwargs = {}
+        if self.busy.on:
+            return func(*args, **kwargs)
+        saved, writes = self.saved, self.writes
+        if saved.pending_nodes:
+            saved.flush_nodes()
+        if writes.pending:
+            writes.settle()
+        self.ops += 1
+        _, spec, batch_norm = _op_facts.get(id(func)) or op_facts(func)
+        written = written_tensors(spec, args, kwargs) if spec else None
+        if written and writes.before_write is not None:
+            writes.call_before_write(written)
+        if self.inplace_calls.overwritten and _compat.current_autograd_node() is None:
+            self.inplace_calls.check_reads(func, args, kwargs)  # before the op: the values it reads
+        if self.held.stale_ids:
+            self.held.check_uses(func, args, kwargs, written)
+        try:
+            out = func(*args, **kwargs)
+        except BaseException as exc:
+            # By id: holding the exception would hold its traceback's frames, the
+            # graph, and through our hooks the tracer: a cycle gc cannot see.
+            self.raised.failed_op = (id(exc), func)
+            raise
+        saved.last_op = func
+        if batch_norm and _compat.current_autograd_node() is not None:
+            writes.batch_norm_in_backward(func, args, kwargs)
+        if written:
+            writes.record(func, written)
+            if restores_version_bump(func):
+                torch.autograd.graph.increment_version([t for t in written if not t.is_inference()])
+        return out
+
+
+def disable_dynamo_directly() -> None:
+    """Wrap the dispatch mode in `torch._dynamo.disable` itself, once.
+
+    torch wraps every mode's `__torch_dispatch__` in `torch._disable_dynamo`,
+    so that a compiled function called while the mode is active never traces
+    the mode. Its lazy-import layer is one more Python call per op: about 3 %
+    of a small model's step. `torch._dynamo.disable` gives the same protection
+    without it (torch's wrapper imports torch._dynamo at the first op anyway).
+    """
+    current = TracingMode.__dict__["__torch_dispatch__"]
+    raw = getattr(current, "__wrapped__", None)
+    if raw is None or getattr(current, "_torchdynamo_disable", False):
+        return  # not wrapped by this torch, or done already
+    try:
+        import torch._dynamo
+    except Exception:  # a platform without dynamo: keep torch's own wrapper
+        return
+    TracingMode.__torch_dispatch__ = torch._dynamo.disable(raw, recursive=True)  # type: ignore[method-assign]
+
+
+class SubclassConstruction:
+    """`MyTensor(t)` for a Tensor subclass without a `__new__` of its own, as without the tool.
+
+    That call aliases `t` through the dispatcher; with any Python dispatch mode
+    active the alias gets a plain `Tensor` Python object on its way through the
+    mode, and the subclass construction then fails ("the raw Tensor object is
+    already associated to a python object of type Tensor"). While tracing,
+    `torch.Tensor.__new__` runs with our mode off the stack (only when it is on
+    top); `alias` writes nothing, so nothing is missed. Undone on exit.
+    """
+
+    def __init__(self, mode: TracingMode) -> None:
+        self.mode = mode
+        self.installed = False
+
+    def __enter__(self) -> "SubclassConstruction":
+        if "__new__" in torch.Tensor.__dict__:
+            return self  # someone else's __new__: leave it alone
+        from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode_temporarily
+
+        base_new = torch._C.TensorBase.__new__
+        mode = self.mode
+
+        def __new__(cls: Any, *args: Any, **kwargs: Any) -> Any:
+            if _get_current_dispatch_mode() is mode:
+                with _pop_mode_temporarily():
+                    return base_new(cls, *args, **kwargs)
+            return base_new(cls, *args, **kwargs)
+
+        torch.Tensor.__new__ = staticmethod(__new__)  # type: ignore[assignment]
+        self.installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.installed:
+            del torch.Tensor.__new__
+            self.installed = False

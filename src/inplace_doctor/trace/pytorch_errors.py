@@ -1,0 +1,59 @@
+"""Errors PyTorch raises in a traced run: where they happened, and PyTorch's own stale-tensor wording."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..events import InplaceErrorRaised
+from .modules import ModuleContext
+from .ops import op_name
+from .stacks import checkpoint_in_traceback, frames_from_traceback, inplace_op_in_traceback, make_site
+
+
+class RaisedErrors:
+    """What the tracer notes when an exception passes through it, to say later where it was raised.
+
+    Both are kept by the exception's id: holding the exception would hold its
+    traceback's frames, the graph, and through our hooks the tracer: a cycle
+    gc cannot see.
+    """
+
+    __slots__ = ("failed_op", "error_module")
+
+    def __init__(self) -> None:
+        #: (id of the exception, the op that raised it), set by the dispatch mode
+        self.failed_op: tuple[int, Any] | None = None
+        #: (id of the exception, the module running when it left the tracer), set on exit
+        self.error_module: tuple[int, ModuleContext | None] | None = None
+
+    def describe(self, exc: BaseException, current_module: ModuleContext | None) -> InplaceErrorRaised:
+        """Where `exc`, raised inside the traced code, happened; `current_module` is the module stack's top now."""
+        frames, api = frames_from_traceback(exc.__traceback__)
+        if self.failed_op is not None and self.failed_op[0] == id(exc):
+            op = op_name(self.failed_op[1])
+        else:  # raised above the dispatcher (autograd's view and leaf checks)
+            op = inplace_op_in_traceback(exc.__traceback__) or "<in-place op>"
+        if self.error_module is not None and self.error_module[0] == id(exc):
+            module = self.error_module[1]
+        else:  # still inside the run: the module stack is as the error left it
+            module = current_module
+        phase = "forward"
+        site = make_site(op, frames, api, module, phase)
+        return InplaceErrorRaised(exc, site, checkpoint_in_traceback(exc.__traceback__))
+
+
+def written_here(error: BaseException) -> BaseException | None:
+    """The `WrittenHere` a rule attached to its error (where the write ran), to chain in front of it."""
+    return getattr(error, "written_here", None)
+
+
+def pytorch_stale_message(t: torch.Tensor, node: str | None, version: int, expected: int) -> str:
+    """PyTorch's own wording for a stale saved tensor (its check is off under our hooks)."""
+    shape = list(t.shape)
+    return (
+        "one of the variables needed for gradient computation has been modified by an inplace "
+        f"operation: [{t.type()} {shape}], which is saved by {node or 'an autograd node'}, is at "
+        f"version {version}; expected version {expected} instead."
+    )

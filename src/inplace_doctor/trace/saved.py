@@ -1,0 +1,279 @@
+"""Saved tensors: a record per tensor autograd saves, which node holds it, and when it is freed.
+
+The tracer's `saved_tensors_hooks` pack each saved tensor into a `SavedRecord`
+(and re-check its version at unpack: PyTorch's own check is off under the
+hooks); autograd's node-creation hook names the node and field holding it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, NamedTuple
+
+import torch
+
+from .. import _compat
+from ..events import Event, SavedInfo, SavedTensorFreed, SavedTensorReached, StaleSavedTensorUsed
+from .autograd_facts import saved_field_is_read
+from .modules import ModuleContext, ModulePaths
+from .ops import op_name
+from .owner import Busy, Sink
+from .pytorch_errors import pytorch_stale_message, written_here
+from .stacks import SAVE_STACK, RawFrame, capture_stack, make_site, resolve_stack, resolve_stacks
+from .storage import storage_key, storage_span
+
+
+class SavedPlace(NamedTuple):
+    """Who saved a tensor and where (`SavedRecord.place()`); `stack` is a capture or its resolution."""
+
+    node: str | None
+    field: str | None
+    op: str | None
+    module: ModuleContext | None
+    in_backward: bool
+    stack: Any
+
+    @staticmethod
+    def resolve_all(places: list["SavedPlace"]) -> dict[int, tuple[tuple[RawFrame, ...], str | None, bool]]:
+        """id(place.stack) -> (user frames, torch api, inside a checkpoint region), in one batch."""
+        todo = {id(p.stack): p.stack for p in places if not isinstance(p.stack, tuple)}
+        resolved = dict(zip(todo, resolve_stacks(list(todo.values()), SAVE_STACK)))
+        resolved.update((id(p.stack), p.stack) for p in places if isinstance(p.stack, tuple))
+        return resolved
+
+
+class SavedRecord:
+    """What our pack hook hands autograd for one saved tensor, and what the tracer knows about it.
+
+    `tensor` is a detached alias (same storage and version counter, no
+    grad_fn, so no reference cycle through the node that saved it). Shape,
+    dtype, memory span and source location are read from it, or resolved,
+    only when a write or a finding needs them: packing runs on every save.
+    """
+
+    __slots__ = (
+        "tensor", "key", "stack", "module", "in_backward", "version", "node", "field", "op", "read", "used",
+        "overwritten", "__weakref__",
+    )
+
+    def __init__(
+        self, tensor: torch.Tensor, key: int, stack: Any, module: ModuleContext | None, in_backward: bool, version: int
+    ) -> None:
+        self.tensor = tensor
+        self.key = key
+        self.stack = stack  # a `capture_stack()` capture until `where()` resolves it
+        self.module = module
+        self.in_backward = in_backward
+        self.version = version
+        self.node: str | None = None
+        self.field: str | None = None
+        self.op: str | None = None
+        self.read = True
+        self.used = False
+        self.overwritten = False  # a write changed it since it was saved (or last unpacked)
+
+    def span(self) -> tuple[int, int, int] | None:
+        return storage_span(self.tensor)
+
+    def where(self) -> tuple[tuple[RawFrame, ...], str | None, ModuleContext | None, str, bool]:
+        """(user frames, torch api, module context, phase, inside a checkpoint region), resolved once."""
+        if not isinstance(self.stack, tuple):
+            self.stack = resolve_stack(self.stack, SAVE_STACK)
+        frames, api, in_region = self.stack
+        return frames, api, self.module, "backward" if self.in_backward else "forward", in_region
+
+    def place(self) -> SavedPlace:
+        """What the record says about where the tensor was saved, without the tensor (to keep)."""
+        return SavedPlace(self.node, self.field, self.op, self.module, self.in_backward, self.stack)
+
+    def info(self) -> SavedInfo:
+        op = self.op or (self.node.removesuffix("Backward0") if self.node else "<unknown op>")
+        frames, api, module, phase, in_region = self.where()
+        return SavedInfo(
+            in_checkpoint=in_region,
+            site=make_site(op, frames, api, module, phase),
+            node=self.node,
+            field=self.field,
+            version=self.version,
+            shape=tuple(self.tensor.shape),
+            dtype=str(self.tensor.dtype).removeprefix("torch."),
+            read_by_backward=self.read,
+            key=self.key,
+        )
+
+
+class SavedTensors:
+    """The records of the saved tensors autograd still holds, by storage; the hooks that keep them.
+
+    `pack` and `unpack` are the saved-tensor hooks, `on_node` the node-creation
+    hook (nodes are named lazily, by `flush_nodes`, before anything reads them).
+    """
+
+    def __init__(self, sink: Sink, emit: Callable[[Event], None], modules: ModulePaths, busy: Busy) -> None:
+        self._sink = sink
+        self._emit = emit
+        self._modules = modules
+        self._busy = busy
+        self.saves = 0
+        #: storage key -> {record key: weakref to the record}
+        self.by_storage: dict[int, dict[int, weakref.ref[SavedRecord]]] = {}
+        self._ref_keys: dict[weakref.ref[SavedRecord], tuple[int, int]] = {}
+        self._on_release = self._release  # one bound method for every weakref callback
+        #: (node, the op run before it was created), not yet named
+        self.pending_nodes: list[tuple[Any, Any]] = []
+        #: the last op the dispatch mode ran: the op of the next node created
+        self.last_op: Any = None
+        # keys of saved tensors a write changed: backward reaching them, or their release, settles it
+        self._overwritten_keys: set[int] = set()
+
+    def pack(self, t: torch.Tensor) -> SavedRecord:
+        if type(t) is torch.Tensor or type(t) is torch.nn.Parameter:
+            with _compat.DisableTorchDispatch():  # our own detach is not the user's op
+                alias = t.detach()
+        else:  # a tensor subclass may need its own __torch_dispatch__ for detach
+            with self._busy:
+                alias = t.detach()
+        key = self.saves = self.saves + 1
+        in_backward = _compat.current_autograd_node() is not None
+        record = SavedRecord(alias, key, capture_stack(), self._modules.current, in_backward, t._version)
+        ptr = storage_key(alias)
+        if ptr:
+            ref = weakref.ref(record, self._on_release)
+            self._ref_keys[ref] = (ptr, key)
+            bucket = self.by_storage.get(ptr)
+            if bucket is None:
+                bucket = self.by_storage[ptr] = {}
+            bucket[key] = ref
+        return record
+
+    def _release(self, ref: "weakref.ref[SavedRecord]") -> None:
+        """Autograd freed a saved tensor (backward ran, or the graph was dropped)."""
+        ptr, key = self._ref_keys.pop(ref, (0, 0))
+        bucket = self.by_storage.get(ptr)
+        if bucket is not None:
+            bucket.pop(key, None)
+            if not bucket:
+                del self.by_storage[ptr]
+        if key in self._overwritten_keys:
+            # Freed without backward reading it: whatever was predicted for it cannot happen.
+            self._overwritten_keys.discard(key)
+            self._sink(SavedTensorFreed(key))
+
+    def unpack(self, record: SavedRecord) -> torch.Tensor:
+        t = record.tensor
+        record.used = True
+        if record.overwritten:
+            record.overwritten = False
+            self._overwritten_keys.discard(record.key)
+            if t._version == record.version:  # changed without a version bump: backward reads the new values
+                self._emit(SavedTensorReached(record.key))
+        version = t._version
+        if version != record.version:
+            node = _compat.current_autograd_node()
+            node_name = node.name() if node is not None else record.node
+            original = RuntimeError(pytorch_stale_message(t, node_name, version, record.version))
+            error = self._sink(StaleSavedTensorUsed(record.info(), node_name, version))
+            # The traceback keeps this frame alive (autograd may hold the error
+            # for a while): it must not keep the saved tensor alive too.
+            del t, record
+            if error is None:
+                raise original
+            written = written_here(error)
+            if written is not None:  # printed first: where the write ran, then PyTorch's error, then ours
+                original.__cause__ = written
+            raise error from original
+        return t
+
+    def mark_overwritten(self, record: SavedRecord) -> None:
+        """A write changed `record`'s tensor: backward reaching it, or its release, settles what follows."""
+        record.overwritten = True
+        self._overwritten_keys.add(record.key)
+
+    def versions_on(self, storage_ptr: int) -> list[tuple[Any, int]]:
+        """(weakref to the record, its tensor's version now) of each live record on one storage."""
+        bucket = self.by_storage.get(storage_ptr)
+        candidates = []
+        if bucket:
+            for ref in bucket.values():
+                record = ref()
+                if record is not None:
+                    candidates.append((ref, record.tensor._version))
+        return candidates
+
+    def records(self, storage_ptr: int) -> list[SavedRecord]:
+        """Records of the saved tensors autograd still holds on one storage, oldest first, named."""
+        if self.pending_nodes:
+            self.flush_nodes()
+        bucket = self.by_storage.get(storage_ptr)
+        if not bucket:
+            return []
+        return [r for _, ref in sorted(bucket.items()) if (r := ref()) is not None]
+
+    def live(self) -> int:
+        return sum(len(b) for b in self.by_storage.values())
+
+    # -- which node saved what --------------------------------------------
+    def on_node(self, node: Any) -> None:
+        self.pending_nodes.append((node, self.last_op))
+
+    def flush_nodes(self) -> None:
+        nodes, self.pending_nodes = self.pending_nodes, []
+        for node, last_op in nodes:
+            attrs = _saved_attrs(node)
+            if not attrs:
+                continue
+            node_name = op = None
+            custom = False
+            for attr, field in attrs:
+                try:
+                    raw = getattr(node, attr)
+                except RuntimeError:  # already freed
+                    continue
+                many = isinstance(raw, (tuple, list))
+                for i, saved in enumerate(raw if many else (raw,)):
+                    if not isinstance(saved, _compat.SavedTensor):
+                        continue
+                    record: Any = saved.data
+                    if type(record) is not SavedRecord or record.node is not None:
+                        continue
+                    if node_name is None:
+                        node_name = node.name()
+                        custom = isinstance(node, torch.autograd.function.BackwardCFunction)
+                        if custom:
+                            op = f"{node_name.removesuffix('Backward')}.apply"
+                        elif last_op is not None:
+                            op = op_name(last_op)
+                    if custom:
+                        field = "saved_tensors"  # what the user's backward reads: ctx.saved_tensors
+                    record.node = node_name
+                    record.field = f"{field}[{i}]" if many else field
+                    record.op = op
+                    record.read = saved_field_is_read(node, node_name, record.field)
+
+
+class NodeCreationHook:
+    """autograd's node-creation hook, installed while the tracer runs."""
+
+    def __init__(self, hook: Callable[[Any], None]) -> None:
+        self.hook = hook
+
+    def __enter__(self) -> "NodeCreationHook":
+        _compat.push_node_creation_hook(self.hook)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _compat.pop_node_creation_hook()
+
+
+_saved_attr_cache: dict[type, tuple[tuple[str, str], ...]] = {}
+
+
+def _saved_attrs(node: Any) -> tuple[tuple[str, str], ...]:
+    """(`_raw_saved_<field>` attribute, field) of each tensor field a node type saves."""
+    cls = type(node)
+    attrs = _saved_attr_cache.get(cls)
+    if attrs is None:
+        prefix = _compat.RAW_SAVED_PREFIX
+        attrs = tuple((a, a[len(prefix) :]) for a in dir(node) if a.startswith(prefix))
+        _saved_attr_cache[cls] = attrs
+    return attrs

@@ -1,0 +1,232 @@
+"""Writes: what each op wrote, and which saved tensors, caller inputs and held aliases it hit.
+
+A write to a storage where saved tensors live is *pending* until the next op
+(or the end of the user-level call, or `flush`): by then its version bump has
+happened, and `settle` tells a write that changed a saved tensor from one
+that merely shares its memory.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable
+
+import torch
+
+from .. import _compat
+from ..events import CallerInputWritten, Event, HeldTensorOverwritten, SavedTensorOverwritten, SideEffectRepeated, WriteInfo
+from .aliases import HeldTensors
+from .modules import ModulePaths
+from .ops import op_name, writes_bytes
+from .owner import Busy
+from .saved import SavedRecord, SavedTensors
+from .stacks import MAX_STACK, capture_stack, in_ddp_state_sync, make_site, resolve_stack
+from .storage import elements_overlap, storage_span
+
+
+class PendingWrite:
+    """A write to the storage of saved tensors: (weakref to the record, its version before) candidates."""
+
+    __slots__ = ("info", "span", "candidates", "written", "written_version")
+
+    def __init__(
+        self, info: WriteInfo, span: tuple[int, int, int], candidates: list[tuple[Any, int]], written: torch.Tensor
+    ) -> None:
+        self.info = info
+        self.span = span
+        self.candidates = candidates
+        self.written = weakref.ref(written)
+        self.written_version = written._version
+
+    def bumped(self) -> bool:
+        t = self.written()
+        return t is None or t._version != self.written_version
+
+
+class WriteRecorder:
+    """Records each write the dispatch mode sees and reports what it overwrote.
+
+    Args:
+        before_write: called with each tensor an op is about to write.
+        track_call_inputs: treat the arguments of each top-level module call
+            as the caller's inputs (`on_top_level_call`).
+    """
+
+    def __init__(
+        self,
+        emit: Callable[[Event], None],
+        modules: ModulePaths,
+        saved: SavedTensors,
+        held: HeldTensors,
+        busy: Busy,
+        before_write: Callable[[torch.Tensor], None] | None,
+        track_call_inputs: bool,
+    ) -> None:
+        self._emit = emit
+        self._modules = modules
+        self._saved = saved
+        self._held = held
+        self._busy = busy
+        self.before_write = before_write
+        self._track_call_inputs = track_call_inputs
+        self.writes = 0
+        self.pending: list[PendingWrite] = []
+        self._inputs: dict[int, tuple[str, tuple[int, int, int]]] = {}
+        # storage -> weakref to the non-grad tensor forward wrote there (IPD108)
+        self._forward_state: dict[int, weakref.ref[torch.Tensor]] = {}
+
+    def call_before_write(self, written: list[torch.Tensor]) -> None:
+        assert self.before_write is not None
+        with self._busy:
+            for t in written:
+                self.before_write(t)
+
+    def record(self, func: Any, written: list[torch.Tensor]) -> None:
+        self.writes += 1
+        if in_ddp_state_sync():  # DDP's deliberate, version-preserving sync: not the user's write
+            return
+        for t in written:
+            self._record_written_tensor(func, t)
+
+    def _record_written_tensor(self, func: Any, t: torch.Tensor) -> None:
+        span = storage_span(t)
+        if span is None:
+            return
+        node = _compat.current_autograd_node()
+        if node is None:
+            if not t.requires_grad:  # state (counters, running sums), not activations
+                if len(self._forward_state) > 4096:
+                    self._forward_state = {k: ref for k, ref in self._forward_state.items() if ref() is not None}
+                self._forward_state[span[0]] = weakref.ref(t)
+        elif span[0] in self._forward_state and node.name() != "torch::autograd::AccumulateGrad":
+            self._state_written_again(func, t, span)
+        argument = self._caller_argument(span) if self._inputs else None
+        held = []
+        if self._held.by_storage and writes_bytes(func):
+            held = self._held.overwritten_by(span, t)
+        candidates = self._saved.versions_on(span[0])
+        if not candidates and argument is None and not held:
+            return
+        info = self._write_info(func, t)
+        for entry in held:  # reported if the stale alias is used as a snapshot afterwards
+            entry.stale = HeldTensorOverwritten(info, entry.label, entry.site)
+        if argument is not None:
+            self._emit(CallerInputWritten(info, argument))
+        if candidates:
+            self.pending.append(PendingWrite(info, span, candidates, t))
+
+    def _state_written_again(self, func: Any, t: torch.Tensor, span: tuple[int, int, int]) -> None:
+        if self._forward_state.pop(span[0])() is None:  # that tensor died; its memory was reused
+            return
+        self._emit(SideEffectRepeated(self._write_info(func, t), "a tensor written in forward"))
+
+    def batch_norm_in_backward(self, func: Any, args: Any, kwargs: Any) -> None:
+        """A training-mode batch norm running during backward is a recompute: its running stats update again."""
+        training = args[5] if len(args) > 5 else kwargs.get("training")
+        running_mean = args[3] if len(args) > 3 else kwargs.get("running_mean")
+        if training and running_mean is not None:
+            self._emit(SideEffectRepeated(self._write_info(func, running_mean), "BatchNorm running statistics"))
+
+    def _write_info(self, func: Any, t: torch.Tensor) -> WriteInfo:
+        frames, api, in_region = resolve_stack(capture_stack(), MAX_STACK)  # one capture: lines and region
+        phase = "backward" if _compat.current_autograd_node() is not None else "forward"
+        name = op_name(func)
+        module = self._modules.current
+        origin = self._modules.current_origin(tuple({f[0] for f in frames})) if module and module[3] else None
+        return WriteInfo(
+            site=make_site(name, frames, api, module, phase, origin),
+            shape=tuple(t.shape),
+            dtype=str(t.dtype).removeprefix("torch."),
+            writes_bytes=writes_bytes(func),
+            in_checkpoint=in_region,
+            target=self._modules.state_name(t),
+        )
+
+    # -- the caller's inputs ------------------------------------------------
+    def set_caller_inputs(self, labelled: list[tuple[str, torch.Tensor]]) -> None:
+        """Tensors a caller handed to the model: writes to them inside a module are reported."""
+        self._inputs = {}
+        for label, t in labelled:
+            span = storage_span(t)
+            if span is not None and span[0] not in self._inputs:
+                self._inputs[span[0]] = (label, span)
+
+    def _caller_argument(self, span: tuple[int, int, int]) -> str | None:
+        entry = self._inputs.get(span[0])
+        if entry is None or self._modules.current is None or not _overlaps(span, entry[1]):
+            return None
+        return entry[0]
+
+    def on_top_level_call(self, module: torch.nn.Module, args: Any) -> None:
+        if not self._track_call_inputs:
+            return
+        if args is None:  # the call returned: what the caller does next is its own business
+            self._inputs = {}
+            return
+        name = type(module).__name__
+        self.set_caller_inputs([(f"argument {i} of {name}", t) for i, t in _labelled(args)])
+
+    # -- what pending writes did -----------------------------------------
+    def settle(self) -> None:
+        """Decide what pending writes did, now that their version bumps happened."""
+        writes, self.pending = self.pending, []
+        if self._saved.pending_nodes:
+            self._saved.flush_nodes()
+        for write in writes:
+            reported: set[tuple[Any, ...]] = set()  # one event per node a write hits (`a * a` saves a twice)
+            for ref, version_before in write.candidates:
+                record = ref()
+                if record is None:
+                    continue
+                version_now = record.tensor._version
+                shares = version_now != version_before
+                if shares:
+                    if version_now == record.version:
+                        continue
+                elif not (
+                    write.info.writes_bytes
+                    and record.read
+                    and _overlaps(write.span, record.span())
+                    and self._same_elements(write, record)
+                ):
+                    continue
+                frames = record.where()[0]
+                node_key = (record.node, frames[-1:])
+                if record.node is not None and node_key in reported:
+                    continue
+                reported.add(node_key)
+                self._saved.mark_overwritten(record)
+                self._emit(
+                    SavedTensorOverwritten(
+                        write=write.info,
+                        saved=record.info(),
+                        version_now=version_now,
+                        shares_version_counter=shares,
+                        already_used_by_backward=record.used,
+                        write_bumped_a_version=shares or write.bumped(),
+                    )
+                )
+
+    def _same_elements(self, write: PendingWrite, record: SavedRecord) -> bool:
+        """Whether the write touched elements the saved tensor covers (not just the same byte range:
+        `unsafe_chunk` pieces of one gate tensor interleave, as in LSTMCell's composite kernel)."""
+        written = write.written()
+        if written is None:
+            return True
+        with self._busy:
+            return elements_overlap(written, record.tensor)
+
+    def clear(self) -> None:
+        """Forget pending writes, the caller's inputs and forward's state writes (the run ended)."""
+        self.pending.clear()
+        self._inputs = {}
+        self._forward_state = {}
+
+
+def _labelled(args: Any) -> list[tuple[str, torch.Tensor]]:
+    """Top-level tensors of a call's positional arguments, by position."""
+    return [(str(i), t) for i, t in enumerate(args) if isinstance(t, torch.Tensor)]
+
+
+def _overlaps(a: tuple[int, int, int], b: tuple[int, int, int] | None) -> bool:
+    return b is not None and a[0] == b[0] and a[1] < b[2] and b[1] < a[2]

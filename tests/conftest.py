@@ -1,0 +1,73 @@
+"""Shared test helpers.
+
+- `line_of(path_or_source, needle)`: a plain function, `from conftest import line_of`
+  (pytest's default "prepend" import mode puts tests/ on sys.path for this file).
+- `in_fresh_thread(fn, *args)`: call `fn` where no frame of the test or of pytest is
+  below it, as a script or the console command runs.
+- `--regen-golden`: rewrite the golden files under tests/render/golden/ instead of
+  comparing with them; tests read it through the `regen_golden` fixture.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+
+def _text_of(path_or_source: str | os.PathLike[str]) -> str:
+    """A path (Path, or a str naming an existing file) is read; any other str is the source itself."""
+    if isinstance(path_or_source, os.PathLike):
+        return Path(path_or_source).read_text(encoding="utf-8")
+    if "\n" not in path_or_source and os.path.isfile(path_or_source):
+        return Path(path_or_source).read_text(encoding="utf-8")
+    return path_or_source
+
+
+def line_of(path_or_source: str | os.PathLike[str], needle: str) -> int:
+    """The 1-based number of the first line containing `needle`.
+
+    `path_or_source` is a file (a `Path`, or a `str` naming an existing file,
+    such as a test's `__file__`) or source text. Raises `LookupError` when no
+    line contains `needle`, so a stale marker fails loudly instead of pointing
+    at line 0.
+    """
+    for number, text in enumerate(_text_of(path_or_source).splitlines(), 1):
+        if needle in text:
+            return number
+    where = path_or_source if isinstance(path_or_source, os.PathLike) or "\n" not in path_or_source else "<source>"
+    raise LookupError(f"no line contains {needle!r} in {where}")
+
+
+def in_fresh_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`fn(*args, **kwargs)` in a new thread: its return value, or its exception re-raised here.
+
+    inplace-doctor takes every frame outside torch, itself and the standard library
+    for the user's (installed packages, pytest's included) and shows them: in
+    `called from` lines, the JSON stacks, and the caller's line that folds findings.
+    A new thread's stack starts in the standard library (threading), as the
+    console command's starts in the tool, so the output is what a user sees.
+    """
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(fn, *args, **kwargs).result()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--regen-golden",
+        action="store_true",
+        default=False,
+        help="rewrite the golden files under tests/render/golden/ from fresh output instead of comparing",
+    )
+
+
+@pytest.fixture
+def regen_golden(request: pytest.FixtureRequest) -> bool:
+    """True when pytest ran with --regen-golden."""
+    return bool(request.config.getoption("--regen-golden"))

@@ -1,0 +1,171 @@
+"""Per-rule fixture programs, as torchfix and ruff keep them: tests/rules/IPDxxx/{flagged,clean}/*.py.
+
+Each fixture is a small self-contained torch program, run in this process under
+`ipd.watch()` as `python` would run it (`runpy.run_path(..., run_name="__main__")`).
+
+- flagged/: every line the tool should report carries a trailing comment
+  `# expect: IPDxxx` (the finding's primary location: the line that wrote in
+  place). Optional `# expect-saved: IPDxxx` marks the line that saved the
+  tensor, `# expect-read: IPDxxx` the line that read the overwritten one; when a
+  file has such a marker for a code, those lines are checked too. The (code,
+  line) pairs the tool reports for the marked codes must equal the marked ones,
+  exactly: a missing finding, an extra one, or one at another line fails.
+  Fixtures whose bug makes PyTorch raise (backward errors, errors at the op) are
+  run as they are; `watch` turns PyTorch's error into `ipd.InplaceError` (a
+  RuntimeError), caught here, and keeps its findings.
+- clean/: the near-miss correct idiom. It must run without raising and produce
+  no finding of its folder's rule.
+
+A rule in `ipd.RULES` needs a folder with both kinds, or an entry in SKIPPED
+with the reason (also listed in tests/rules/README.md).
+"""
+
+from __future__ import annotations
+
+import re
+import runpy
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+import inplace_doctor as ipd
+from conftest import in_fresh_thread, line_of
+
+HERE = Path(__file__).resolve().parent
+
+# Rules that cannot be triggered on CPU, with the reason. Every rule of the tool is today.
+SKIPPED: dict[str, str] = {}
+
+# Clean fixtures on which the tool reports its rule although the code is correct (a tool bug):
+# path relative to tests/rules -> reason. They stay xfail(strict=True) until the tool is fixed.
+KNOWN_FALSE_POSITIVES: dict[str, str] = {
+    "IPD106/clean/caller_batch_reused_by_clone.py": (
+        "IPD106 reported for `model(x.clone())`: the model writes into a temporary no caller can "
+        "read again (x itself is untouched); the rule's own fix, cloning the input, done at the call site"
+    ),
+}
+
+_MARKER = re.compile(r"\bexpect(?:-(saved|read))?:\s*(IPD\d{3})\b")
+_KINDS = ("flagged", "clean")
+
+
+def _fixtures(kind: str) -> list[Path]:
+    return sorted(HERE.glob(f"IPD*/{kind}/*.py"))
+
+
+def _id(path: Path) -> str:
+    return str(path.relative_to(HERE))
+
+
+def markers(path: Path) -> dict[str, set[tuple[str, int]]]:
+    """{'': {(code, line)}, 'saved': ..., 'read': ...} from the trailing `# expect...:` comments."""
+    found: dict[str, set[tuple[str, int]]] = {"": set(), "saved": set(), "read": set()}
+    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if "#" not in text:
+            continue
+        for role, code in _MARKER.findall(text.split("#", 1)[1]):
+            found[role].add((code, number))
+    return found
+
+
+def _run_watched(path: Path) -> tuple[list[ipd.Finding], BaseException | None]:
+    raised: BaseException | None = None
+    session = ipd.watch()
+    try:
+        with session:
+            runpy.run_path(str(path), run_name="__main__")
+    except RuntimeError as e:  # ipd.InplaceError (at the op or in backward) is a RuntimeError
+        raised = e
+    return list(session.findings), raised
+
+
+def run_fixture(path: Path) -> tuple[list[ipd.Finding], BaseException | None]:
+    """Run the fixture as `python path` would, under watch(); its findings and what it raised.
+
+    In a fresh thread (conftest.in_fresh_thread), as `inplace-doctor run` would: no
+    frame of pytest's takes part in the caller lines that fold findings.
+    """
+    return in_fresh_thread(_run_watched, path)
+
+
+def _where(site: ipd.Site | None, path: Path) -> int | str | None:
+    """The site's line when it is in the fixture file, else `file:line` (which never matches a marker)."""
+    if site is None:
+        return None
+    frame = site.stack[-1] if site.stack else None
+    file, line = (frame.file, frame.line) if frame is not None else (site.file, site.line)
+    if file is not None and Path(file).resolve() == path:
+        return line
+    return f"{file}:{line}"
+
+
+def _describe(findings: Iterable[ipd.Finding]) -> str:
+    return "\n".join(
+        f"  {f.code} {f.severity} at {f.mutation.file}:{f.mutation.line}: {f.message.splitlines()[0][:300]}"
+        for f in findings
+    ) or "  (no findings)"
+
+
+@pytest.mark.parametrize("path", _fixtures("flagged"), ids=_id)
+def test_flagged_fixture_reports_the_marked_lines(path: Path) -> None:
+    marked = markers(path)
+    codes = {code for code, _ in marked[""]}
+    assert path.parent.parent.name in codes, f"{_id(path)} marks no `# expect: {path.parent.parent.name}` line"
+
+    findings, raised = run_fixture(path)
+    ours = [f for f in findings if f.code in codes]
+    where = f"\nfindings:\n{_describe(findings)}\nraised: {raised!r}"
+    # PyTorch's own in-place errors come out of watch() as InplaceError naming the culprits.
+    assert raised is None or isinstance(raised, ipd.InplaceError), where
+    assert {(f.code, _where(f.mutation, path)) for f in ours} == marked[""], where
+    for role, site_of in (("saved", lambda f: f.saved), ("read", lambda f: f.read)):
+        checked = {code for code, _ in marked[role]}
+        reported = {(f.code, _where(site_of(f), path)) for f in ours if f.code in checked}
+        assert reported == marked[role], f"{role} sites differ{where}"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=KNOWN_FALSE_POSITIVES[_id(p)]))
+        if _id(p) in KNOWN_FALSE_POSITIVES
+        else p
+        for p in _fixtures("clean")
+    ],
+    ids=_id,
+)
+def test_clean_fixture_reports_nothing_of_its_rule(path: Path) -> None:
+    code = path.parent.parent.name
+    assert not any(_MARKER.search(t) for t in path.read_text(encoding="utf-8").splitlines()), "markers in a clean file"
+    findings, raised = run_fixture(path)
+    assert raised is None, f"a clean fixture raised: {raised!r}\nfindings:\n{_describe(findings)}"
+    assert [f for f in findings if f.code == code] == [], f"{code} reported on correct code:\n{_describe(findings)}"
+
+
+def test_every_rule_has_flagged_and_clean_fixtures_or_is_skipped() -> None:
+    folders = {p.name for p in HERE.glob("IPD*") if p.is_dir()}
+    assert folders <= set(ipd.RULES), f"fixture folders for unknown rules: {sorted(folders - set(ipd.RULES))}"
+    assert set(SKIPPED) <= set(ipd.RULES), f"SKIPPED names unknown rules: {sorted(set(SKIPPED) - set(ipd.RULES))}"
+    readme = (HERE / "README.md").read_text(encoding="utf-8")
+    missing = []
+    for code in sorted(ipd.RULES):
+        if code in SKIPPED:
+            assert SKIPPED[code].strip(), f"{code} is skipped without a reason"
+            assert code in readme, f"{code} is skipped but tests/rules/README.md does not say so"
+            assert code not in folders, f"{code} is skipped but has fixtures: remove it from SKIPPED"
+            continue
+        for kind in _KINDS:
+            if not list((HERE / code / kind).glob("*.py")):
+                missing.append(f"{code}/{kind}")
+    assert not missing, f"rules without fixtures (add them, or add the rule to SKIPPED with a reason): {missing}"
+
+
+def test_markers_are_parsed() -> None:
+    """The marker grammar itself, so a typo in the regex cannot silently mark nothing."""
+    sample = HERE / "IPD101" / "flagged" / "sigmoid_then_mul.py"
+    found = markers(sample)
+    assert {code for code, _ in found[""]} == {"IPD101"} and len(found[""]) == 1
+    assert {code for code, _ in found["saved"]} == {"IPD101"} and found["read"] == set()
+    assert found[""] == {("IPD101", line_of(sample, "s.mul_(2)"))}
+    assert found["saved"] == {("IPD101", line_of(sample, "s = torch.sigmoid(x)"))}
