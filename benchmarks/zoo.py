@@ -226,7 +226,7 @@ def render(results: dict[tuple[str, str], dict[str, Any]]) -> str:
         "(taken round-robin, at most 30 M parameters each).",
         "",
         "No model has a finding, so there is no non-clean row to explain. That is a result about these models,"
-        " not a blind spot: each rule's tests make it fire on its fixtures (`tests/test_rules*.py`)." if not flagged
+        " not a blind spot: each rule's tests make it fire on its fixtures (`tests/rules/`)." if not flagged
         else f"{len(flagged)} model(s) have findings (their rows give the codes); explain each here by hand.",
         "",
         "| source | model | input | findings | cost | status |",

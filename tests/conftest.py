@@ -2,6 +2,8 @@
 
 - `line_of(path_or_source, needle)`: a plain function, `from conftest import line_of`
   (pytest's default "prepend" import mode puts tests/ on sys.path for this file).
+- `marker_line(path, name)`: the one line of a test file ending with the marker comment
+  `# <name>` (exactly one), so assertions survive edits.
 - `in_fresh_thread(fn, *args)`: call `fn` where no frame of the test or of pytest is
   below it, as a script or the console command runs.
 - `--regen-golden`: rewrite the golden files under tests/render/golden/ instead of
@@ -28,6 +30,13 @@ def _text_of(path_or_source: str | os.PathLike[str]) -> str:
     if "\n" not in path_or_source and os.path.isfile(path_or_source):
         return Path(path_or_source).read_text(encoding="utf-8")
     return path_or_source
+
+
+def marker_line(path: str | os.PathLike[str], marker: str) -> int:
+    """The 1-based line of `path` that ends with the comment `# <marker>`; there must be exactly one."""
+    hits = [i + 1 for i, text in enumerate(Path(path).read_text().splitlines()) if text.rstrip().endswith(f"# <{marker}>")]
+    assert len(hits) == 1, f"marker {marker!r} found {len(hits)} times in {path}"
+    return hits[0]
 
 
 def line_of(path_or_source: str | os.PathLike[str], needle: str) -> int:

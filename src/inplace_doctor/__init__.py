@@ -1,3 +1,4 @@
+# isort: skip_file
 """inplace-doctor: find the in-place operations that break autograd, and name both culprits.
 
     import inplace_doctor as ipd

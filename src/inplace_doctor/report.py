@@ -8,6 +8,7 @@ from typing import Any
 from ._compat import TORCH_VERSION
 from .findings import Finding, Severity
 from .printing import Printable
+from .sites import ROOT_LABEL
 
 SCHEMA_VERSION = 1
 
@@ -23,7 +24,7 @@ class Report(Printable):
     notes: list[str] = field(default_factory=list)
     stats: dict[str, int] = field(default_factory=dict)
     command: str = "audit"
-    root_label: str = "model"
+    root_label: str = ROOT_LABEL
     rank: int | None = None  # torch.distributed rank of the process that ran it
     stack: int = 2  # frames shown per site in text: the innermost and its caller in other code; more with --stack
 

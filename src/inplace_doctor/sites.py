@@ -82,6 +82,14 @@ class Site:
         }
 
 
+ROOT_LABEL = "model"  # what reports call the audited model: `model.layer1.0.relu`
+
+
+def module_path(path: str, root_label: str = ROOT_LABEL) -> str:
+    """`layer1.0` -> `model.layer1.0`; the root module itself (path "") is `model`."""
+    return f"{root_label}.{path}" if path else root_label
+
+
 def module_ref(site: Site, root_label: str) -> str | None:
     """The module as the user would write it: `model.layer1.0.relu`."""
     if site.module is None:

@@ -8,8 +8,17 @@ import sys
 from typing import TYPE_CHECKING
 
 from .args import (
-    add_config, add_fail_on, add_format, add_html, add_model, add_output, add_rule_selection, add_seed, add_stack,
-    findings_exit, rule_config,
+    add_config,
+    add_fail_on,
+    add_format,
+    add_html,
+    add_model,
+    add_output,
+    add_rule_selection,
+    add_seed,
+    add_stack,
+    findings_exit,
+    rule_config,
 )
 from .model import apply_config_option, build_model
 from .output import write_report

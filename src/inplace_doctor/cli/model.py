@@ -14,7 +14,6 @@ from typing import Any, Sequence
 
 from .errors import CliUsageError, FactoryError
 
-
 _DTYPES = {
     "float32": "float32", "float": "float32", "f32": "float32",
     "float64": "float64", "double": "float64", "f64": "float64",

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import difflib
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from ..errors import UsageError
 from ..findings import Severity

@@ -7,16 +7,16 @@ from typing import Any, Callable, Iterable, Literal, Mapping
 
 import torch
 
-from ..rules.dispatch import Analyzer
-from ..errors import InplaceError, ModelError, UsageError
+from ..errors import InplaceError, ModelError, UnsupportedModuleError, UsageError
 from ..findings import Finding, Severity
-from ..errors import UnsupportedModuleError
-from ..trace.modules import refuse_opaque, unique_label, variable_name
-from .preserve import Preserved, labelled_tensors, private_inputs, tensors_in
-from .training import default_loss
 from ..report import Report
 from ..rules import select_rules
+from ..rules.dispatch import Analyzer
+from ..sites import ROOT_LABEL
+from ..trace.modules import refuse_opaque, unique_label, variable_name
 from ..trace.tracer import Tracer
+from .preserve import Preserved, labelled_tensors, private_inputs, tensors_in
+from .training import default_loss
 
 Selection = Iterable[str] | str | None
 
@@ -67,7 +67,7 @@ def audit(
     named = list(model.named_modules())  # one walk of the tree, shared below
     modules = [m for _, m in named]
     _refuse_lazy(model, modules)
-    root_label, prefix = "model", ""
+    root_label, prefix = ROOT_LABEL, ""
     if names:
         labels = {id(m): label for label, m in names.items() if isinstance(m, torch.nn.Module)}
         root_label, prefix = "", labels.get(id(model), "model")
@@ -248,13 +248,14 @@ class watch:
             label = unique_label(label, taken)
             taken.add(label)
             roots.append((label, m))
-        root_label = "model" if len(models) == 1 and not named_models else ""
+        root_label = ROOT_LABEL if len(models) == 1 and not named_models else ""
         if len(named_models) == 1 and not models:
             root_label = next(iter(named_models))
         self._analyzer = Analyzer(
             select_rules(select, ignore), root_label=root_label, fail_fast=fail_fast, per_module_ignores=per_module_ignores
         )
         self._tracer = Tracer(self._analyzer, fail_fast=fail_fast)
+        self._tracer.modules.root_label = root_label
         for label, m in roots:
             try:
                 refuse_opaque(m, "the model")

@@ -8,7 +8,7 @@
 Each finding gathered keeps its rank in `finding.details["rank"]`; the same
 finding raised on several ranks is listed once with `details["ranks"]`.
 DDP's own machinery (bucket views, `broadcast_` into buffers, `copy_` of
-parameters) is not misreported: tests/test_idioms.py runs a 2-process gloo job.
+parameters) is not misreported: tests/real_code/test_idioms.py runs a 2-process gloo job.
 """
 
 from __future__ import annotations

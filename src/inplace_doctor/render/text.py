@@ -12,7 +12,7 @@ from rich.text import Text
 from ..findings import Finding, Severity
 from ..printing import renders_html, renders_text
 from ..report import Report
-from ..sites import Site, caller_frame, describe_site, source_line
+from ..sites import ROOT_LABEL, Site, caller_frame, describe_site, source_line
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold blue"}
 
@@ -47,7 +47,7 @@ def _site_line(
     return lines
 
 
-def finding_lines(f: Finding, root_label: str = "model", stack: int = 2) -> list[tuple[str, str]]:
+def finding_lines(f: Finding, root_label: str = ROOT_LABEL, stack: int = 2) -> list[tuple[str, str]]:
     """(text, style) lines for one finding."""
     raised_at_op = f.saved is None and f.read is None
     confirmed = "  [PyTorch raised]" if raised_at_op else "  [confirmed by backward]"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from typing import Any
 
 from ..events import CallerInputWritten, HeldTensorOverwritten, HeldTensorUsed
@@ -124,13 +126,14 @@ def held_tensor_overwritten(event: HeldTensorUsed | HeldTensorOverwritten, ctx: 
             f"`{held}` is an alias of the live tensor, not a copy: if it is meant as a snapshot, loading, saving "
             "or comparing it later uses the new values."
         )
+    owner = _state_dict_owner(overwritten.handed_out.code)
     return make_finding(
         "IPD107",
         what=what,
         why=why,
         fix=(
-            f"take a real snapshot at {handed_out}: `copy.deepcopy(model.state_dict())` or "
-            "`{k: v.detach().clone() for k, v in model.state_dict().items()}`"
+            f"take a real snapshot at {handed_out}: `copy.deepcopy({owner}.state_dict())` or "
+            f"`{{k: v.detach().clone() for k, v in {owner}.state_dict().items()}}`"
         ),
         mutation=write.site,
         read=used.use if used is not None else None,
@@ -138,3 +141,13 @@ def held_tensor_overwritten(event: HeldTensorUsed | HeldTensorOverwritten, ctx: 
         held=held,
         handed_out=handed_out,
     )
+
+
+_STATE_DICT_CALL = re.compile(r"([A-Za-z_][\w.]*(?:\[[^\]]*\])*)\.state_dict\(\)")
+
+
+def _state_dict_owner(code: str | None) -> str:
+    """The expression whose `state_dict()` the handing-out line called (`D`, `self.net`), for the fix
+    the user pastes there; `model` when the line does not show one."""
+    found = _STATE_DICT_CALL.search(code or "")
+    return found.group(1) if found else "model"

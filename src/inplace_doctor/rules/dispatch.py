@@ -31,9 +31,9 @@ from ..events import (
     StaleSavedTensorUsed,
 )
 from ..findings import Finding, Severity
+from ..sites import Site, source_line
 from . import Rule
 from .phrasing import place_of
-from ..sites import Site, source_line
 from .suppress import is_suppressed
 
 _REMEMBERED_OVERWRITES = 4096

@@ -21,6 +21,7 @@ from typing import Iterable, Mapping, Sequence
 
 from ..errors import UsageError
 from ..findings import Finding
+from ..sites import module_path
 from .registry import RULES, unknown_rule_message
 
 _COMMENT = re.compile(r"#\s*inplace-doctor:\s*ignore(?:\[([^\]]*)\])?", re.IGNORECASE)
@@ -89,7 +90,7 @@ def is_suppressed(finding: Finding, per_module: Mapping[str, Sequence[str]] | No
         return True
     if per_module and finding.mutation.module is not None:
         path = finding.mutation.module
-        names = (path, f"model.{path}" if path else "model")  # as written, or as reports print it
+        names = (path, module_path(path))  # as written, or as reports print it
         for pattern, ignored in per_module.items():
             if any(fnmatch.fnmatchcase(n, pattern) for n in names) and _matches(code, ignored):
                 return True

@@ -21,10 +21,10 @@ from typing import Any
 import torch
 
 from ..events import HeldTensorUsed
+from ..sites import Site
 from .modules import ModulePaths
 from .ops import op_name
 from .owner import TraceOwner
-from ..sites import Site
 from .stacks import capture_frames, make_site
 from .storage import storage_key, storage_span
 

@@ -33,8 +33,8 @@ from torch.overrides import TorchFunctionMode
 
 from .. import _compat
 from ..events import OriginalValueRead, WriteInfo
-from .ops import op_name
 from .modules import ModuleContext, ModulePaths
+from .ops import op_name
 from .owner import TraceOwner
 from .stacks import MAX_STACK, capture_frames, capture_stack, is_user_file, make_site, resolve_stack
 

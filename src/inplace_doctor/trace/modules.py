@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from ..errors import UnsupportedModuleError
+from ..sites import ROOT_LABEL, module_path
 from .storage import storage_key
 
 ModuleContext = tuple[str, int, str, "bool | None"]  # path, call index, class, inplace flag
@@ -44,6 +45,10 @@ class ModulePaths:
         # id(module) -> (weakref to it, dotted path, class name); the weakref
         # tells a live module from a dead one whose id was reused.
         self._known: dict[int, tuple[Any, str, str]] = {}
+        #: What reports call the root added without a prefix (`model`; a `watch(policy=net)` sets
+        #: `policy`): `path_of` names that root's modules under it, and every other one by its path.
+        self.root_label = ROOT_LABEL
+        self._under_root: set[int] = set()  # ids of the modules added by `add_root` without a prefix
         self._calls: dict[int, int] = {}
         self._stack: list[tuple[torch.nn.Module, ModuleContext]] = []
         #: The innermost running module's context (None outside any module); an
@@ -66,6 +71,10 @@ class ModulePaths:
             if self._lookup(sub) is None:
                 path = f"{prefix}.{name}" if prefix and name else (prefix or name)
                 self._known[id(sub)] = (weakref.ref(sub), path, type(sub).__name__)
+                if prefix:
+                    self._under_root.discard(id(sub))  # the id of a dead root module, reused
+                else:
+                    self._under_root.add(id(sub))
         self._state_names = None
 
     def buffer_ids(self) -> set[int]:
@@ -140,11 +149,14 @@ class ModulePaths:
         return None
 
     def path_of(self, module: torch.nn.Module) -> str:
-        """`model`, `model.layer1` for a known root; the class name for a module never seen."""
+        """As the user writes it: `model`, `model.layer1` under the unnamed root; `D.0` under a root
+        named `D` or for a module learned from the user's variable; the class for one never seen."""
         entry = self._lookup(module)
         if entry is None:
             return type(module).__name__
-        return f"model.{entry[1]}" if entry[1] else "model"
+        if id(module) in self._under_root and self.root_label:
+            return module_path(entry[1], self.root_label)
+        return entry[1] or type(module).__name__
 
     def _lookup(self, module: torch.nn.Module) -> tuple[Any, str, str] | None:
         entry = self._known.get(id(module))

@@ -15,7 +15,6 @@ import torch
 from .. import _compat
 from ..sites import Frame, Phase, Site, source_line
 
-
 # inplace_doctor's own files are never the user's line (its bundled examples are).
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,6 +41,7 @@ TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "")  # torch's own fil
 _USER_DIRS = tuple(
     os.path.join(d, "examples", "") for d in (PACKAGE_DIR, os.path.realpath(PACKAGE_DIR))
 )
+_TORCH_MODULES_DIR = os.path.join(torch.nn.modules.__path__[0], "")
 _is_user_file_cache: dict[str, bool] = {}
 # Torch frames that only forward a call (module __call__, decorators): not the API the user called.
 _WRAPPER_NAMES = frozenset({"_wrapped_call_impl", "_call_impl", "_fn", "wrapper", "decorate_context"})
@@ -69,6 +69,19 @@ def is_user_file(filename: str) -> bool:
         )
         _is_user_file_cache[filename] = known
     return known
+
+
+def called_by_a_torch_module(frame: FrameType | None) -> bool:
+    """Whether the first frame outside torch's functional machinery is a torch.nn module's code:
+    an `inplace=True` call a module's flag controls, rather than one the user wrote."""
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename.startswith(_TORCH_MODULES_DIR):
+            return True
+        if not filename.startswith(TORCH_DIR):
+            return False
+        frame = frame.f_back
+    return False
 
 
 def _is_api_name(qualname: str) -> bool:

@@ -14,7 +14,14 @@ from typing import Any, Callable
 import torch
 
 from .. import _compat
-from ..events import CallerInputWritten, Event, HeldTensorOverwritten, SavedTensorOverwritten, SideEffectRepeated, WriteInfo
+from ..events import (
+    CallerInputWritten,
+    Event,
+    HeldTensorOverwritten,
+    SavedTensorOverwritten,
+    SideEffectRepeated,
+    WriteInfo,
+)
 from .aliases import HeldTensors
 from .modules import ModulePaths
 from .ops import op_name, writes_bytes

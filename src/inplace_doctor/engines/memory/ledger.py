@@ -24,8 +24,9 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from ..._compat import TorchDispatchMode, current_autograd_node
-from ...trace.stacks import make_site
+from ...sites import module_path as _module_path
 from ...trace.saved import SavedPlace
+from ...trace.stacks import make_site
 from ...trace.tracer import Tracer
 from ..training import StepPhase
 from .result import Category, Holding
@@ -174,7 +175,7 @@ class Ledger(TorchDispatchMode):
         if self.tracer is not None:
             ctx = self.tracer.modules.current
             if ctx is not None:
-                return f"model.{ctx[0]}" if ctx[0] else "model"
+                return _module_path(ctx[0])
         return None
 
     # -- breakdowns --------------------------------------------------------
@@ -229,7 +230,7 @@ def breakdown(rows: list[Row]) -> tuple[dict[str, int], list[Holding]]:
             site = make_site(place.op or "", frames, api, module, "backward" if place.in_backward else "forward")
             module_path = None
             if module is not None:
-                module_path = f"model.{module[0]}" if module[0] else "model"
+                module_path = _module_path(module[0])
             key = (cat, label, module_path, site.location if site.file else None)
         else:
             cat = Category.TEMPORARIES

@@ -21,10 +21,10 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import os
-import tomllib
 import warnings
 from typing import Any, Mapping
 
+import tomllib
 import torch
 
 from ...errors import UsageError

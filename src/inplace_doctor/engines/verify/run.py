@@ -11,19 +11,16 @@ RNG stream, so two runs can advance in turns.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any, Iterator, Mapping
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ...trace.stacks import TORCH_DIR, capture_frames
+from ...trace.stacks import called_by_a_torch_module, capture_frames
 from ..preserve import RngState, labelled_tensors, map_tensors, tensors_in
 from ..training import LossFn, StepPhase, ZeroGrad, compute_loss, copy_for_training, step_phases
 from .result import InplaceSite
-
-_TORCH_MODULES_DIR = os.path.join(torch.nn.modules.__path__[0], "")
 
 Stage = list[tuple[str, torch.Tensor]]
 
@@ -40,7 +37,7 @@ class FunctionalInplace(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if kwargs.get("inplace") is True:
-            if not _called_by_a_torch_module(sys._getframe(1)):  # module flags are switched on the module
+            if not called_by_a_torch_module(sys._getframe(1)):  # module flags are switched on the module
                 frames, _ = capture_frames()
                 where = f"{frames[-1][0]}:{frames[-1][1]}" if frames else "<unknown>"
                 if where not in self.seen:
@@ -48,18 +45,6 @@ class FunctionalInplace(TorchFunctionMode):
                 if self.off is None or where in self.off:
                     kwargs = {**kwargs, "inplace": False}
         return func(*args, **kwargs)
-
-
-def _called_by_a_torch_module(frame: Any) -> bool:
-    """Whether the first frame outside torch's functional machinery is a torch.nn module's code."""
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if filename.startswith(_TORCH_MODULES_DIR):
-            return True
-        if not filename.startswith(TORCH_DIR):
-            return False
-        frame = frame.f_back
-    return False
 
 
 def module_sites(model: torch.nn.Module, flags: Mapping[str, bool] | None = None) -> list[InplaceSite]:

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "memory.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "memory.py"
 
 
 def test_memory_benchmark_prints_a_verified_row_per_model_in_the_order_asked() -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import inspect
 
 import torch
 from torch import nn
 
 import inplace_doctor as ipd
+from conftest import marker_line
 
 
 class Gate(nn.Module):
@@ -34,9 +34,7 @@ class Body(nn.Module):
 
 
 def line_of(tag: str) -> int:
-    lines = inspect.getsource(inspect.getmodule(line_of)).splitlines()
-    (line,) = [i for i, text in enumerate(lines, 1) if text.rstrip().endswith(f"# <{tag}>")]
-    return line
+    return marker_line(__file__, tag)
 
 
 def flag_finding(model: nn.Module) -> ipd.Finding:

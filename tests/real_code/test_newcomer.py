@@ -2,7 +2,7 @@
 the tool, make the edit its fix names, run it again.
 
 The other two first tasks (audit a torchvision model, write an inplace.toml) are console examples
-in docs/guide.md, run as written by tests/test_docs.py.
+in docs/guide.md, run as written by tests/docs/test_docs.py.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIX = re.compile(r"fix: write into a copy \(`(?P<stmt>[^`]+)` before `(?P<before>[^`]+)`\).* at (?P<file>\S+):(?P<line>\d+)")
 
 

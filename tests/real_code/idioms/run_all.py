@@ -1,7 +1,7 @@
 """Run idiom scripts of this folder one after the other, each as `__main__` (as `python
 <script>.py` would), in one interpreter so that torch is imported once.
 
-    python -m inplace_doctor run tests/idioms/run_all.py [NAME ...]
+    python -m inplace_doctor run tests/real_code/idioms/run_all.py [NAME ...]
 
 Each script's start is announced on stdout as `== NAME`.
 """

@@ -19,7 +19,7 @@ from torch.distributed._tools.mem_tracker import MemTracker
 import inplace_doctor as ipd
 from inplace_doctor.engines.training import training_step
 
-from _markers import marker_line
+from conftest import marker_line
 
 
 def _encoder() -> nn.Module:

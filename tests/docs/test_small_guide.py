@@ -14,7 +14,7 @@ from torch import nn
 import inplace_doctor as ipd
 from inplace_doctor.cli.main import CliUsageError, build_model
 
-GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guide.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide.md"
 
 
 def _gan_faq() -> tuple[str, str]:

@@ -10,7 +10,7 @@ from inplace_doctor.cli.main import main as cli_main
 from inplace_doctor.myths import FOLDER, experiments
 
 # tools/myths.py (writes and checks docs/myths.md) is a checkout tool, not in the wheel: loaded by its path.
-_spec = importlib.util.spec_from_file_location("tools_myths", Path(__file__).resolve().parents[1] / "tools" / "myths.py")
+_spec = importlib.util.spec_from_file_location("tools_myths", Path(__file__).resolve().parents[2] / "tools" / "myths.py")
 tools_myths = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 _spec.loader.exec_module(tools_myths)  # type: ignore[union-attr]
 

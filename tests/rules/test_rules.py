@@ -15,7 +15,7 @@ from torch import nn
 
 import inplace_doctor as ipd
 
-from _markers import marker_line
+from conftest import marker_line
 
 
 

