@@ -13,6 +13,7 @@ from .ops import _op_facts, op_facts, restores_version_bump, written_tensors
 from .owner import Busy
 from .pytorch_errors import RaisedErrors
 from .saved import SavedTensors
+from .storage import storage_span
 from .writes import WriteRecorder
 
 
@@ -70,10 +71,27 @@ class TracingMode(_compat.TorchDispatchMode):
         if batch_norm and _compat.current_autograd_node() is not None:
             writes.batch_norm_in_backward(func, args, kwargs)
         if written:
-            writes.record(func, written)
+            writes.record(func, written, func is _COPY and copies_onto_itself(args))
             if restores_version_bump(func):
                 torch.autograd.graph.increment_version([t for t in written if not t.is_inference()])
         return out
+
+
+_COPY = torch.ops.aten.copy_.default
+
+
+def copies_onto_itself(args: Any) -> bool:
+    """`dst.copy_(src)` where src is dst's own memory, element for element: the values stay."""
+    if len(args) < 2 or not isinstance(args[1], torch.Tensor):
+        return False
+    dst, src = args[0], args[1]
+    return (
+        dst.dtype == src.dtype
+        and dst.shape == src.shape
+        and dst.stride() == src.stride()
+        and storage_span(dst) == storage_span(src)
+        and storage_span(dst) is not None
+    )
 
 
 def disable_dynamo_directly() -> None:

@@ -88,14 +88,16 @@ class WriteRecorder:
             for t in written:
                 self.before_write(t)
 
-    def record(self, func: Any, written: list[torch.Tensor]) -> None:
+    def record(self, func: Any, written: list[torch.Tensor], values_unchanged: bool = False) -> None:
+        """`values_unchanged`: the op copied a tensor onto its own memory (`load_state_dict` loading a
+        `state_dict()` alias back): the version still moves, but no held alias now holds other values."""
         self.writes += 1
         if in_ddp_state_sync():  # DDP's deliberate, version-preserving sync: not the user's write
             return
         for t in written:
-            self._record_written_tensor(func, t)
+            self._record_written_tensor(func, t, values_unchanged)
 
-    def _record_written_tensor(self, func: Any, t: torch.Tensor) -> None:
+    def _record_written_tensor(self, func: Any, t: torch.Tensor, values_unchanged: bool = False) -> None:
         span = storage_span(t)
         if span is None:
             return
@@ -109,7 +111,7 @@ class WriteRecorder:
             self._state_written_again(func, t, span)
         argument = self._caller_argument(span) if self._inputs else None
         held = []
-        if self._held.by_storage and writes_bytes(func):
+        if self._held.by_storage and writes_bytes(func) and not values_unchanged:
             held = self._held.overwritten_by(span, t)
         candidates = self._saved.versions_on(span[0])
         if not candidates and argument is None and not held:
