@@ -10,7 +10,7 @@ between subcommands, the caller passes it.
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Sequence
 
 from .errors import EXIT_FINDINGS, EXIT_OK, CliUsageError
 
@@ -38,11 +38,41 @@ def add_model(parser: argparse.ArgumentParser, eval_help: str = "eval mode (defa
 
 
 def add_seed(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seed", type=int, default=0, help="seed for weights and random inputs (default 0)")
+    parser.add_argument("--seed", type=seed_value, default=0, help="seed for weights and random inputs (default 0)")
+
+
+# What `torch.manual_seed` accepts: a signed or unsigned 64-bit integer.
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
+
+
+def seed_value(text: str) -> int:
+    """`--seed N`: a whole number torch.manual_seed accepts (-2**63 to 2**64-1)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if not SEED_MIN <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(
+            f"--seed {text} is out of range; choose a whole number from {SEED_MIN} to {SEED_MAX}, e.g. 0"
+        )
+    return value
 
 
 def add_format(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--format", default="text", help=help)
+
+
+def listing(names: Sequence[str], first_note: str = "") -> str:
+    """("text", "json", "sarif") -> "text, json or sarif"; `first_note` follows the first name."""
+    words = [f"{names[0]}{first_note}", *names[1:]]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def report_formats(first_note: str = "") -> str:
+    """The `--format` names of a report, from the renderers `--format` looks up (`render.FORMATS`)."""
+    from ..render import FORMATS
+
+    return listing(list(FORMATS), first_note)
 
 
 def add_output(parser: argparse.ArgumentParser, help: str) -> None:
@@ -84,9 +114,20 @@ def stack_depth(text: str) -> int:
     return value
 
 
-def codes(values: list[str]) -> list[str] | None:
-    """`--select A,B --select C` -> ["A", "B", "C"]; None when none was given."""
-    out = [c for v in values for c in v.split(",") if c.strip()]
+def codes(values: list[str], option: str = "--select") -> list[str] | None:
+    """`--select A,B --select C` -> ["A", "B", "C"]; None when none was given. A value naming no
+    code at all (`--select ""`) is a usage error listing the valid codes."""
+    out = []
+    for v in values:
+        found = [c for c in v.split(",") if c.strip()]
+        if not found:
+            from ..rules import RULES
+
+            raise CliUsageError(
+                f"{option} {v!r} names no rule code; give codes or prefixes, e.g. {option} IPD101 "
+                f"(known rules: {', '.join(sorted(RULES))})"
+            )
+        out.extend(found)
     return out or None
 
 
@@ -96,7 +137,7 @@ def rule_config(ns: argparse.Namespace) -> "ProjectConfig":
     from ..rules import select_rules
     from .project import load_project_config, merged
 
-    config = merged(load_project_config(), codes(ns.select), codes(ns.ignore), ns.fail_on)
+    config = merged(load_project_config(), codes(ns.select, "--select"), codes(ns.ignore, "--ignore"), ns.fail_on)
     select_rules(config.select, config.ignore)
     return config
 

@@ -18,10 +18,11 @@ from .args import (
     add_seed,
     add_stack,
     findings_exit,
+    report_formats,
     rule_config,
 )
 from .model import apply_config_option, build_model
-from .output import write_report
+from .output import check_writable, write_report, writing
 
 if TYPE_CHECKING:
     from .args import Subcommands
@@ -31,7 +32,7 @@ def add_parser(sub: "Subcommands") -> None:
     audit = sub.add_parser("audit", help="audit a model in one instrumented forward + backward")
     add_model(audit, eval_help="audit in eval mode (default: train mode)")
     audit.add_argument("--no-backward", action="store_true", help="run forward only")
-    add_format(audit, "text, json or sarif")
+    add_format(audit, report_formats())
     add_output(audit, "write the report to FILE instead of stdout")
     add_rule_selection(audit, "only these rule codes or prefixes (comma-separated)",
                        "skip these rule codes or prefixes (comma-separated)")
@@ -49,6 +50,7 @@ def command(ns: argparse.Namespace) -> int:
 
     renderer = get_renderer(ns.format)
     config = rule_config(ns)  # validates codes before running anything
+    check_writable(ns.output, ns.html)  # a missing folder fails now, not after the audit
     model, args, kwargs = build_model(ns.spec, ns.input, ns.seed)
     apply_config_option(model, ns.config)
     model.train(not ns.eval)
@@ -63,5 +65,6 @@ def command(ns: argparse.Namespace) -> int:
     if ns.html:
         from ..render.html import write_html
 
-        write_html(ns.html, f"inplace-doctor audit: {ns.spec}", report=report)
+        with writing(ns.html):
+            write_html(ns.html, f"inplace-doctor audit: {ns.spec}", report=report)
     return findings_exit(config, report)

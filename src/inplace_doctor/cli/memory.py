@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from .errors import EXIT_FINDINGS, EXIT_OK
-from .output import print_result
+from .output import print_result, writing
 from .training import add_training_parser, progress, training_setup, write_png
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ def command(ns: argparse.Namespace) -> int:
     report.target = ns.spec
     print_result(ns, report)
     if ns.html:
-        write_html(ns.html, f"inplace-doctor memory: {ns.spec}", memory=[("as shipped", report)])
+        with writing(ns.html):
+            write_html(ns.html, f"inplace-doctor memory: {ns.spec}", memory=[("as shipped", report)])
     write_png(ns.png, [("as shipped", report)])
     return EXIT_OK

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import math
 import pkgutil
 import re
 import sys
@@ -27,8 +28,12 @@ _SHAPE = re.compile(r"^\d+(x\d+)*$")
 
 def parse_input(spec: str) -> tuple[tuple[int, ...], str]:
     """`2x3x224x224` -> ((2, 3, 224, 224), "float32"); `2x16:int64` -> ((2, 16), "int64")."""
-    shape_text, _, dtype_text = spec.strip().partition(":")
+    shape_text, colon, dtype_text = spec.strip().partition(":")
     shape_text = shape_text.replace("×", "x").replace(",", "x").lower()
+    if colon and not dtype_text.strip():
+        raise CliUsageError(
+            f"input {spec!r} has nothing after ':': write SHAPE or SHAPE:DTYPE, e.g. 2x16 or 2x16:int64"
+        )
     if not _SHAPE.match(shape_text):
         raise CliUsageError(
             f"cannot parse input shape {spec!r}: write dimensions joined by 'x', e.g. 2x3x224x224 "
@@ -50,12 +55,21 @@ def make_inputs(specs: Sequence[str], seed: int) -> tuple[Any, ...]:
     for spec in specs:
         shape, dtype_name = parse_input(spec)
         dtype = getattr(torch, dtype_name)
-        if dtype.is_floating_point:
-            out.append(torch.randn(shape, generator=generator).to(dtype))
-        elif dtype == torch.bool:
-            out.append(torch.randint(0, 2, shape, generator=generator).bool())
-        else:
-            out.append(torch.randint(0, 2, shape, generator=generator, dtype=dtype))
+        try:
+            if dtype.is_floating_point:
+                out.append(torch.randn(shape, generator=generator).to(dtype))
+            elif dtype == torch.bool:
+                out.append(torch.randint(0, 2, shape, generator=generator).bool())
+            else:
+                out.append(torch.randint(0, 2, shape, generator=generator, dtype=dtype))
+        except (RuntimeError, MemoryError, OverflowError, TypeError, ValueError):
+            # too large to allocate, or a dimension beyond what torch can index: one line, not a traceback
+            elements = math.prod(shape)
+            size = elements * dtype.itemsize
+            raise CliUsageError(
+                f"cannot make input {spec!r}: {elements} {dtype_name} elements ({size} bytes) could not be "
+                "allocated; give a smaller shape, e.g. 2x3x224x224"
+            ) from None
     return tuple(out)
 
 

@@ -41,6 +41,7 @@ def command(ns: argparse.Namespace) -> int:
         if ns.format == "text":
             print(f"wrote {ns.write}")
     if ns.html:
-        write_html(ns.html, f"inplace-doctor optimize: {ns.spec}", plan=plan)
+        with writing(ns.html):
+            write_html(ns.html, f"inplace-doctor optimize: {ns.spec}", plan=plan)
     write_png(ns.png, plan.memory_series())
     return EXIT_OK if bool(plan.verified) else EXIT_FINDINGS

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from typing import Any, Callable, Iterator, TextIO
 
@@ -17,6 +18,20 @@ def writing(path: str) -> Iterator[None]:
         yield
     except OSError as e:
         raise CliUsageError(f"cannot write {path!r}: {e.strerror}") from None
+
+
+def check_writable(*paths: str | None) -> None:
+    """Before any work starts: each given path's folder exists and the path is not itself a folder;
+    else the usage error `cannot write 'PATH': why` that writing it would end in."""
+    for path in paths:
+        if not path:
+            continue
+        folder = os.path.dirname(path) or "."
+        if os.path.isdir(path):
+            raise CliUsageError(f"cannot write {path!r}: it is a folder; name a file in it, e.g. {os.path.join(path, 'report')!r}")
+        if not os.path.isdir(folder):
+            why = "is not a folder" if os.path.exists(folder) else "does not exist"
+            raise CliUsageError(f"cannot write {path!r}: the folder {folder!r} {why}; create it or name a file in an existing folder")
 
 
 def write_report(path: str, renderer: Callable[[Any, TextIO], None], report: Any) -> None:

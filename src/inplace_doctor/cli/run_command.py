@@ -8,9 +8,18 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from .args import add_fail_on, add_format, add_output, add_rule_selection, add_stack, findings_exit, rule_config
+from .args import (
+    add_fail_on,
+    add_format,
+    add_output,
+    add_rule_selection,
+    add_stack,
+    findings_exit,
+    report_formats,
+    rule_config,
+)
 from .errors import CliUsageError
-from .output import write_report
+from .output import check_writable, write_report
 
 if TYPE_CHECKING:
     from .args import Subcommands
@@ -34,7 +43,7 @@ def add_parser(sub: "Subcommands") -> None:
     )
     add_rule_selection(runner, "only these rule codes or prefixes", "skip these rule codes or prefixes")
     add_fail_on(runner, "error, warning (default), info or never")
-    add_format(runner, "report format: text (default), json or sarif")
+    add_format(runner, f"report format: {report_formats(' (default)')}")
     add_output(runner, "write the report to FILE (default: stderr); the terminal then shows only the script's "
                        "own output")
     add_stack(runner)
@@ -83,6 +92,7 @@ def command(ns: argparse.Namespace) -> int:
     if ns.steps is not None and ns.steps < 1:
         raise CliUsageError(f"--steps must be at least 1, got {ns.steps}")
     config = rule_config(ns)  # unknown codes fail before the script runs
+    check_writable(ns.output)  # a missing folder fails before the script runs, not after it
     status, report, stats = run_script(
         target, args, module=module, fail_fast=ns.fail_fast, steps=ns.steps, select=config.select,
         ignore=config.ignore, per_module_ignores=config.per_module_ignores,

@@ -44,6 +44,7 @@ from typing import Any, TextIO
 from ..api import watch
 from ..errors import InplaceError
 from ..report import Report
+from .errors import CliUsageError
 from .steps import RunStats, StepCounter
 from .tracebacks import print_script_error
 
@@ -73,6 +74,7 @@ def run_script(
     sys.argv = [target, *args]
     sys.path.insert(0, os.getcwd() if module else os.path.dirname(os.path.abspath(target)))
     counter = StepCounter(session, steps, stats)
+    missing: BaseException | None = None
     session.__enter__()
     try:
         with counter:
@@ -89,6 +91,9 @@ def run_script(
                 print_script_error(e, err)
                 stats.diagnosis = _diagnosis(e)
             except BaseException as exc:
+                if module and _module_missing(exc, target):  # -m names no module: a usage error, after cleanup
+                    missing = exc
+                    raise
                 status = 1
                 print_script_error(exc, err)
                 if counter.active:  # let the session turn a PyTorch in-place error into the diagnosis
@@ -105,8 +110,35 @@ def run_script(
             stats.diagnosis = _diagnosis(e)
         sys.argv = saved_argv
         sys.path.pop(0)
+        if missing is not None:
+            raise _no_module_error(target) from None
     stats.failed_after_window = bool(status) and stats.window_ended and stats.diagnosis is None
     return status, session.report(), stats
+
+
+def _module_missing(exc: BaseException, target: str) -> bool:
+    """Whether `runpy` itself found no module `target` (or no package above it), as opposed to an
+    ImportError raised by the code of a module that exists."""
+    if not isinstance(exc, ImportError) or exc.__traceback__ is None:
+        return False
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb.tb_frame.f_globals.get("__name__") != "runpy":  # raised in the module's own code
+        return False
+    cause = exc.__cause__
+    if cause is None:
+        return str(exc) == f"No module named {target}"
+    name = getattr(cause, "name", None)
+    return isinstance(cause, ModuleNotFoundError) and bool(name) and (target == name or target.startswith(f"{name}."))
+
+
+def _no_module_error(target: str) -> CliUsageError:
+    from .model import _closest_module
+
+    close = _closest_module(target)
+    hint = f"did you mean {close!r}?" if close else "give an importable module (from the folder that holds it), or a path to a .py file"
+    return CliUsageError(f"no module named {target!r} for -m; {hint}")
 
 
 def _diagnosis(error: InplaceError) -> str:

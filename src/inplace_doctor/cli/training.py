@@ -8,14 +8,16 @@ import difflib
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .args import add_format, add_html, add_model, add_seed
+from .args import add_format, add_html, add_model, add_seed, listing
 from .errors import CliUsageError
 from .model import build_model
+from .output import check_writable, writing
 
 if TYPE_CHECKING:
     from .args import Parser, Subcommands
 
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "none")
+FORMATS = ("text", "json")  # what `print_result` writes: --help and the check below both read this
 
 
 def add_training_parser(sub: "Subcommands", name: str, help: str) -> "Parser":
@@ -24,7 +26,7 @@ def add_training_parser(sub: "Subcommands", name: str, help: str) -> "Parser":
     add_model(cmd)
     cmd.add_argument("--optimizer", default="sgd-momentum", help=f"one of {', '.join(OPTIMIZERS)} (default sgd-momentum)")
     cmd.add_argument("--steps", type=int, default=2, help="training steps per measurement; the last is reported (default 2)")
-    add_format(cmd, "text or json")
+    add_format(cmd, listing(FORMATS))
     add_html(cmd)
     cmd.add_argument("--png", metavar="FILE", help="also write the memory timeline as a PNG (needs matplotlib)")
     add_seed(cmd)
@@ -69,9 +71,10 @@ def progress() -> Any:
 
 def training_setup(ns: argparse.Namespace) -> tuple[Any, Any, tuple[Any, ...], dict[str, Any]]:
     """Check the format, then (optimizer factory, model in its mode, args, kwargs)."""
-    if ns.format not in ("text", "json"):
-        raise CliUsageError(f"unknown format {ns.format!r}; choose text or json")
+    if ns.format not in FORMATS:
+        raise CliUsageError(f"unknown format {ns.format!r}; choose {listing(FORMATS)}")
     optimizer = optimizer_factory(ns.optimizer)
+    check_writable(ns.html, ns.png, getattr(ns, "write", None))  # a missing folder fails now, not after the measurement
     model, args, kwargs = build_model(ns.spec, ns.input, ns.seed)
     model.train(not ns.eval)
     return optimizer, model, args, kwargs
@@ -81,5 +84,9 @@ def write_png(path: str | None, series: Any) -> None:
     """`--png FILE`: the memory timeline, or a note on stderr without matplotlib."""
     from ..render.html import write_png as png
 
-    if path and not png(path, series):
+    if not path:
+        return
+    with writing(path):
+        written = png(path, series)
+    if not written:
         print("note: --png needs matplotlib (pip install matplotlib); no PNG written", file=sys.stderr)

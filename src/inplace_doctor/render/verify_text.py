@@ -16,14 +16,21 @@ def verify_to_plain_text(result: VerifyResult) -> str:
         lines += [f"  {f.code} {f.message.splitlines()[0]}" for f in result.findings]
         return "\n".join(lines)
     if result.equivalent:
-        return (
-            f"equivalent: outputs, loss, gradients, buffers and inputs match the out-of-place program "
-            f"({len(result.sites)} in-place sites, {result.runs} runs)"
-        )
-    lines = [f"not equivalent: {result.differences[0]}"]
-    lines += [f"  also {d}" for d in result.differences[1:5]]
-    if result.culprits:
-        lines.append("responsible: " + "; ".join(str(c) for c in result.culprits))
+        lines = [
+            (
+                f"equivalent: outputs, loss, gradients, buffers and inputs match the out-of-place program "
+                f"({len(result.sites)} in-place sites, {result.runs} runs)"
+            )
+        ]
+    else:
+        lines = [f"not equivalent: {result.differences[0]}"]
+        lines += [f"  also {d}" for d in result.differences[1:5]]
+        if result.culprits:
+            lines.append("responsible: " + "; ".join(str(c) for c in result.culprits))
+    notes = result.notes
+    lines += [f"note: {n}" for n in notes[:5]]
+    if len(notes) > 5:
+        lines.append(f"note: and {len(notes) - 5} more tensors with NaN/inf in both runs at the same places")
     return "\n".join(lines)
 
 

@@ -58,7 +58,17 @@ def inplace_changes_result(event: OriginalValueRead, ctx: Any) -> Finding | None
     (``identity = x.clone()``) before the in-place call.
     """
     write, read = event.write, event.read
-    if event.max_difference > 0:
+    if event.max_difference != event.max_difference:  # NaN: the measurement met NaN
+        measured = (
+            "On this input the values involved hold NaN, so how far what it read is from the original could "
+            "not be measured; other inputs will differ."
+        )
+    elif event.max_difference == float("inf"):
+        measured = (
+            "On this input some values it read are NaN or infinite where the original was not, or the reverse "
+            "(or differ from it by more than the dtype can hold); `verify` measures the end result."
+        )
+    elif event.max_difference > 0:
         measured = (
             f"On this input it read values up to {event.max_difference:.6g} away from the original (whether that "
             "reaches the output depends on the ops that follow; `verify` measures the end result)."

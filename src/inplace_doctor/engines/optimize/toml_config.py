@@ -79,8 +79,13 @@ def apply_config(
     header: dict[str, Any] = {}
     if isinstance(config, Mapping):
         table = dict(config)
-    else:
+    elif isinstance(config, (str, os.PathLike)):
         table, header = load_config(config)
+    else:  # an int would be opened as a file descriptor (and closed): refuse anything else by name
+        raise UsageError(
+            f"apply_config needs a config file path (str or os.PathLike) or a mapping of module path -> bool, "
+            f"got {type(config).__name__}"
+        )
     skipped = set(never_executed if never_executed is not None else header.get("never-executed", []))
     modules = inplace_modules(model)
     plan: dict[str, bool] = {}
