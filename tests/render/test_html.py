@@ -97,6 +97,6 @@ def test_cli_writes_html_for_audit_memory_and_optimize(tmp_path, capsys) -> None
 
 
 def test_memory_of_a_model_whose_step_raises_says_what_to_run_instead(capsys) -> None:
-    assert main(["memory", "inplace_doctor.examples:sigmoid_then_relu"]) == 1
+    assert main(["memory", "inplace_doctor.examples:sigmoid_then_relu"]) == 3  # the step raised: the model error code, with the command that names both culprits
     err = capsys.readouterr().err
     assert "modified by an inplace operation" in err and "inplace-doctor audit inplace_doctor.examples:sigmoid_then_relu" in err

@@ -6,7 +6,11 @@ error (one line on stderr); 3 the user's model or factory itself raised.
 
 from __future__ import annotations
 
-from ..errors import InplaceDoctorError, UsageError
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..errors import InplaceDoctorError, ModelError, UsageError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_MODEL_ERROR = 0, 1, 2, 3
 
@@ -17,3 +21,18 @@ class CliUsageError(UsageError):
 
 class FactoryError(InplaceDoctorError):
     """The user's model factory raised (chained as `__cause__`): its traceback, one line, exit 3."""
+
+
+@contextlib.contextmanager
+def model_raises(model: Any, where: Callable[[], str]) -> Iterator[None]:
+    """Run the user's model: an exception it raises (not the tool's own errors) becomes a
+    `ModelError` chained to it, which `main` shows as audit does: its traceback, then one line
+    naming the exception and how far the tool got (`where()`, e.g. "during verify (...)"), exit 3."""
+    try:
+        yield
+    except InplaceDoctorError:
+        raise
+    except Exception as e:
+        text = str(e).strip()
+        first = text.splitlines()[0] if text else ""
+        raise ModelError(f"{type(model).__name__} raised {type(e).__name__} {where()}" + (f": {first}" if first else "")) from e

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import TYPE_CHECKING
 
-from .errors import EXIT_FINDINGS, EXIT_OK
+from ..errors import ModelError
+from .errors import EXIT_OK, model_raises
 from .output import print_result, writing
 from .training import add_training_parser, progress, training_setup, write_png
 
 if TYPE_CHECKING:
     from .args import Subcommands
+
+
+_PYTORCH_INPLACE_ERROR = "modified by an inplace operation"  # PyTorch's wording for a stale saved tensor
 
 
 def add_parser(sub: "Subcommands") -> None:
@@ -24,19 +27,20 @@ def command(ns: argparse.Namespace) -> int:
     from ..render.html import write_html
 
     optimizer, model, args, kwargs = training_setup(ns)
-    with progress() as say:
+    with progress() as say, model_raises(model, lambda: f"during memory (measuring {ns.steps} training step(s))"):
         say(f"measuring {ns.steps} training step(s)")
         try:
             report = measure_memory(model, *args, optimizer=optimizer, steps=ns.steps, **kwargs)
         except RuntimeError as e:
-            first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            print(
-                f"inplace-doctor: the training step of {ns.spec} raised, so its memory cannot be measured: {first}\n"
-                f"run `inplace-doctor audit {ns.spec}` to name the op that overwrote and the one that saved, or "
-                f"`inplace-doctor optimize {ns.spec}` for a configuration that runs",
-                file=sys.stderr,
-            )
-            return EXIT_FINDINGS
+            if _PYTORCH_INPLACE_ERROR not in str(e):
+                raise  # any other exception of the model: its traceback and one line, as audit shows it
+            first = str(e).splitlines()[0]
+            raise ModelError(
+                f"the training step of {ns.spec} raised PyTorch's in-place error, so its memory cannot be "
+                f"measured ({first}); run `inplace-doctor audit {ns.spec}` to name both culprits, the op "
+                f"that overwrote and the one that saved, or `inplace-doctor optimize {ns.spec}` for a "
+                "configuration that runs"
+            ) from None  # the traceback names neither op: the one line says where to look instead
     report.target = ns.spec
     print_result(ns, report)
     if ns.html:

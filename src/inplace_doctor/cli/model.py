@@ -100,10 +100,14 @@ def load_factory(spec: str) -> Any:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         missing = e.name or module_name
-        close = _closest_module(missing) if module_name.startswith(missing) else None
+        named = module_name.startswith(missing)  # else the module exists, and one it imports is missing
+        close = _closest_module(missing) if named else None
         if close:
             close = close + module_name[len(missing) :]
         hint = f"; did you mean {close!r}?" if close else ""
+        if named and not close:
+            hint = (f"; no importable module has a name close to {missing!r}: check the spelling, and run "
+                    "from the folder that holds it (the current directory is searched) or install its package")
         raise CliUsageError(f"cannot import module {module_name!r} ({e}){hint}") from None
     except Exception as e:
         raise CliUsageError(f"importing {module_name!r} raised {type(e).__name__}: {e}") from None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from .errors import EXIT_FINDINGS, EXIT_OK
+from .errors import EXIT_FINDINGS, EXIT_OK, model_raises
 from .output import print_result, writing
 from .training import add_training_parser, progress, training_setup, write_png
 
@@ -29,10 +29,19 @@ def command(ns: argparse.Namespace) -> int:
 
     optimizer, model, args, kwargs = training_setup(ns)
     specs = list(ns.input) or None
-    with progress() as say:
+    reached = ["before its first stage"]
+
+    def stage() -> str:
+        return f"during optimize ({reached[-1]})"
+
+    with progress() as say, model_raises(model, stage):
+        def say_and_note(text: str) -> None:
+            reached.append(f"at: {text}")
+            say(text)
+
         plan = optimize(model, *args, optimizer=optimizer, enable_safe=ns.enable_safe,
                         suggest_checkpoint=not ns.no_checkpoint, steps=ns.steps, input_specs=specs,
-                        progress=say, **kwargs)
+                        progress=say_and_note, **kwargs)
     plan.target = ns.spec
     print_result(ns, plan)
     if ns.write:

@@ -7,7 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from .args import add_config, add_model, add_seed
-from .errors import EXIT_FINDINGS, EXIT_OK
+from .errors import EXIT_FINDINGS, EXIT_OK, model_raises
 from .model import apply_config_option, build_model
 
 if TYPE_CHECKING:
@@ -35,7 +35,10 @@ def command(ns: argparse.Namespace) -> int:
     apply_config_option(model, ns.config)
     model.train(not ns.eval)
     optimizer = (lambda params: torch.optim.SGD(params, lr=ns.sgd)) if ns.sgd is not None else None
-    result = verify(model, *args, steps=ns.steps, optimizer=optimizer, atol=ns.atol, rtol=ns.rtol, **kwargs)
+    mode = "eval" if ns.eval else "train"
+    with model_raises(model, lambda: f"during verify ({ns.steps} {mode}-mode step(s) of the in-place and "
+                                     "out-of-place forms; nothing compared yet)"):
+        result = verify(model, *args, steps=ns.steps, optimizer=optimizer, atol=ns.atol, rtol=ns.rtol, **kwargs)
     print(f"inplace-doctor verify of {ns.spec} ({'eval' if ns.eval else 'train'} mode)\n")
     print(result)
     return EXIT_OK if result else EXIT_FINDINGS
