@@ -94,9 +94,9 @@ def module_ref(site: Site, root_label: str) -> str | None:
     """The module as the user would write it: `model.layer1.0.relu`."""
     if site.module is None:
         return None
-    if not site.module:
-        return root_label or "<root module>"
-    return f"{root_label}.{site.module}" if root_label else site.module
+    if not root_label:
+        return site.module or "<root module>"
+    return module_path(site.module, root_label)
 
 
 def describe_site(site: Site, root_label: str, slot: str | None = None) -> str:

@@ -6,6 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from ..errors import ModelError
+from ..trace.pytorch_errors import is_stale_saved_tensor_error
 from .errors import EXIT_OK, model_raises
 from .output import print_result, writing
 from .training import add_training_parser, progress, training_setup, write_png
@@ -14,7 +15,6 @@ if TYPE_CHECKING:
     from .args import Subcommands
 
 
-_PYTORCH_INPLACE_ERROR = "modified by an inplace operation"  # PyTorch's wording for a stale saved tensor
 
 
 def add_parser(sub: "Subcommands") -> None:
@@ -32,7 +32,7 @@ def command(ns: argparse.Namespace) -> int:
         try:
             report = measure_memory(model, *args, optimizer=optimizer, steps=ns.steps, **kwargs)
         except RuntimeError as e:
-            if _PYTORCH_INPLACE_ERROR not in str(e):
+            if not is_stale_saved_tensor_error(e):
                 raise  # any other exception of the model: its traceback and one line, as audit shows it
             first = str(e).splitlines()[0]
             raise ModelError(

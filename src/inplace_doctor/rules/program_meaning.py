@@ -12,6 +12,7 @@ from ..events import (
     StaleSavedTensorUsed,
 )
 from ..findings import Finding, Severity
+from ..trace.pytorch_errors import is_stale_saved_tensor_error
 from .phrasing import fix_for_write, tensor_desc, where
 from .registry import make_finding, rule
 
@@ -171,7 +172,7 @@ def _write_to_checkpoint_input(event: Any, ctx: Any) -> Finding | None:
         text = str(event.error).lower()
         if not event.in_checkpoint:
             return None
-        if "modified by an inplace operation" in text:
+        if is_stale_saved_tensor_error(text):
             earlier = [f for f in ctx.findings if f.code == "IPD108" and f.details.get("what_changed") == "a checkpoint input"]
             if earlier:  # found at the write, with both lines: this error confirms it
                 return earlier[-1].with_(confirmed=True)

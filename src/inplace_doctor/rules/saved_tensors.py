@@ -8,11 +8,11 @@ from typing import Any
 from ..events import InplaceErrorRaised, SavedTensorOverwritten, SavedTensorReached, StaleSavedTensorUsed
 from ..findings import Finding, Severity
 from ..sites import Phase, Site
+from ..trace.pytorch_errors import is_stale_saved_tensor_error
 from ..trace.stacks import capture_frames, make_site
 from .phrasing import fix_for_write, qualified, short_op, silent_write_fix, step_fix, where, written_desc
 from .registry import make_finding, rule
 
-_PYTORCH_STALE = re.compile(r"modified by an inplace operation", re.IGNORECASE)
 _STALE_DETAILS = re.compile(
     r"\[(?P<type>[\w.]+) \[(?P<shape>[^\]]*)\]\], which is (?:output \d+ of|saved by) (?P<node>\w+), "
     r"is at version (?P<now>\d+); expected version (?P<then>\d+)"
@@ -146,7 +146,7 @@ def _stale_without_write(event: StaleSavedTensorUsed, ctx: Any) -> Finding:
 
 def _from_pytorch_error(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
     text = str(event.error)
-    if not _PYTORCH_STALE.search(text) or event.in_checkpoint:
+    if not is_stale_saved_tensor_error(text) or event.in_checkpoint:
         return None  # raised by a checkpoint's recompute: IPD108 explains it
     found = _STALE_DETAILS.search(text)
     what = f"`{found['node']}` saved a [{found['shape']}] tensor" if found else "a saved tensor"

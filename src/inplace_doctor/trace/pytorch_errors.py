@@ -49,6 +49,12 @@ def written_here(error: BaseException) -> BaseException | None:
     return getattr(error, "written_here", None)
 
 
+def is_stale_saved_tensor_error(error: BaseException | str) -> bool:
+    """Whether `error` is PyTorch's "modified by an inplace operation" (a saved tensor changed
+    before backward read it), in its wording or ours (`pytorch_stale_message`)."""
+    return "modified by an inplace operation" in str(error).lower()
+
+
 def pytorch_stale_message(t: torch.Tensor, node: str | None, version: int, expected: int) -> str:
     """PyTorch's own wording for a stale saved tensor (its check is off under our hooks)."""
     shape = list(t.shape)

@@ -32,7 +32,7 @@ from .modules import ModulePaths
 from .origins import ConstructionRecorder
 from .owner import Busy, Sink
 from .pytorch_errors import RaisedErrors, written_here
-from .saved import NodeCreationHook, SavedPlace, SavedRecord, SavedTensors
+from .saved import NodeCreationHook, SavedRecord, SavedTensors
 from .writes import WriteRecorder
 
 
@@ -202,5 +202,4 @@ class Tracer:
         return self._saved.pending_nodes
 
 
-# SavedPlace: what `saved_records()` callers keep of a record (defined in `saved`).
-__all__ = ["Tracer", "SavedPlace"]
+__all__ = ["Tracer"]
