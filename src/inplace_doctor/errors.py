@@ -43,3 +43,8 @@ class UnsupportedModuleError(InplaceDoctorError, TypeError):
 
 class TorchIncompatibleError(InplaceDoctorError, ImportError):
     """The installed torch lacks an API the tracer needs; the message names the version."""
+
+
+class InternalError(InplaceDoctorError, RuntimeError):
+    """inplace-doctor itself crashed (not the user's code): the message names the versions and asks
+    for a report; the crash is chained as `__cause__`. The command line exits 4."""

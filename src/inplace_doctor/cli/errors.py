@@ -1,7 +1,8 @@
 """Exit codes of `inplace-doctor`, and the exceptions `main` turns into them.
 
 Exit codes: 0 no finding of severity error/warning; 1 such findings; 2 usage
-error (one line on stderr); 3 the user's model or factory itself raised.
+error (one line on stderr); 3 the user's model or factory itself raised; 4 inplace-doctor
+itself crashed (its traceback, then one line with the versions); 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import InplaceDoctorError, ModelError, UsageError
+from ..trace.blame import internal_error, raised_by_the_tool
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_MODEL_ERROR = 0, 1, 2, 3
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_MODEL_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 
 
 class CliUsageError(UsageError):
@@ -33,6 +35,8 @@ def model_raises(model: Any, where: Callable[[], str]) -> Iterator[None]:
     except InplaceDoctorError:
         raise
     except Exception as e:
+        if raised_by_the_tool(e):
+            raise internal_error(e) from e
         text = str(e).strip()
         first = text.splitlines()[0] if text else ""
         raise ModelError(f"{type(model).__name__} raised {type(e).__name__} {where()}" + (f": {first}" if first else "")) from e

@@ -1,7 +1,7 @@
 """The `inplace-doctor` command line: the parser, assembled from one module per subcommand, and dispatch.
 
-Exit codes: 0 no finding of severity error/warning; 1 such findings; 2 usage
-error (one line on stderr); 3 the user's model or factory itself raised.
+Exit codes: see `errors.py` (0 clean, 1 findings, 2 usage, 3 the model raised, 4 the tool
+crashed, 130 interrupted).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import NoReturn, Sequence
 
 from . import audit, memory, myths, optimize, rules, run_command, verify
 from .args import Parser
-from .errors import EXIT_MODEL_ERROR, EXIT_USAGE, CliUsageError, FactoryError
+from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_MODEL_ERROR, EXIT_USAGE, CliUsageError, FactoryError
 from .model import build_model
 from .run_command import split_run
 
@@ -30,7 +30,8 @@ def _parser() -> Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ..errors import ModelError, UsageError
+    from ..errors import InternalError, ModelError, UsageError
+    from ..trace.blame import internal_error
 
     try:
         argv = list(sys.argv[1:] if argv is None else argv)
@@ -50,6 +51,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exception(cause, file=sys.stderr)
         print(f"inplace-doctor: {e}", file=sys.stderr)
         return EXIT_MODEL_ERROR
+    except KeyboardInterrupt:
+        print("inplace-doctor: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as e:  # the tool's own crash: its traceback, then what to report
+        crash = e.__cause__ if isinstance(e, InternalError) and e.__cause__ is not None else e
+        traceback.print_exception(crash, file=sys.stderr)
+        print(e if isinstance(e, InternalError) else internal_error(e), file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 def run() -> NoReturn:

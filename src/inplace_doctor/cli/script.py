@@ -30,7 +30,7 @@
   so, with the `--steps` that would watch the step it failed in.
 
 Exit codes: the script's own non-zero exit wins (an uncaught exception is 1,
-as with `python`); else 1 when findings at or above `fail-on` were reported;
+as with `python`; Ctrl-C is 130, as a shell reports it); else 1 when findings at or above `fail-on` were reported;
 else 0.
 """
 
@@ -44,6 +44,7 @@ from typing import Any, TextIO
 from ..api import watch
 from ..errors import InplaceError
 from ..report import Report
+from ..trace.blame import internal_error, raised_by_the_tool
 from .errors import CliUsageError
 from .steps import RunStats, StepCounter
 from .tracebacks import print_script_error
@@ -94,7 +95,9 @@ def run_script(
                 if module and _module_missing(exc, target):  # -m names no module: a usage error, after cleanup
                     missing = exc
                     raise
-                status = 1
+                if raised_by_the_tool(exc):  # the tool's crash inside the script: `main` says so, exit 4
+                    raise internal_error(exc) from exc
+                status = 130 if isinstance(exc, KeyboardInterrupt) else 1  # 130: as a shell reports python's
                 print_script_error(exc, err)
                 if counter.active:  # let the session turn a PyTorch in-place error into the diagnosis
                     counter.active = False

@@ -48,7 +48,15 @@ def optimizer_factory(name: str) -> Any:
         close = difflib.get_close_matches(key, list(makers), n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"choose from {', '.join(OPTIMIZERS)}"
         raise CliUsageError(f"unknown optimizer {name!r}; {hint}")
-    return makers[key]
+    make = makers[key]
+    if make is None:
+        return None
+
+    def build(params: Any) -> Any:
+        params = list(params)
+        return make(params) if params else None  # a model without parameters takes no optimizer step
+
+    return build
 
 
 def progress() -> Any:

@@ -13,9 +13,10 @@ from ..report import Report
 from ..rules import select_rules
 from ..rules.dispatch import Analyzer
 from ..sites import ROOT_LABEL
+from ..trace.blame import internal_error, passed_through, raised_by_the_tool
 from ..trace.modules import refuse_opaque, unique_label, variable_name
 from ..trace.tracer import Tracer
-from .preserve import Preserved, labelled_tensors, private_inputs, tensors_in
+from .preserve import Preserved, labelled_tensors, private_inputs, refuse_meta, tensors_in
 from .training import default_loss
 
 Selection = Iterable[str] | str | None
@@ -67,6 +68,7 @@ def audit(
     named = list(model.named_modules())  # one walk of the tree, shared below
     modules = [m for _, m in named]
     _refuse_lazy(model, modules)
+    refuse_meta(model, tensors_in((args, kwargs)), "audit")
     root_label, prefix = ROOT_LABEL, ""
     if names:
         labels = {id(m): label for label, m in names.items() if isinstance(m, torch.nn.Module)}
@@ -94,6 +96,7 @@ def audit(
         except InplaceError:
             raise
         except Exception as exc:
+            passed_through(exc)
             _classify_or_raise(exc, tracer, analyzer, report, "forward", model)
             analyzer.finish("the forward stopped before backward could reach this tensor.", Severity.WARNING)
             return _finish(report, tracer, analyzer)
@@ -111,6 +114,7 @@ def audit(
                     report.notes.append("backward raised at the first overwritten saved tensor it reached")
                     analyzer.backward_stopped()
                 except Exception as exc:
+                    passed_through(exc)
                     _classify_or_raise(exc, tracer, analyzer, report, "backward", model)
                     analyzer.backward_stopped()
                 else:
@@ -174,6 +178,8 @@ def _sorted(findings: list[Finding]) -> list[Finding]:
 def _classify_or_raise(
     exc: Exception, tracer: Tracer, analyzer: Analyzer, report: Report, stage: str, model: torch.nn.Module
 ) -> None:
+    if raised_by_the_tool(exc):
+        raise internal_error(exc) from exc
     event = tracer.describe_exception(exc)
     if analyzer.handle(event):
         report.notes.append(f"{stage} stopped: PyTorch raised {type(exc).__name__} at the op")
@@ -304,6 +310,8 @@ class watch:
             return False
         if exc is None or not isinstance(exc, Exception):
             return False
+        if raised_by_the_tool(exc):
+            raise internal_error(exc) from exc
         produced = self._analyzer.handle(self._tracer.describe_exception(exc))
         if produced:
             raise InplaceError(produced[0].message, produced) from exc

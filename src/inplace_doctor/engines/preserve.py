@@ -8,6 +8,7 @@ from typing import Any, Iterable
 
 import torch
 
+from ..errors import UsageError
 from ..trace.storage import storage_span
 
 
@@ -49,6 +50,29 @@ def private_inputs(value: Any) -> Any:
         return base.as_strided(t.shape, t.stride(), t.storage_offset())
 
     return map_tensors(value, private)
+
+
+def clone_keeping_inference(t: torch.Tensor) -> torch.Tensor:
+    """`t.detach().clone()`, still an inference tensor when `t` is one: a plain clone outside
+    `torch.inference_mode()` is a normal tensor, and would hide the error PyTorch raises when
+    autograd must save an inference tensor for backward."""
+    if t.is_inference():
+        with torch.inference_mode():
+            return t.clone()
+    return t.detach().clone()
+
+
+def refuse_meta(model: torch.nn.Module, inputs: Iterable[torch.Tensor], job: str) -> None:
+    """Raise `UsageError` when the model or an input is on the meta device: no values to
+    compare or measure, and no memory (every meta tensor reports address 0, so the overlap
+    checks would see one storage)."""
+    for name, t in [*model.named_parameters(), *model.named_buffers(), *(("an input", t) for t in inputs)]:
+        if t.is_meta:
+            what = name if name == "an input" else f"{type(model).__name__}.{name}"
+            raise UsageError(
+                f"{job} needs real tensors, but {what} is on the meta device (shapes only: no values, no memory); "
+                "build the model on cpu, e.g. `model.to_empty(device='cpu')` and initialise it, with a small input"
+            )
 
 
 def map_tensors(value: Any, fn: Any) -> Any:

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Mapping
 import torch
 
 from ..errors import UsageError
+from ..trace.blame import call_through
 from .preserve import tensors_in
 
 LossFn = Callable[[Any], torch.Tensor]
@@ -85,9 +86,9 @@ def copy_for_training(
     one of its type is built from its `defaults` instead (verify's runs start from no state).
     """
     if isinstance(optimizer, torch.optim.Optimizer) and not fresh_optimizer:
-        model, optimizer = copy.deepcopy((model, optimizer))
+        model, optimizer = call_through(copy.deepcopy, ((model, optimizer),), {})
     else:
-        model = copy.deepcopy(model)
+        model = call_through(copy.deepcopy, (model,), {})
         optimizer = _new_optimizer(optimizer, model.parameters())
     if flags:
         for name, m in model.named_modules():
@@ -102,7 +103,7 @@ def _new_optimizer(optimizer: Any, params: Any) -> Any:
     if isinstance(optimizer, torch.optim.Optimizer):
         return type(optimizer)(params, **optimizer.defaults)
     if callable(optimizer):
-        return optimizer(params)
+        return call_through(optimizer, (params,), {})
     raise UsageError(
         f"optimizer must be a torch.optim.Optimizer or a callable taking parameters, got {type(optimizer).__name__}"
     )
@@ -122,32 +123,32 @@ def step_phases(
     BACKWARD (only when backward runs), OPTIMIZER (only with an optimizer), then DONE.
 
     The output and the loss are released after backward, before the optimizer steps.
-    `require_grad`: a loss that is None or needs no gradient raises ValueError; otherwise the
+    `require_grad`: a loss that is None or needs no gradient raises UsageError; otherwise the
     step runs without backward.
     """
     if zero_grad is ZeroGrad.BEFORE_STEP:
         if optimizer is not None:
-            optimizer.zero_grad(set_to_none=True)
+            call_through(optimizer.zero_grad, (), {"set_to_none": True})
         else:
-            model.zero_grad(set_to_none=True)
+            call_through(model.zero_grad, (), {"set_to_none": True})
     yield StepPhase.FORWARD
-    output = model(*args, **kwargs)
-    loss = compute_loss(output, loss_fn)
+    output = call_through(model, args, kwargs)
+    loss = call_through(compute_loss, (output, loss_fn), {})
     if require_grad:
-        if loss is None or not loss.requires_grad:
-            raise ValueError("no output requires grad: pass loss_fn, or a model with trainable parameters")
+        if loss is None or not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+            raise UsageError("no output requires grad: pass loss_fn, or a model with trainable parameters")
         backward = True
     else:
         backward = isinstance(loss, torch.Tensor) and loss.requires_grad
     if backward:
         yield StepPhase.BACKWARD
-        loss.backward()
+        call_through(loss.backward, (), {})
     del output, loss
     if optimizer is not None:
         yield StepPhase.OPTIMIZER
-        optimizer.step()
+        call_through(optimizer.step, (), {})
         if zero_grad is ZeroGrad.AFTER_OPTIMIZER:
-            optimizer.zero_grad(set_to_none=True)
+            call_through(optimizer.zero_grad, (), {"set_to_none": True})
     yield StepPhase.DONE
 
 

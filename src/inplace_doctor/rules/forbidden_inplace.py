@@ -39,11 +39,13 @@ _FORWARD_ERRORS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
         "`.clone()` the piece before modifying it, or build the result out of place (`torch.stack`/`cat`)",
     ),
     (
-        re.compile(r"view was created in no_grad mode|created in inference mode", re.I),
-        "modifies, with grad on, a view created under no_grad",
+        # Not "Inference tensors cannot be saved for backward": no in-place op there (an input or
+        # tensor made under inference_mode reached autograd), so the model's error, not this rule.
+        re.compile(r"view was created in (?:no_grad|inference) mode", re.I),
+        "modifies, with grad on, a view created under no_grad or inference_mode",
         "The view has no autograd history from its base, so the in-place change cannot be recorded",
         "create the view with grad enabled, or move both the view and the in-place op inside the "
-        "`no_grad` block",
+        "`no_grad` (or `inference_mode`) block the view was made in",
     ),
     (
         re.compile(r"view (?:was )?created inside a custom Function|is a view and (?:is being|its base)", re.I),

@@ -8,6 +8,7 @@ import torch
 
 from .. import _compat
 from .aliases import HeldTensors
+from .blame import passed_through
 from .inplace_calls import InplaceCalls
 from .ops import _op_facts, op_facts, restores_version_bump, written_tensors
 from .owner import Busy
@@ -63,6 +64,7 @@ class TracingMode(_compat.TorchDispatchMode):
         try:
             out = func(*args, **kwargs)
         except BaseException as exc:
+            passed_through(exc)
             # By id: holding the exception would hold its traceback's frames, the
             # graph, and through our hooks the tracer: a cycle gc cannot see.
             self.raised.failed_op = (id(exc), func)

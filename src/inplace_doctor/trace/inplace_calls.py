@@ -33,6 +33,7 @@ from torch.overrides import TorchFunctionMode
 
 from .. import _compat
 from ..events import OriginalValueRead, WriteInfo
+from .blame import call_through
 from .modules import ModuleContext, ModulePaths
 from .ops import op_name
 from .owner import TraceOwner
@@ -229,10 +230,7 @@ class InplaceCalls(TorchFunctionMode):
                 # its caller relies on the mutation, which is the function's whole point.
                 if is_user_file(caller.f_code.co_filename) and _augmented_target(caller) is False:
                     kind = "augmented"
-        if kind is None:
-            out = func(*args, **kwargs)
-        else:
-            out = self._inplace_call(func, args, kwargs, kind)
+        out = call_through(func, args, kwargs) if kind is None else self._inplace_call(func, args, kwargs, kind)
         owner.user_call_returned()
         return out
 
@@ -246,7 +244,7 @@ class InplaceCalls(TorchFunctionMode):
             or target.is_inference()
             or target.numel() == 0
         ):
-            return func(*args, **kwargs)
+            return call_through(func, args, kwargs)
         snapshot: torch.Tensor | None = None
         with _compat.DisableTorchDispatch(), torch.no_grad():
             change = largest_change(func, args, kwargs)
@@ -260,7 +258,7 @@ class InplaceCalls(TorchFunctionMode):
         stack = capture_stack()
         real = self._viewed_by_alias(target)
         if real is target:
-            out = func(*args, **kwargs)
+            out = call_through(func, args, kwargs)
         else:
             # `target` is the alias an earlier in-place call handed back: run this one on the
             # tensor it views, the very object plain PyTorch would have here. In place on the
@@ -268,7 +266,7 @@ class InplaceCalls(TorchFunctionMode):
             # AsStrided nodes, full-size copies at backward (7 % of a ResNet-50 step).
             hidden = self.overwritten.pop(id(real), None)  # written here, not read
             try:
-                out = func(real, *args[1:], **kwargs)
+                out = call_through(func, (real, *args[1:]), kwargs)
             finally:
                 if hidden is not None:
                     self.overwritten[id(real)] = hidden

@@ -18,6 +18,7 @@ from .autograd_facts import saved_field_is_read
 from .modules import ModuleContext, ModulePaths
 from .ops import op_name
 from .owner import Busy, Sink
+from .blame import the_programs_error
 from .pytorch_errors import pytorch_stale_message, written_here
 from .stacks import SAVE_STACK, RawFrame, capture_stack, make_site, resolve_stack, resolve_stacks
 from .storage import storage_key, storage_span
@@ -172,6 +173,7 @@ class SavedTensors:
             node = _compat.current_autograd_node()
             node_name = node.name() if node is not None else record.node
             original = RuntimeError(pytorch_stale_message(t, node_name, version, record.version))
+            the_programs_error(original)  # PyTorch's own check, which the hooks switched off: not the tool's crash
             error = self._sink(StaleSavedTensorUsed(record.info(), node_name, version))
             # The traceback keeps this frame alive (autograd may hold the error
             # for a while): it must not keep the saved tensor alive too.

@@ -25,6 +25,7 @@ from torch.utils._pytree import tree_leaves
 
 from ..._compat import TorchDispatchMode, current_autograd_node
 from ...sites import module_path as _module_path
+from ...trace.blame import call_through
 from ...trace.saved import SavedPlace
 from ...trace.stacks import make_site
 from ...trace.tracer import Tracer
@@ -142,7 +143,7 @@ class Ledger(TorchDispatchMode):
 
     # -- the op stream -----------------------------------------------------
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
+        out = call_through(func, args, kwargs or {})
         name = func.__name__ if hasattr(func, "__name__") else str(func)
         name = str(name).split(".")[0]
         owner = self._owner()

@@ -30,7 +30,7 @@ import torch
 from ...errors import UsageError
 from ...printing import fmt_bytes
 from ...trace.tracer import Tracer
-from ..preserve import RngState, private_inputs, tensors_in
+from ..preserve import RngState, clone_keeping_inference, map_tensors, private_inputs, refuse_meta, tensors_in
 from ..training import LossFn, StepPhase, copy_for_training, training_step
 from .ledger import Ledger, breakdown
 from .result import PHASES, Category, MemoryReport, Peak
@@ -38,7 +38,11 @@ from .result import PHASES, Category, MemoryReport, Peak
 
 def private_copies(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Private copies of the inputs to measure on."""
-    return copy.deepcopy(private_inputs(args)), copy.deepcopy(private_inputs(kwargs))
+    copies = copy.deepcopy((private_inputs(args), private_inputs(kwargs)))
+    inference = {id(c): t for t, c in zip(tensors_in((args, kwargs)), tensors_in(copies)) if t.is_inference()}
+    if inference:  # deepcopy makes normal tensors of them; PyTorch would refuse to save them
+        copies = map_tensors(copies, lambda c: clone_keeping_inference(inference[id(c)]) if id(c) in inference else c)
+    return copies
 
 
 def _state_tensors(optimizer: Any) -> Iterator[torch.Tensor]:
@@ -76,6 +80,7 @@ def measure_memory(
         raise UsageError(f"memory() needs a torch.nn.Module, got {type(model).__name__}")
     if steps < 1:
         raise UsageError(f"steps must be at least 1, got {steps}")
+    refuse_meta(model, tensors_in((args, kwargs)), "memory")
     work_model, work_opt = copy_for_training(model, optimizer)
     return measure_owned(work_model, work_opt, args, kwargs, loss_fn=loss_fn, steps=steps, target=model)
 

@@ -37,6 +37,7 @@ from typing import Any, Callable
 import torch
 
 from ...errors import UsageError
+from ..preserve import refuse_meta, tensors_in
 from ..training import LossFn
 from .assemble import build_plan, measure_plan
 from .checkpoint import CHECKPOINT_MIN_SHARE, checkpoint_suggestion
@@ -79,6 +80,7 @@ def optimize(
     """
     if not isinstance(model, torch.nn.Module):
         raise UsageError(f"optimize() needs a torch.nn.Module, got {type(model).__name__}")
+    refuse_meta(model, tensors_in((args, kwargs)), "optimize")
     search = Search(model, args, kwargs, loss_fn, optimizer, steps, progress or (lambda stage: None))
     try:
         search.trace_sites()

@@ -110,7 +110,8 @@ def compare_runs(
 ) -> Differences:
     """Advance both runs a stage at a time and compare as they go: neither run is recorded, so
     verifying costs two live copies of the model, not two copies plus everything they produced.
-    A RuntimeError from the configured run is raised as `ConfiguredRaised`. The answer is a list
+    A RuntimeError from the configured run is raised as `ConfiguredRaised`, unless the reference
+    run raises at the same stage: then the reference's error is the program's, raised as it is. The answer is a list
     of the differences whose `notes` describe tensors holding NaN/inf in both runs at the same
     places (no difference)."""
     differences = Differences()
@@ -119,7 +120,8 @@ def compare_runs(
         try:
             a = next(configured, done)
         except RuntimeError as e:
-            raise ConfiguredRaised(e) from e
+            next(reference, done)  # raises too when the out-of-place program fails the same way:
+            raise ConfiguredRaised(e) from e  # then that is the program's own error, not in-place's
         b = next(reference, done)
         if a is done or b is done:  # together: both runs take the same steps
             return differences

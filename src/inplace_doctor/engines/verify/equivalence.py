@@ -18,7 +18,7 @@ import torch
 
 from ...errors import UsageError
 from ..audit import audit
-from ..preserve import RngState
+from ..preserve import RngState, refuse_meta, tensors_in
 from ..training import LossFn, copy_for_training
 from .compare import ATOL, RTOL, ConfiguredRaised, compare_runs
 from .localize import localize as find_culprits
@@ -90,6 +90,7 @@ def verify_configuration(
         raise UsageError(f"verify() needs a torch.nn.Module, got {type(model).__name__}")
     if steps < 1:
         raise UsageError(f"steps must be at least 1, got {steps}")
+    refuse_meta(model, tensors_in((args, kwargs)), "verify")
     rng = RngState()
     result = VerifyResult(equivalent=True)
     calls_off = set(inplace_calls_off)

@@ -17,8 +17,9 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch.overrides import TorchFunctionMode
 
+from ...trace.blame import call_through
 from ...trace.stacks import called_by_a_torch_module, capture_frames
-from ..preserve import RngState, labelled_tensors, map_tensors, tensors_in
+from ..preserve import RngState, clone_keeping_inference, labelled_tensors, map_tensors, tensors_in
 from ..training import LossFn, StepPhase, ZeroGrad, compute_loss, copy_for_training, step_phases
 from .result import InplaceSite
 
@@ -44,7 +45,7 @@ class FunctionalInplace(TorchFunctionMode):
                     self.seen.append(where)
                 if self.off is None or where in self.off:
                     kwargs = {**kwargs, "inplace": False}
-        return func(*args, **kwargs)
+        return call_through(func, args, kwargs)
 
 
 def module_sites(model: torch.nn.Module, flags: Mapping[str, bool] | None = None) -> list[InplaceSite]:
@@ -61,7 +62,7 @@ def clone_inputs(value: Any) -> Any:
     """Each tensor detached and cloned; a leaf keeps its requires_grad, a non-leaf becomes a leaf."""
 
     def clone(t: torch.Tensor) -> torch.Tensor:
-        c = t.detach().clone()
+        c = clone_keeping_inference(t)
         return c.requires_grad_(t.requires_grad) if t.is_leaf or t.requires_grad else c
 
     return map_tensors(value, clone)
