@@ -65,3 +65,16 @@ class Printable:
         """The registered notebook view; None (IPython then shows `str()`) for a type without one."""
         html = _lookup(_HTML, self)
         return html(self) if html is not None else None
+
+
+def encodable(text: str, stream: Any) -> str:
+    """`text` as `stream` can write it: a file name that is not valid UTF-8 (held as surrogate
+    escapes) shows as `\\udcff` instead of raising UnicodeEncodeError on a strict stream."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        text.encode(encoding)
+    except UnicodeEncodeError:
+        return text.encode(encoding, "backslashreplace").decode(encoding)
+    except LookupError:  # a stream naming an encoding Python does not know
+        pass
+    return text

@@ -90,8 +90,36 @@ def test_a_difference_that_meets_nan_is_not_called_zero():
         def forward(self, x):
             h = x * 1
             kept = h
-            h *= 2  # measured from a snapshot: NaN - NaN
+            h *= 2  # measured from a snapshot: NaN - NaN, compared by position
             return h * kept
 
     [f] = ipd105(torch.tensor([1.0, NAN, 3.0]), Doubled())
-    assert "difference 0" not in f.message and "could not be measured" in f.message
+    assert "difference 0" not in f.message and f.details["max_difference"] == 3.0
+
+
+class ScaledInPlace(nn.Module):
+    """`y *= 2` is measured from a snapshot taken before the write (no closed form)."""
+
+    def forward(self, x):
+        h = x * 1
+        kept = h
+        h *= 2
+        return h + kept
+
+
+def test_the_snapshot_measurement_counts_nan_by_position():
+    finite = torch.tensor([[-4.0, 1.0, -2.0, 3.0]])
+    with_nan = finite.clone()
+    with_nan[0, 1] = NAN  # unchanged by *= 2: the change elsewhere is what counts
+    [a] = ipd105(finite, ScaledInPlace())
+    [b] = ipd105(with_nan, ScaledInPlace())
+    assert a.details["max_difference"] == 4.0
+    assert b.details["max_difference"] == 4.0
+    assert "up to 4 away" in b.why
+
+
+def test_the_snapshot_measurement_says_when_inf_appears():
+    x = torch.tensor([[1.0, 3e38]])  # 3e38 * 2 overflows float32 to inf
+    [f] = ipd105(x, ScaledInPlace())
+    assert f.details["max_difference"] == INF
+    assert "NaN or infinite where the original was not" in f.why

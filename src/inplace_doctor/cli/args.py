@@ -75,6 +75,12 @@ def report_formats(first_note: str = "") -> str:
     return listing(list(FORMATS), first_note)
 
 
+def add_force(parser: argparse.ArgumentParser) -> None:
+    """`--force`: replace an existing file that is not an earlier report of the tool's."""
+    parser.add_argument("--force", action="store_true",
+                        help="replace existing files the command writes (default: only its own earlier reports)")
+
+
 def add_output(parser: argparse.ArgumentParser, help: str) -> None:
     """`--output FILE`; the report is written there by `output.write_report`."""
     parser.add_argument("--output", metavar="FILE", help=help)

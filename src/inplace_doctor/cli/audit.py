@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from .args import (
     add_config,
     add_fail_on,
+    add_force,
     add_format,
     add_html,
     add_model,
@@ -41,6 +42,7 @@ def add_parser(sub: "Subcommands") -> None:
     add_fail_on(audit, "error, warning (default), info or never: exit 1 at or above it")
     add_config(audit)
     add_stack(audit)
+    add_force(audit)
     audit.set_defaults(handler=command)
 
 
@@ -50,7 +52,7 @@ def command(ns: argparse.Namespace) -> int:
 
     renderer = get_renderer(ns.format)
     config = rule_config(ns)  # validates codes before running anything
-    check_writable(ns.output, ns.html)  # a missing folder fails now, not after the audit
+    check_writable(ns.output, ns.html, force=ns.force)  # a missing folder fails now, not after the audit
     model, args, kwargs = build_model(ns.spec, ns.input, ns.seed)
     apply_config_option(model, ns.config)
     model.train(not ns.eval)

@@ -44,7 +44,14 @@ def parse_input(spec: str) -> tuple[tuple[int, ...], str]:
         close = difflib.get_close_matches(dtype_text, list(_DTYPES), n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"choose from {', '.join(sorted(set(_DTYPES.values())))}"
         raise CliUsageError(f"unknown dtype {dtype_text!r} in input {spec!r}; {hint}")
-    return tuple(int(d) for d in shape_text.split("x")), _DTYPES[dtype_text]
+    shape = tuple(int(d) for d in shape_text.split("x"))
+    if 0 in shape:
+        fixed = "x".join(str(max(d, 1)) for d in shape)
+        raise CliUsageError(
+            f"input {spec!r} has a dimension of 0: an empty tensor gives the model no values to compute on "
+            f"(nor the checks that compare them); give at least 1 in every dimension, e.g. {fixed}"
+        )
+    return shape, _DTYPES[dtype_text]
 
 
 def make_inputs(specs: Sequence[str], seed: int) -> tuple[Any, ...]:

@@ -46,11 +46,23 @@ def command(ns: argparse.Namespace) -> int:
     print_result(ns, plan)
     if ns.write:
         with writing(ns.write):
-            plan.write(ns.write)
+            previous = plan.write(ns.write, force=ns.force)
         if ns.format == "text":
-            print(f"wrote {ns.write}")
+            print(f"wrote {ns.write}" if previous is None else _replaced(ns.write, previous, plan.toml()))
     if ns.html:
         with writing(ns.html):
             write_html(ns.html, f"inplace-doctor optimize: {ns.spec}", plan=plan)
     write_png(ns.png, plan.memory_series())
     return EXIT_OK if bool(plan.verified) else EXIT_FINDINGS
+
+
+def _replaced(path: str, previous: str, new: str) -> str:
+    """What `--write --force` changed in the file it replaced: the unified diff, so hand edits
+    it dropped stay visible."""
+    import difflib
+
+    if previous == new:
+        return f"wrote {path} (unchanged)"
+    diff = difflib.unified_diff(previous.splitlines(keepends=True), new.splitlines(keepends=True),
+                                f"{path} (before)", f"{path} (written)")
+    return f"replaced {path}; what changed:\n" + "".join(diff).rstrip("\n")

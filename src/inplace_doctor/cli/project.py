@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
+from ..engines.optimize.toml_config import read_toml
 from ..errors import UsageError
 from ..findings import Severity
 
@@ -74,10 +73,7 @@ def load_project_config(start: str | os.PathLike[str] | None = None) -> ProjectC
     path = find_pyproject(start)
     if path is None:
         return ProjectConfig()
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as e:
-        raise UsageError(f"{path}: not valid TOML: {e}") from None
+    data = read_toml(path, "project file")
     table = data.get("tool", {}).get("inplace-doctor")
     if table is None:
         return ProjectConfig(path=str(path))

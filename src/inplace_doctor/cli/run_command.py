@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from .args import (
     add_fail_on,
     add_format,
+    add_force,
     add_output,
     add_rule_selection,
     add_stack,
@@ -47,6 +48,7 @@ def add_parser(sub: "Subcommands") -> None:
     add_output(runner, "write the report to FILE (default: stderr); the terminal then shows only the script's "
                        "own output")
     add_stack(runner)
+    add_force(runner)
     runner.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m does")
     runner.add_argument("target", nargs=argparse.REMAINDER, metavar="SCRIPT.py [ARGS ...]")
     runner.set_defaults(handler=command)
@@ -92,7 +94,7 @@ def command(ns: argparse.Namespace) -> int:
     if ns.steps is not None and ns.steps < 1:
         raise CliUsageError(f"--steps must be at least 1, got {ns.steps}")
     config = rule_config(ns)  # unknown codes fail before the script runs
-    check_writable(ns.output)  # a missing folder fails before the script runs, not after it
+    check_writable(ns.output, force=ns.force)  # a missing folder fails before the script runs, not after it
     status, report, stats = run_script(
         target, args, module=module, fail_fast=ns.fail_fast, steps=ns.steps, select=config.select,
         ignore=config.ignore, per_module_ignores=config.per_module_ignores,

@@ -8,6 +8,7 @@ import traceback
 from typing import TextIO
 
 from ..errors import InplaceError
+from ..printing import encodable
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package, not cli/
 _EXAMPLES_DIR = os.path.join(_PACKAGE_DIR, "examples")
@@ -27,7 +28,7 @@ def print_script_error(exc: BaseException, err: TextIO) -> None:
     report = traceback.TracebackException(type(shown), shown, frames_of.__traceback__, compact=True)
     _trim(report)
     err.flush()
-    print("".join(report.format()), end="", file=err)
+    print(encodable("".join(report.format()), err), end="", file=err)
     err.flush()
 
 

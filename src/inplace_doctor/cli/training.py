@@ -8,7 +8,7 @@ import difflib
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .args import add_format, add_html, add_model, add_seed, listing
+from .args import add_force, add_format, add_html, add_model, add_seed, listing
 from .errors import CliUsageError
 from .model import build_model
 from .output import check_writable, writing
@@ -30,6 +30,7 @@ def add_training_parser(sub: "Subcommands", name: str, help: str) -> "Parser":
     add_html(cmd)
     cmd.add_argument("--png", metavar="FILE", help="also write the memory timeline as a PNG (needs matplotlib)")
     add_seed(cmd)
+    add_force(cmd)
     return cmd
 
 
@@ -82,7 +83,8 @@ def training_setup(ns: argparse.Namespace) -> tuple[Any, Any, tuple[Any, ...], d
     if ns.format not in FORMATS:
         raise CliUsageError(f"unknown format {ns.format!r}; choose {listing(FORMATS)}")
     optimizer = optimizer_factory(ns.optimizer)
-    check_writable(ns.html, ns.png, getattr(ns, "write", None))  # a missing folder fails now, not after the measurement
+    # A missing folder, or a file that is not ours to replace, fails now, not after the measurement.
+    check_writable(ns.html, ns.png, force=ns.force, config=getattr(ns, "write", None))
     model, args, kwargs = build_model(ns.spec, ns.input, ns.seed)
     model.train(not ns.eval)
     return optimizer, model, args, kwargs

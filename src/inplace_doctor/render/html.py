@@ -157,7 +157,7 @@ def write_html(
         memory = list(memory) + plan.memory_series()
     if memory:
         sections.append(memory_section(memory))
-    with open(path, "w", encoding="utf-8") as f:
+    with open(path, "w", encoding="utf-8", errors="backslashreplace") as f:
         f.write(page(title, sections))
 
 
@@ -177,6 +177,6 @@ def write_png(path: str, series: Sequence[tuple[str, "MemoryReport"]]) -> bool:
     ax.set_ylabel("live MiB")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, metadata={"Software": "inplace-doctor"})  # how --png knows its own file later
     plt.close(fig)
     return True

@@ -347,6 +347,9 @@ class InplaceCalls(TorchFunctionMode):
             with _compat.DisableTorchDispatch(), torch.no_grad():
                 if t.is_floating_point() or t.is_complex():
                     difference = float((t - entry.snapshot).abs().max())
+                    if not _finite(difference) and t.is_floating_point():  # NaN/inf: compared by position
+                        after = t.double()
+                        difference = _positional_change(entry.snapshot.double(), lambda before: after)
                 else:
                     difference = float(torch.ne(t, entry.snapshot).sum())
         frames, api = capture_frames()

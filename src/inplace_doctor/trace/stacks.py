@@ -112,7 +112,48 @@ def capture_stack() -> Any:
     frames in Python, and it keeps no frame (so no local tensor) alive;
     `resolve_stack` reads it only when a finding needs the location.
     """
+    if _python_capture:
+        return _python_stack()
     return _compat.gather_traceback(True, False, False)
+
+
+class _PythonStack(list):  # type: ignore[type-arg]
+    """A stack walked in Python, in the symbolizer's format (innermost first)."""
+
+
+# torch's symbolizer cannot pass a file name that is not valid UTF-8 (a folder named in another
+# encoding) to C++: where the program's paths hold one, stacks are walked in Python instead.
+_python_capture = False
+
+
+def _python_stack() -> _PythonStack:
+    entries = _PythonStack()
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        entries.append({"filename": frame.f_code.co_filename, "line": frame.f_lineno, "name": frame.f_code.co_name})
+        frame = frame.f_back
+    return entries
+
+
+def _is_utf8(path: object) -> bool:
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:  # surrogate-escaped bytes: the path is not UTF-8
+        return False
+    return True
+
+
+def choose_stack_capture() -> None:
+    """Walk stacks in Python when the working folder, the import path or the script's path
+    holds a name that is not UTF-8 (their files' frames would fail torch's symbolizer)."""
+    global _python_capture
+    main = sys.modules.get("__main__")
+    try:
+        cwd = os.getcwd()
+    except OSError:  # the working folder was removed
+        cwd = ""
+    paths = [cwd, *sys.path, *sys.argv[:1], getattr(main, "__file__", "") or ""]
+    _python_capture = not all(_is_utf8(p) for p in paths)
 
 
 def resolve_stack(captured: Any, limit: int) -> tuple[tuple[RawFrame, ...], str | None, bool]:
@@ -122,7 +163,19 @@ def resolve_stack(captured: Any, limit: int) -> tuple[tuple[RawFrame, ...], str 
 
 def resolve_stacks(captured: list[Any], limit: int) -> list[tuple[tuple[RawFrame, ...], str | None, bool]]:
     """`resolve_stack` for many captures at once (torch symbolizes them in one batch)."""
-    return [_select(entries, limit) for entries in _compat.symbolize_tracebacks(captured)]
+    native = [c for c in captured if not isinstance(c, _PythonStack)]
+    try:
+        symbolized = iter(_compat.symbolize_tracebacks(native) if native else [])
+    except RuntimeError:  # a frame's file name is not UTF-8: those captures lose their lines only
+        symbolized = iter([_symbolize_one(c) for c in native])
+    return [_select(c if isinstance(c, _PythonStack) else next(symbolized), limit) for c in captured]
+
+
+def _symbolize_one(captured: Any) -> list[dict[str, Any]]:
+    try:
+        return _compat.symbolize_tracebacks([captured])[0]
+    except RuntimeError:
+        return []
 
 
 def _select(entries: list[dict[str, Any]], limit: int) -> tuple[tuple[RawFrame, ...], str | None, bool]:

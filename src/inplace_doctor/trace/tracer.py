@@ -33,6 +33,7 @@ from .origins import ConstructionRecorder
 from .owner import Busy, Sink
 from .pytorch_errors import RaisedErrors, written_here
 from .saved import NodeCreationHook, SavedRecord, SavedTensors
+from .stacks import choose_stack_capture
 from .writes import WriteRecorder
 
 
@@ -84,6 +85,7 @@ class Tracer:
         if self._active:
             raise RuntimeError("this Tracer is already active")
         self._active = True
+        choose_stack_capture()
         self.modules.__enter__()
         self._contexts = [self.modules]
         try:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..._compat import TORCH_VERSION
+from ...errors import UsageError
 from ...findings import Finding
 from ...printing import Printable, fmt_bytes
 from ..memory import MemoryReport
@@ -154,9 +155,20 @@ class Plan(Printable):
             return [f"peak-shipped-bytes = {self.peak_shipped}"]
         return [f"# peak-shipped-bytes: not measured, the shipped configuration raises ({self.shipped_error})"]
 
-    def write(self, path: str | os.PathLike[str]) -> None:
-        with open(path, "w", encoding="utf-8") as f:
+    def write(self, path: str | os.PathLike[str], *, force: bool = False) -> str | None:
+        """Write the config to `path`. An existing file (people edit these by hand) is replaced
+        only with `force=True`; returns its previous text then (None when there was none)."""
+        previous = None
+        if os.path.exists(path):
+            if not force:
+                raise UsageError(
+                    f"{os.fspath(path)!r} exists; plan.write(path, force=True) replaces it (hand edits in it are lost)"
+                )
+            with open(path, encoding="utf-8", errors="surrogateescape") as f:
+                previous = f.read()
+        with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
             f.write(self.toml())
+        return previous
 
     def to_dict(self) -> dict[str, Any]:
         return {

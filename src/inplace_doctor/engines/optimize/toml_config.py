@@ -39,15 +39,31 @@ def inplace_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     }
 
 
-def load_config(path: str | os.PathLike[str]) -> tuple[dict[str, bool], dict[str, Any]]:
-    """(pattern -> flag, header) from a config file; UsageError on a file that is not one."""
+def read_toml(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
+    """The TOML file at `path`; `UsageError` naming `what` and the problem on any file that is not
+    readable UTF-8 TOML (missing, a folder, unreadable, another encoding, a syntax error)."""
+    name = repr(os.fspath(path))
     try:
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            return tomllib.load(f)
     except FileNotFoundError:
-        raise UsageError(f"config file {os.fspath(path)!r} does not exist") from None
+        raise UsageError(f"{what} {name} does not exist") from None
+    except IsADirectoryError:
+        raise UsageError(f"{what} {name} is a folder; give the path of the .toml file in it") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(
+            f"{what} {name} is not UTF-8 text (byte {e.object[e.start:e.start + 1]!r} at offset {e.start}); "
+            "TOML files must be UTF-8: re-save it as UTF-8"
+        ) from None
     except tomllib.TOMLDecodeError as e:
-        raise UsageError(f"config file {os.fspath(path)!r} is not valid TOML: {e}") from None
+        raise UsageError(f"{what} {name} is not valid TOML: {e}") from None
+    except OSError as e:
+        raise UsageError(f"cannot read {what} {name}: {e.strerror or e}") from None
+
+
+def load_config(path: str | os.PathLike[str]) -> tuple[dict[str, bool], dict[str, Any]]:
+    """(pattern -> flag, header) from a config file; UsageError on a file that is not one."""
+    data = read_toml(path, "config file")
     unknown = sorted(set(data) - {"inplace", HEADER_TABLE})
     if unknown:
         close = difflib.get_close_matches(unknown[0], ["inplace", HEADER_TABLE], n=1)
@@ -121,7 +137,15 @@ def _no_match(pattern: str, model: torch.nn.Module, modules: dict[str, torch.nn.
             f"modules that have one: {', '.join(list(modules)[:6]) or 'none'}"
         )
     close = difflib.get_close_matches(pattern, list(modules) or everything, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    if close:
+        hint = f"; did you mean {close[0]!r}?"
+    elif modules:  # nothing close: the paths that can be set, so the right one can be picked
+        names = list(modules)
+        hint = f"; the modules with an `inplace` option are {', '.join(names[:6])}" + (
+            f" ... ({len(names)} in all)" if len(names) > 6 else ""
+        )
+    else:
+        hint = "; no module of it has an `inplace` option, so there is nothing to configure"
     return f"config entry {pattern!r} matches no module of {type(model).__name__}{hint}"
 
 
