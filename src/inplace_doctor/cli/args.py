@@ -58,6 +58,18 @@ def seed_value(text: str) -> int:
     return value
 
 
+def learning_rate(text: str) -> float:
+    """`--sgd LR`: a number torch's SGD accepts (not negative; nan and inf are kept, and verify
+    reports the non-finite values they produce)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid learning rate: {text!r}; give a number, e.g. 0.1") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"--sgd {text} is negative; torch.optim.SGD needs a learning rate of at least 0, e.g. 0.1")
+    return value
+
+
 def add_format(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--format", default="text", help=help)
 
