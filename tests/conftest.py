@@ -6,6 +6,8 @@
   `# <name>` (exactly one), so assertions survive edits.
 - `in_fresh_thread(fn, *args)`: call `fn` where no frame of the test or of pytest is
   below it, as a script or the console command runs.
+- `factory_module(name, source)` (fixture): an importable module of model factories for
+  the CLI's `name:factory` specs, gone again after the test.
 - `--regen-golden`: rewrite the golden files under tests/render/golden/ instead of
   comparing with them; tests read it through the `regen_golden` fixture.
 """
@@ -13,7 +15,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -80,3 +82,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def regen_golden(request: pytest.FixtureRequest) -> bool:
     """True when pytest ran with --regen-golden."""
     return bool(request.config.getoption("--regen-golden"))
+
+
+@pytest.fixture
+def factory_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str, str], None]]:
+    """`factory_module(name, source)`: an importable module `name` holding `source` (model factories
+    for the CLI's `name:factory` specs), removed from `sys.modules` before and after the test."""
+    import sys
+
+    names: list[str] = []
+
+    def write(name: str, source: str) -> None:
+        (tmp_path / f"{name}.py").write_text(source, encoding="utf-8")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        names.append(name)
+
+    yield write
+    for name in names:
+        sys.modules.pop(name, None)

@@ -5,7 +5,6 @@ and a model spec naming no module at all: exit 2, one line.
 
 from __future__ import annotations
 
-import sys
 
 import pytest
 
@@ -32,12 +31,8 @@ def raises_in_forward():
 
 
 @pytest.fixture
-def factories(tmp_path, monkeypatch):
-    (tmp_path / f"{FACTORY_MODULE}.py").write_text(FACTORY_SOURCE, encoding="utf-8")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, FACTORY_MODULE, raising=False)
-    yield
-    sys.modules.pop(FACTORY_MODULE, None)
+def factories(factory_module):
+    factory_module(FACTORY_MODULE, FACTORY_SOURCE)
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import sys
 
 import pytest
 import torch
@@ -75,12 +74,8 @@ COMMANDS = ["audit", "verify", "memory", "optimize"]
 
 
 @pytest.fixture
-def factories(tmp_path, monkeypatch):
-    (tmp_path / f"{FACTORY_MODULE}.py").write_text(FACTORY_SOURCE, encoding="utf-8")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, FACTORY_MODULE, raising=False)
-    yield
-    sys.modules.pop(FACTORY_MODULE, None)
+def factories(factory_module):
+    factory_module(FACTORY_MODULE, FACTORY_SOURCE)
 
 
 @pytest.fixture
