@@ -98,6 +98,9 @@ class InplaceErrorRaised:
     error: BaseException
     site: Site
     in_checkpoint: bool = False
+    #: raised inside backward: the failing node (`CopySlices`) and where forward created it
+    node: str | None = None
+    created: Site | None = None
 
 
 @dataclass(frozen=True)

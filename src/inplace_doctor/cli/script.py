@@ -98,6 +98,8 @@ def run_script(
                 if raised_by_the_tool(exc):  # the tool's crash inside the script: `main` says so, exit 4
                     raise internal_error(exc) from exc
                 status = 130 if isinstance(exc, KeyboardInterrupt) else 1  # 130: as a shell reports python's
+                if counter.active:  # raised inside backward: a note names the forward line of the failing node
+                    session.annotate(exc)
                 print_script_error(exc, err)
                 if counter.active:  # let the session turn a PyTorch in-place error into the diagnosis
                     counter.active = False

@@ -15,6 +15,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from ..api import watch
+from ..trace.blame import call_through
 
 
 @dataclass
@@ -126,7 +127,7 @@ class StepCounter:
                 counter._request_stop()
             counter._depth += 1
             try:
-                result = original(*args, **kwargs)
+                result = call_through(original, args, kwargs)  # the script's backward: its errors are its own
             finally:
                 counter._depth -= 1
             if counter._depth == 0:

@@ -7,11 +7,12 @@ from typing import Any, Callable, Iterable, Literal, Mapping
 
 import torch
 
-from ..errors import InplaceError, ModelError, UnsupportedModuleError, UsageError
+from ..errors import InplaceDoctorError, InplaceError, ModelError, UnsupportedModuleError, UsageError
 from ..findings import Finding, Severity
 from ..report import Report
 from ..rules import select_rules
 from ..rules.dispatch import Analyzer
+from ..rules.phrasing import raised_in_backward
 from ..sites import ROOT_LABEL
 from ..trace.blame import internal_error, passed_through, raised_by_the_tool
 from ..trace.modules import refuse_opaque, unique_label, variable_name
@@ -195,6 +196,9 @@ def _classify_or_raise(
         report.notes.append(f"{stage} stopped at the in-place error of a suppressed finding (PyTorch still raises it)")
         _forget_frames(exc)
         return
+    in_backward = raised_in_backward(event, analyzer.root_label)
+    if in_backward is not None:  # the forward line that created the failing node, as anomaly mode names it
+        raise ModelError(f"{type(model).__name__} raised {type(exc).__name__} during {stage}: {in_backward}") from exc
     raise ModelError(
         f"{type(model).__name__} raised {type(exc).__name__} during {stage} ({tracer.progress()}): {exc}"
     ) from exc
@@ -312,7 +316,22 @@ class watch:
             return False
         if raised_by_the_tool(exc):
             raise internal_error(exc) from exc
-        produced = self._analyzer.handle(self._tracer.describe_exception(exc))
+        event = self._tracer.describe_exception(exc)
+        produced = self._analyzer.handle(event)
         if produced:
             raise InplaceError(produced[0].message, produced) from exc
+        self._note_backward_origin(exc, event)
         return False
+
+    def annotate(self, exc: BaseException) -> None:
+        """Add to an error raised inside backward, not an in-place one, a note naming the forward
+        line that created the failing node (its traceback names only `backward()`)."""
+        if isinstance(exc, Exception) and not isinstance(exc, InplaceDoctorError):
+            self._note_backward_origin(exc, self._tracer.describe_exception(exc))
+
+    def _note_backward_origin(self, exc: BaseException, event: Any) -> None:
+        text = raised_in_backward(event, self._analyzer.root_label)
+        if text is not None:
+            note = f"inplace-doctor: {text}"
+            if note not in getattr(exc, "__notes__", ()):
+                exc.add_note(note)

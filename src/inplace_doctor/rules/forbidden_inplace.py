@@ -93,13 +93,20 @@ def forbidden_inplace(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
     else:
         return None
     site = event.site
+    in_backward = ""
+    if event.created is not None:  # raised inside backward: the forward line that created the node
+        in_backward = (
+            f" PyTorch raised it inside backward (called at {site.location}), in {event.node}, the backward "
+            "of this line."
+        )
+        site = event.created
     ref = module_ref(site, ctx.root_label)
     if ref is not None and site.module_inplace:
         fix = f"set `{ref}.inplace = False`; in general, {fix}"
     first = text.strip().splitlines()[0] if text.strip() else type(event.error).__name__
     return make_finding(
         "IPD103",
-        what=f"{where(site, ctx.root_label)} {what}.",
+        what=f"{where(site, ctx.root_label)} {what}.{in_backward}",
         why=f"{why}; PyTorch raised: \"{textwrap.shorten(first, 400, placeholder=' ...')}\"",
         fix=fix,
         mutation=site,

@@ -10,6 +10,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ..sites import Site, describe_site, module_ref
+from ..trace.nodes import in_user_terms
 
 if TYPE_CHECKING:
     from ..findings import Finding
@@ -23,6 +24,19 @@ def short_op(op: str) -> str:
 def where(site: Site, root_label: str) -> str:
     """`relu_` in model.features.3 (ReLU, call 2) at model.py:42."""
     return describe_site(site, root_label)
+
+
+def raised_in_backward(event: Any, root_label: str) -> str | None:
+    """For an error raised inside backward: the node it was raised in and the forward line that
+    created it (`in CopySlices, the backward of `index_put_` in model (M) at m.py:26`), with the
+    reason in the forward's terms where PyTorch's wording names only the node; None otherwise."""
+    created = getattr(event, "created", None)
+    if created is None:
+        return None
+    return (
+        f"raised inside backward, in {event.node}, the backward of {where(created, root_label)}: "
+        f"{in_user_terms(event.error, event.node)}"
+    )
 
 
 def tensor_desc(shape: tuple[int, ...], dtype: str) -> str:

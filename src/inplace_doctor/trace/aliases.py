@@ -22,6 +22,7 @@ import torch
 
 from ..events import HeldTensorUsed
 from ..sites import Site
+from .blame import call_through
 from .modules import ModulePaths
 from .ops import op_name
 from .owner import TraceOwner
@@ -62,7 +63,7 @@ class HeldTensors:
         def state_dict(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
             held._depth += 1
             try:
-                result = original(module, *args, **kwargs)
+                result = call_through(original, (module, *args), kwargs)
             finally:
                 held._depth -= 1
             if held._depth == 0 and not args and not kwargs.get("destination") and not kwargs.get("keep_vars"):

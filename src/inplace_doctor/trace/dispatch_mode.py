@@ -10,6 +10,7 @@ from .. import _compat
 from .aliases import HeldTensors
 from .blame import passed_through
 from .inplace_calls import InplaceCalls
+from .nodes import origin_of
 from .ops import _op_facts, op_facts, restores_version_bump, written_tensors
 from .owner import Busy
 from .pytorch_errors import RaisedErrors
@@ -57,7 +58,8 @@ class TracingMode(_compat.TorchDispatchMode):
         written = written_tensors(spec, args, kwargs) if spec else None
         if written and writes.before_write is not None:
             writes.call_before_write(written)
-        if self.inplace_calls.overwritten and _compat.current_autograd_node() is None:
+        node = _compat.current_autograd_node()  # not None inside backward: the node running
+        if self.inplace_calls.overwritten and node is None:
             self.inplace_calls.check_reads(func, args, kwargs)  # before the op: the values it reads
         if self.held.stale_ids:
             self.held.check_uses(func, args, kwargs, written)
@@ -68,9 +70,13 @@ class TracingMode(_compat.TorchDispatchMode):
             # By id: holding the exception would hold its traceback's frames, the
             # graph, and through our hooks the tracer: a cycle gc cannot see.
             self.raised.failed_op = (id(exc), func)
+            if node is not None:  # inside backward: the node whose backward failed
+                self.raised.failed_node = (id(exc), origin_of(node))
             raise
+        if node is not None:  # in backward: what ran last, for errors autograd raises after a node
+            self.raised.last_node = origin_of(node)
         saved.last_op = func
-        if batch_norm and _compat.current_autograd_node() is not None:
+        if batch_norm and node is not None:
             writes.batch_norm_in_backward(func, args, kwargs)
         if written:
             writes.record(func, written, func is _COPY and copies_onto_itself(args))

@@ -8,6 +8,7 @@ import torch
 
 from ..events import InplaceErrorRaised
 from .modules import ModuleContext
+from .nodes import NodeOrigin, custom_backward_in_traceback
 from .ops import op_name
 from .stacks import checkpoint_in_traceback, frames_from_traceback, inplace_op_in_traceback, make_site
 
@@ -20,11 +21,15 @@ class RaisedErrors:
     gc cannot see.
     """
 
-    __slots__ = ("failed_op", "error_module")
+    __slots__ = ("failed_op", "error_module", "failed_node", "last_node")
 
     def __init__(self) -> None:
         #: (id of the exception, the op that raised it), set by the dispatch mode
         self.failed_op: tuple[int, Any] | None = None
+        #: (id of the exception, where the backward node it was raised in was created)
+        self.failed_node: tuple[int, NodeOrigin | None] | None = None
+        #: the node whose backward ran the last op the dispatch mode saw in backward
+        self.last_node: NodeOrigin | None = None
         #: (id of the exception, the module running when it left the tracer), set on exit
         self.error_module: tuple[int, ModuleContext | None] | None = None
 
@@ -41,7 +46,26 @@ class RaisedErrors:
             module = current_module
         phase = "forward"
         site = make_site(op, frames, api, module, phase)
-        return InplaceErrorRaised(exc, site, checkpoint_in_traceback(exc.__traceback__))
+        node = self._failing_node(exc)
+        return InplaceErrorRaised(
+            exc, site, checkpoint_in_traceback(exc.__traceback__),
+            node=node.name if node is not None else None,
+            created=node.site() if node is not None else None,
+        )
+
+    def _failing_node(self, exc: BaseException) -> NodeOrigin | None:
+        """The backward node `exc` was raised in, where the tracer saw it created: the node of
+        the op that raised, a custom Function's Python backward, or the node autograd names
+        after running it (an invalid gradient it returned)."""
+        if self.failed_node is not None and self.failed_node[0] == id(exc):
+            return self.failed_node[1]
+        custom = custom_backward_in_traceback(exc.__traceback__)
+        if custom is not None:
+            return custom
+        last = self.last_node
+        if last is not None and f"Function {last.name} returned" in str(exc):
+            return last
+        return None
 
 
 def written_here(error: BaseException) -> BaseException | None:

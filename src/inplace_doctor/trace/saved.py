@@ -16,6 +16,7 @@ from .. import _compat
 from ..events import Event, SavedInfo, SavedTensorFreed, SavedTensorReached, StaleSavedTensorUsed
 from .autograd_facts import saved_field_is_read
 from .modules import ModuleContext, ModulePaths
+from .nodes import record_creation
 from .ops import op_name
 from .owner import Busy, Sink
 from .blame import the_programs_error
@@ -217,6 +218,7 @@ class SavedTensors:
     # -- which node saved what --------------------------------------------
     def on_node(self, node: Any) -> None:
         self.pending_nodes.append((node, self.last_op))
+        record_creation(node, self._modules.current, self.last_op)
 
     def flush_nodes(self) -> None:
         nodes, self.pending_nodes = self.pending_nodes, []

@@ -1,0 +1,100 @@
+"""Where each autograd node was created, so an error raised inside backward names a forward line.
+
+Anomaly mode's one useful trick, without its cost: the node-creation hook the
+tracer already runs stores, in the node's own `metadata` dict, a C capture of
+the stack (no frames, no tensors kept), the running module and the op. The
+entry lives and dies with the node. When backward fails, the failing node is
+known from one of three places: the op that raised under the dispatch mode
+(`current_autograd_node()` then), the custom `Function`'s `BackwardCFunction`
+frame in the traceback (a Python `backward` that raised), or the last node the
+dispatch mode saw run (autograd's engine checking what a node returned).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from ..sites import Site
+from .modules import ModuleContext
+from .ops import op_name
+from .stacks import SAVE_STACK, capture_stack, make_site, resolve_stack
+
+NODE_KEY = "inplace_doctor_created"  # the key in `node.metadata`
+_FUNCTION_FILE = os.path.join("torch", "autograd", "function.py")
+
+
+class NodeOrigin:
+    """An autograd node and where forward created it (resolved only when an error needs it).
+    One is made per node: a plain slotted class, several times cheaper to build than a dataclass."""
+
+    __slots__ = ("name", "stack", "module", "op")
+
+    def __init__(self, name: str, stack: Any, module: ModuleContext | None, op: Any) -> None:
+        self.name = name
+        self.stack = stack  # a `capture_stack()` capture
+        self.module = module
+        self.op = op
+
+    def site(self) -> Site:
+        frames, api, _ = resolve_stack(self.stack, SAVE_STACK)
+        if self.op is None:  # a custom Function's node: its `apply` is the forward line's call
+            op = f"{self.name.removesuffix('Backward')}.apply"
+        else:
+            op = op_name(self.op)
+        return make_site(op, frames, api, self.module, "forward")
+
+
+_BackwardCFunction = torch.autograd.function.BackwardCFunction
+
+
+def record_creation(node: Any, module: ModuleContext | None, op: Any) -> None:
+    """Called by the node-creation hook: remember in the node where it was created, as the
+    `NodeOrigin` an error will need (built here once, so backward only looks it up)."""
+    try:
+        name = node.name().rsplit("::", 1)[-1]  # `torch::autograd::CopySlices` -> `CopySlices`
+        if isinstance(node, _BackwardCFunction):
+            op = None  # the last aten op was inside the Function's forward, not the call itself
+        node.metadata[NODE_KEY] = NodeOrigin(name, capture_stack(), module, op)
+    except (AttributeError, RuntimeError, TypeError):  # a node type without metadata
+        pass
+
+
+def origin_of(node: Any) -> NodeOrigin | None:
+    """Where `node` was created, if the tracer saw it created (one dict lookup)."""
+    try:
+        return node.metadata.get(NODE_KEY)
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+
+
+def custom_backward_in_traceback(tb: TracebackType | None) -> NodeOrigin | None:
+    """The custom Function node whose Python `backward` the traceback ran through (innermost)."""
+    found = None
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "apply" and frame.f_code.co_filename.endswith(_FUNCTION_FILE):
+            node = frame.f_locals.get("self")
+            if isinstance(node, _BackwardCFunction):
+                found = origin_of(node) or found
+        tb = tb.tb_next
+    return found
+
+
+_RETURNED = re.compile(r"Function (\w+) returned an invalid gradient at index (\d+) - (.*)", re.S)
+
+
+def in_user_terms(error: BaseException, node: str) -> str:
+    """PyTorch's backward error in the words of the forward it came from."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    found = _RETURNED.search(text)
+    if found:
+        return (
+            f"{found[1]} returned a wrong gradient for input {found[2]} of its forward: {found[3]} "
+            "(each gradient must have the shape and dtype of the input it is for)"
+        )
+    return f"{type(error).__name__} in {node}: {text}"
