@@ -249,13 +249,15 @@ def _relative_to(file: str, root: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=1)
 def repository_root() -> str:
-    """The git work tree holding the current directory (`git rev-parse --show-toplevel`), else the cwd.
+    """The git work tree holding the current directory (`git rev-parse --show-toplevel`), else the cwd."""
+    return _repository_root_of(os.getcwd())
 
-    Computed once per process.
-    """
-    cwd = os.getcwd()
+
+@functools.lru_cache(maxsize=16)
+def _repository_root_of(cwd: str) -> str:
+    """`repository_root` for one working directory: asked of git once per directory, not once per process,
+    so a process that changes directory (a test suite, a notebook) never reports paths against a stale root."""
     try:
         top = subprocess.run(
             ["git", "rev-parse", "--show-toplevel"],
