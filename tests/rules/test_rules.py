@@ -550,12 +550,11 @@ def test_select_and_ignore_by_prefix():
         ipd.audit(model, x, select="IPD14")
 
 
-def test_refuses_scripted_and_compiled_models():
+def test_refuses_scripted_models_and_audits_compiled_ones_eagerly():
     with pytest.raises(ipd.UsageError, match="TorchScript"):
         ipd.audit(torch.jit.script(nn.Linear(2, 2)), torch.randn(1, 2))
-    compiled = torch.compile(nn.Linear(2, 2))
-    with pytest.raises(ipd.UsageError, match="torch.compile"):
-        ipd.audit(compiled, torch.randn(1, 2))
+    report = ipd.audit(torch.compile(nn.Linear(2, 2)), torch.randn(1, 2))
+    assert report.codes == [] and report.stats["compiled_calls_run_eagerly"] == 1
 
 
 def test_report_text_and_dict():

@@ -360,10 +360,15 @@ def test_refuse_opaque_on_a_traced_module():
         refuse_opaque(traced, "the model")
 
 
-def test_refuse_opaque_on_a_compiled_module():
-    compiled = torch.compile(nn.Linear(2, 2))  # wrapping only: nothing compiles before a call
-    with pytest.raises(UnsupportedModuleError, match=r"torch\.compile'd.*\(model\._orig_mod\)"):
-        refuse_opaque(compiled, "the model")
+def test_a_compiled_module_is_accepted_and_named_as_the_module_it_wraps():
+    net = Net()
+    compiled = torch.compile(net)  # wrapping only: nothing compiles before a call
+    assert refuse_opaque(compiled, "the model") is None  # it runs eagerly while traced
+    paths = ModulePaths()
+    paths.add_root(compiled)
+    assert paths.path_of(compiled) == paths.path_of(net) == "model"
+    for name, sub in net.named_modules():
+        assert paths.path_of(sub) == ("model." + name if name else "model")
 
 
 def test_refuse_opaque_accepts_plain_modules():
@@ -371,11 +376,12 @@ def test_refuse_opaque_accepts_plain_modules():
         assert refuse_opaque(module, "the model") is None
 
 
-def test_a_scripted_submodule_called_under_paths_is_refused():
+def test_a_scripted_module_met_while_running_is_recorded_not_refused():
     paths = ModulePaths()
     inner = scripted(nn.Linear(2, 2))
-    with paths, pytest.raises(UnsupportedModuleError, match="TorchScript"):
-        inner(torch.randn(1, 2))
+    with paths:
+        inner(torch.randn(1, 2))  # a correct program: it runs on, and the report will say what was not seen
+    assert paths.scripted == ["Linear"]
 
 
 # --- unique_label ---------------------------------------------------------------------------------

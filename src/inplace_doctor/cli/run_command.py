@@ -112,6 +112,10 @@ def command(ns: argparse.Namespace) -> int:
             print(f"inplace-doctor: {stats.diagnosis}", file=sys.stderr)
         if report.findings or ns.format != "text":
             renderer(report, sys.stderr)
+        else:
+            compiled = report.stats.get("compiled_calls_run_eagerly")
+            if compiled:  # the one note a clean run's terminal needs: what ran was not the compiled code
+                summary += f"; {compiled} torch.compile'd call(s) ran eagerly while watched, compiled as usual after"
         print(f"inplace-doctor: {len(report.findings)} finding(s); {summary}", file=sys.stderr)
     if status:
         return int(status)

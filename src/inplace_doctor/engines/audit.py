@@ -41,7 +41,7 @@ def audit(
     global RNG state and the caller's inputs.
 
     Args:
-        model: an eager `nn.Module` (not scripted or compiled).
+        model: an `nn.Module`; a `torch.compile`d one runs eagerly for the audit (not TorchScript).
         *args, **kwargs: the model's inputs.
         loss_fn: maps the output to a scalar for backward; default: the sum of
             every floating output that requires grad.
@@ -163,6 +163,18 @@ def _finish(report: Report, tracer: Tracer, analyzer: Analyzer) -> Report:
         "writes": tracer.writes,
         "predictions_dropped": analyzer.dropped,
     }
+    compiled = tracer.compiled.note()
+    if compiled is not None:
+        report.stats["compiled_calls_run_eagerly"] = tracer.compiled.calls
+        report.notes.append(compiled)
+    scripted = sorted(set(tracer.modules.scripted))
+    if scripted:
+        names = ", ".join(f"`{name}`" for name in scripted)
+        report.notes.append(
+            f"TorchScript module{'s' if len(scripted) > 1 else ''} {names} ran while traced: {'their' if len(scripted) > 1 else 'its'} "
+            "ops were checked, but TorchScript keeps no Python lines, so sites inside name the line that called it; "
+            "with PYTORCH_JIT=0 set, torch.jit.script returns the Python module and both lines are named"
+        )
     if analyzer.dropped:
         n = analyzer.dropped
         report.notes.append(

@@ -9,22 +9,30 @@ import torch
 
 from ..errors import UnsupportedModuleError
 from ..sites import ROOT_LABEL, module_path
+from .compiled import uncompiled
 from .storage import storage_key
 
 ModuleContext = tuple[str, int, str, "bool | None"]  # path, call index, class, inplace flag
 
 
 def refuse_opaque(module: torch.nn.Module, where: str) -> None:
+    """Refuse a module whose ops the tracer cannot see (TorchScript); `torch.compile`d ones run eagerly."""
     if isinstance(module, torch.jit.ScriptModule):
         raise UnsupportedModuleError(
             f"{where} is a TorchScript module ({type(module).__name__}); inplace-doctor traces eager "
             "PyTorch only: pass the original nn.Module instead of torch.jit.script/trace output."
         )
-    if hasattr(module, "_orig_mod") and type(module).__name__ == "OptimizedModule":
-        raise UnsupportedModuleError(
-            f"{where} is a torch.compile'd module; inplace-doctor traces eager PyTorch only: pass "
-            "the original module (model._orig_mod) instead."
-        )
+
+
+_COMPILED_WRAPPER = "_orig_mod"  # what `torch.compile(module)` calls the module it wraps
+
+
+def _without_compiled_wrappers(name: str) -> str:
+    """`_orig_mod.fc` -> `fc`, `block._orig_mod.0` -> `block.0`: a compiled module is named as the
+    module it wraps, as the user wrote the model."""
+    if _COMPILED_WRAPPER not in name:
+        return name
+    return ".".join(part for part in name.split(".") if part != _COMPILED_WRAPPER)
 
 
 class ModulePaths:
@@ -62,6 +70,8 @@ class ModulePaths:
         self._buffer_ids: set[int] | None = None
         # storage key -> (weakref to the parameter or buffer, its qualified name); built when a finding needs it
         self._state_names: dict[int, tuple[Any, str]] | None = None
+        #: class names of the TorchScript modules met while running (their ops are seen, not their lines)
+        self.scripted: list[str] = []
 
     def add_root(
         self, module: torch.nn.Module, prefix: str = "", named: list[tuple[str, torch.nn.Module]] | None = None
@@ -69,6 +79,7 @@ class ModulePaths:
         """Name `module` and its submodules; `named` is `list(module.named_modules())` if the caller has it."""
         for name, sub in named if named is not None else module.named_modules(remove_duplicate=True):
             if self._lookup(sub) is None:
+                name = _without_compiled_wrappers(name)
                 path = f"{prefix}.{name}" if prefix and name else (prefix or name)
                 self._known[id(sub)] = (weakref.ref(sub), path, type(sub).__name__)
                 if prefix:
@@ -145,7 +156,7 @@ class ModulePaths:
             if known_path == path:
                 module = ref()
                 if module is not None:
-                    return module
+                    return uncompiled(module)  # the wrapper and the module it wraps share a path
         return None
 
     def path_of(self, module: torch.nn.Module) -> str:
@@ -165,7 +176,10 @@ class ModulePaths:
     def _learn(self, module: torch.nn.Module) -> tuple[Any, str, str]:
         """A module first seen outside any known root: named by the user's variable that holds it
         (`D` for `D = nn.Sequential(...)`; two `Sequential`s are then told apart), else by its class."""
-        refuse_opaque(module, type(module).__name__)
+        if isinstance(module, torch.jit.ScriptModule):
+            # Met while running (a script under `run`): its ops still reach the dispatch mode, but
+            # TorchScript keeps no Python frames; the report says so instead of stopping a correct program.
+            self.scripted.append(getattr(module, "original_name", None) or type(module).__name__)
         taken = {path for _, path, _ in self._known.values()}
         name = variable_name(module)
         if name in taken:

@@ -15,6 +15,8 @@ Known limitations:
   to tensors saved outside the region are seen.
 - Tensors saved before the tracer started are checked by PyTorch itself, not
   by the tracer; an error they raise is still recognised by its message.
+- `torch.compile`d code runs eagerly while the tracer runs (`compiled.py`);
+  TorchScript modules are traced op by op, without their Python lines.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import torch
 
 from ..events import Event, InplaceErrorRaised
 from .aliases import HeldTensors
+from .compiled import EagerCompiled
 from .dispatch_mode import SubclassConstruction, TracingMode, disable_dynamo_directly
 from .inplace_calls import InplaceCalls
 from .modules import ModulePaths
@@ -77,6 +80,8 @@ class Tracer:
         self.modules.on_top_level = self._writes.on_top_level_call
         self._raised = RaisedErrors()
         self._mode = TracingMode(self._busy, self._saved, self._writes, self.inplace_calls, self.held, self._raised)
+        #: `torch.compile`d code runs eagerly while tracing; `compiled.calls` counts it
+        self.compiled = EagerCompiled()
         self._contexts: list[Any] = []
         self._active = False
 
@@ -89,6 +94,7 @@ class Tracer:
         self.modules.__enter__()
         self._contexts = [self.modules]
         try:
+            self._enter(self.compiled)
             self._enter(NodeCreationHook(self._saved.on_node))
             self._enter(torch.autograd.graph.saved_tensors_hooks(self._saved.pack, self._saved.unpack))
             disable_dynamo_directly()
