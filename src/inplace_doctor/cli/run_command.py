@@ -100,6 +100,8 @@ def command(ns: argparse.Namespace) -> int:
         ignore=config.ignore, per_module_ignores=config.per_module_ignores,
     )
     report.target = f"-m {target}" if module else target
+    if report.rank is None:
+        report.rank = stats.rank
     report.command = "run"
     report.stack = ns.stack
     summary = stats.summary(ns.steps)

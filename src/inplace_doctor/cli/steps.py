@@ -15,6 +15,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from ..api import watch
+from ..engines.distributed import current_rank
 from ..trace.blame import call_through
 
 
@@ -42,6 +43,8 @@ class RunStats:
     window_ended: bool = False  # --steps N was reached and watching stopped
     failed_after_window: bool = False  # the script failed after that, undiagnosed
     diagnosis: str | None = None  # the one line for an in-place error the script stopped at
+    #: the process's rank while it trained (a script destroys its process group before the report is made)
+    rank: int | None = None
 
     @property
     def steps(self) -> Tally:
@@ -143,6 +146,8 @@ class StepCounter:
 
     def _after_backward(self) -> None:
         stats = self.stats
+        if stats.rank is None and self.active:
+            stats.rank = current_rank()
         if self._in_step:
             pass  # part of the optimizer step (a closure's backward)
         elif self.active and not self._pending_stop:

@@ -7,6 +7,9 @@ import torch
 
 def storage_span(t: torch.Tensor) -> tuple[int, int, int] | None:
     """(storage key, first byte, end byte) of the memory a tensor covers, or None."""
+    inner = _wrapped(t)
+    if inner is not t:
+        return None if inner is None else storage_span(inner)
     try:
         if t.is_inference():
             return None
@@ -20,17 +23,40 @@ def storage_span(t: torch.Tensor) -> tuple[int, int, int] | None:
             extent = numel - 1
         else:
             extent = sum((int(n) - 1) * abs(int(s)) for n, s in zip(t.shape, t.stride()))
+        return storage.data_ptr(), start * size, (start + extent + 1) * size
     except (RuntimeError, NotImplementedError, TypeError):  # sparse, meta, no storage
         return None
-    return storage.data_ptr(), start * size, (start + extent + 1) * size
 
 
 def storage_key(t: torch.Tensor) -> int:
     """`storage_span(t)[0]` alone, for a tensor autograd saved (never an inference tensor): 0 without storage."""
+    inner = _wrapped(t)
+    if inner is not t:
+        return 0 if inner is None else storage_key(inner)
     try:
         return t.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError, TypeError):  # sparse, meta, no storage
         return 0
+
+
+def _wrapped(t: torch.Tensor) -> torch.Tensor | None:
+    """The memory a tensor stands for: `t` itself; for a wrapper subclass, which has no storage of its
+    own (a `DTensor` parameter under FSDP2 or tensor parallelism), its one inner tensor (the local
+    shard), or None when it wraps several or none."""
+    if type(t) is torch.Tensor or type(t) is torch.nn.Parameter or not _is_wrapper(t):
+        return t
+    try:
+        names, _ = t.__tensor_flatten__()  # type: ignore[attr-defined]
+        inner = [getattr(t, name) for name in names]
+    except Exception:  # a subclass whose flatten needs more than it has here
+        return None
+    return inner[0] if len(inner) == 1 and isinstance(inner[0], torch.Tensor) else None
+
+
+def _is_wrapper(t: torch.Tensor) -> bool:
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    return bool(is_traceable_wrapper_subclass(t))
 
 
 _EXACT_OVERLAP_LIMIT = 1 << 26  # elements; above this, a shared byte range counts as overlap
