@@ -10,7 +10,7 @@ import sys
 import traceback
 from typing import NoReturn, Sequence
 
-from . import audit, memory, myths, optimize, rules, run_command, verify
+from . import audit, fix, memory, myths, optimize, rules, run_command, verify
 from .args import Parser
 from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_MODEL_ERROR, EXIT_USAGE, CliUsageError, FactoryError
 from .model import build_model
@@ -23,7 +23,7 @@ __all__ = ["CliUsageError", "build_model", "main", "run"]
 def _parser() -> Parser:
     parser = Parser(prog="inplace-doctor", description="Find in-place operations that break PyTorch autograd.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for command in (audit, verify, memory, optimize, run_command, myths):  # the order --help lists them in
+    for command in (audit, verify, memory, optimize, run_command, fix, myths):  # the order --help lists them in
         command.add_parser(sub)
     rules.add_parsers(sub)
     return parser

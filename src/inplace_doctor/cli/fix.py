@@ -1,0 +1,185 @@
+"""`inplace-doctor fix SCRIPT.py [ARGS ...]`: run the script, make the edits its findings name, run it again.
+
+The script runs under `inplace-doctor run` in a child process (so the second
+run imports the edited files afresh). Only the fix templates whose meaning is
+known are applied (`source_edits.py`); the others are printed as suggestions.
+A file is edited only inside the working directory, never under the Python
+installation (site-packages, torch), and only when git shows no uncommitted
+change to it (`--force` to edit anyway). `--diff` prints the patch and writes
+nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+from .errors import CliUsageError
+
+if TYPE_CHECKING:
+    from .args import Subcommands
+    from .source_edits import Edit
+
+
+def add_parser(sub: "Subcommands") -> None:
+    fixer = sub.add_parser(
+        "fix", help="apply the fixes a script's findings name as source edits, then run it again",
+        usage="inplace-doctor fix [--diff] [--force] [--steps N] SCRIPT.py [ARGS ...]",
+        description="Run SCRIPT.py under `inplace-doctor run`, make the source edits its findings name (a "
+                    "`.clone()` before a write, `x += y` -> `x = x + y`, inplace=False at the constructing line), "
+                    "then run it again and say whether the findings are gone. Other fixes are printed as suggestions.",
+    )
+    fixer.add_argument("--diff", action="store_true", help="print the patch; change no file")
+    fixer.add_argument("--force", action="store_true", help="also edit files with uncommitted changes")
+    fixer.add_argument("--steps", type=int, metavar="N", help="watch only the first N training steps (as run)")
+    fixer.add_argument("target", nargs=argparse.REMAINDER, metavar="SCRIPT.py [ARGS ...]")
+    fixer.set_defaults(handler=command)
+
+
+def command(ns: argparse.Namespace) -> int:
+    if not ns.target:
+        raise CliUsageError("fix needs a script: inplace-doctor fix train.py [ARGS ...]")
+    script, args = ns.target[0], list(ns.target[1:])
+    if not os.path.isfile(script):
+        raise CliUsageError(f"no script {script!r}: give a path to a .py file")
+    try:
+        import libcst  # noqa: F401
+    except ImportError:
+        raise CliUsageError("fix edits source with libcst, which is not installed: pip install 'inplace-doctor[fix]'")
+    status, findings, stderr = _run(script, args, ns.steps)
+    if findings is None:
+        sys.stderr.write(stderr)
+        print(f"inplace-doctor: the script's run under inplace-doctor gave no report (exit {status})", file=sys.stderr)
+        return status or 1
+    edited: set[str] = set()  # files this command changed: later rounds may change them again
+    for _ in range(_ROUNDS):
+        edits, suggestions = _split(findings)
+        if not edits and not suggestions:
+            if not edited:
+                print("inplace-doctor: nothing to fix: no error or warning finding")
+                return 0
+            print("inplace-doctor: after the edit the script ran to the end with no finding")
+            return 0
+        patches = _patches(edits, check_committed=not (ns.diff or ns.force), exempt=edited)
+        _show(patches)
+        for f in suggestions:
+            print(f"suggestion (not applied: its meaning depends on the program) {f['code']}: {f.get('fix')}")
+        if ns.diff or not patches:
+            return 1
+        for path, (_, after) in patches.items():
+            with open(path, "w", encoding="utf-8") as out:
+                out.write(after)
+            edited.add(path)
+        for edit in edits:
+            print(f"fixed {edit.describe()}")
+        status, findings, stderr = _run(script, args, ns.steps)
+        if findings is None or status not in (0, 1):
+            sys.stderr.write(stderr)
+            print(f"inplace-doctor: after the edit the script failed (exit {status}): the edit is kept; "
+                  "`git diff` shows it", file=sys.stderr)
+            return status or 1
+        if suggestions:
+            break
+    remaining = [f for f in findings if f.get("severity") in ("error", "warning")]
+    if remaining:
+        print(f"inplace-doctor: after the edits the script ran to the end; {len(remaining)} finding(s) remain:")
+        for f in remaining:
+            print(f"  {f['code']} {f.get('fix')}")
+        return 1
+    print("inplace-doctor: after the edits the script ran to the end with no finding")
+    return 0
+
+
+# A run stops at the first in-place error backward reaches; the next one shows after it is fixed.
+_ROUNDS = 5
+
+
+def _split(findings: list[dict[str, Any]]) -> tuple[list["Edit"], list[dict[str, Any]]]:
+    """(the edits to make, one per distinct edit; the findings whose fix is only a suggestion)."""
+    from .source_edits import edit_for
+
+    edits: dict[Edit, None] = {}
+    suggestions = []
+    for f in findings:
+        if f.get("severity") not in ("error", "warning"):
+            continue
+        edit = edit_for(f)
+        if edit is None:
+            suggestions.append(f)
+        else:
+            edits[edit] = None  # a folded finding's places share one edit
+    return list(edits), suggestions
+
+
+def _patches(edits: list["Edit"], *, check_committed: bool, exempt: set[str]) -> dict[str, tuple[str, str]]:
+    """path -> (text now, text after the edits), every file checked before any is written."""
+    from .source_edits import EditError, apply_edits
+
+    by_file: dict[str, list[Edit]] = {}
+    for edit in edits:
+        by_file.setdefault(os.path.realpath(edit.file), []).append(edit)
+    patches: dict[str, tuple[str, str]] = {}
+    for path, file_edits in by_file.items():
+        _refuse_outside_project(path)
+        if check_committed and path not in exempt:
+            _refuse_uncommitted(path)
+        with open(path, encoding="utf-8") as f:
+            before = f.read()
+        try:
+            patches[path] = (before, apply_edits(before, file_edits))
+        except EditError as e:
+            raise CliUsageError(f"{path} changed since the run: {e}") from None
+    return patches
+
+
+def _show(patches: dict[str, tuple[str, str]]) -> None:
+    for path, (before, after) in patches.items():
+        shown = os.path.relpath(path)
+        sys.stdout.writelines(difflib.unified_diff(
+            before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{shown}", f"b/{shown}"
+        ))
+
+
+def _run(script: str, args: list[str], steps: int | None) -> tuple[int, list[dict[str, Any]] | None, str]:
+    """(exit status, the findings of `inplace-doctor run` on the script or None, its stderr)."""
+    with tempfile.TemporaryDirectory(prefix="inplace-doctor-fix-") as tmp:
+        out = os.path.join(tmp, "report.json")
+        argv = [sys.executable, "-m", "inplace_doctor", "run", "--format", "json", "--output", out]
+        if steps is not None:
+            argv += ["--steps", str(steps)]
+        done = subprocess.run([*argv, script, *args], capture_output=True, text=True)
+        sys.stdout.write(done.stdout)  # the script's own output, as `run` leaves it
+        try:
+            with open(out, encoding="utf-8") as f:
+                return done.returncode, json.load(f)["findings"], done.stderr
+        except (OSError, ValueError, KeyError):
+            return done.returncode, None, done.stderr
+
+
+def _refuse_outside_project(path: str) -> None:
+    here = os.path.realpath(os.getcwd())
+    installed = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("purelib", "platlib", "stdlib")}
+    if any(path.startswith(os.path.join(p, "")) for p in installed) or not path.startswith(os.path.join(here, "")):
+        raise CliUsageError(
+            f"the fix is in {path}, outside this project ({here}): inplace-doctor fix edits only your own files; "
+            "make that change by hand"
+        )
+
+
+def _refuse_uncommitted(path: str) -> None:
+    folder = os.path.dirname(path)
+    tracked = subprocess.run(["git", "ls-files", "--error-unmatch", path], cwd=folder, capture_output=True)
+    if tracked.returncode != 0:
+        raise CliUsageError(f"{os.path.relpath(path)} is not committed to git, so the edit could not be undone: "
+                            "commit it first, see the edit with --diff, or pass --force")
+    changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", path], cwd=folder, capture_output=True)
+    if changed.returncode != 0:
+        raise CliUsageError(f"{os.path.relpath(path)} has uncommitted changes: commit them first, see the edit with "
+                            "--diff, or pass --force")

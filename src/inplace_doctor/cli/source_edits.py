@@ -1,0 +1,148 @@
+"""The source edits `inplace-doctor fix` can make, read from a finding's fix and applied with libcst.
+
+Three fix templates are edits whose meaning is known (each is applied to its
+program and compared with the intended one in tests/test_fixes.py):
+- `insert `h = h.clone()` before `STATEMENT``: the write then lands on a copy
+  the name refers to from there on, and autograd keeps the saved original;
+- `replace `x += y` with `x = x + y``: the result is a new tensor bound to the
+  same name, the old object (saved, or read elsewhere) keeps its values;
+- `construct `model.act` with inplace=False at FILE:LINE`: the module computes
+  out of place, the program PyTorch's in-place check holds the in-place one to.
+Every other fix is shown, not applied. libcst keeps formatting and comments.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+_AT = r" at (?P<file>\S+?):(?P<line>\d+)"
+_CLONE = re.compile(r"`(?P<name>[A-Za-z_]\w*) = (?P=name)\.clone\(\)` before `(?P<stmt>[^`]+)`")
+_AUGMENTED = re.compile(r"replace `(?P<old>[^`]+?\s*(?:\+|-|\*|/|//|@|%|\*\*|&|\||\^)=[^`]+)` with `(?P<new>[^`]+)`" + _AT)
+_FLAG = re.compile(r"construct `[^`]+` with inplace=False" + _AT)
+_ANY_AT = re.compile(_AT)
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One change to one line of one file: what `fix` applies, and how it says so."""
+
+    kind: str  # "clone", "augmented", "flag"
+    file: str  # as the finding names it (relative to the working directory, or absolute)
+    line: int
+    old: str  # the statement (or call) as it reads now
+    new: str  # the statement to insert, the replacement, or "inplace=False"
+    code: str  # the finding's rule code
+
+    def describe(self) -> str:
+        where = f"{self.file}:{self.line}"
+        if self.kind == "clone":
+            return f"{self.code}: insert `{self.new}` before `{self.old}` at {where}"
+        if self.kind == "augmented":
+            return f"{self.code}: replace `{self.old}` with `{self.new}` at {where}"
+        return f"{self.code}: construct with inplace=False at {where} (`{self.old}`)"
+
+
+def edit_for(finding: dict[str, Any]) -> Edit | None:
+    """The edit a finding's fix names, if it is one of the three templates; else None (a suggestion)."""
+    fix, code = finding.get("fix") or "", finding.get("code", "")
+    at = _ANY_AT.search(fix)
+    if at is None:
+        return None
+    file, line = at["file"], int(at["line"])
+    if (m := _CLONE.search(fix)) is not None:
+        return Edit("clone", file, line, m["stmt"], f"{m['name']} = {m['name']}.clone()", code)
+    if (m := _AUGMENTED.search(fix)) is not None:
+        return Edit("augmented", m["file"], int(m["line"]), m["old"], m["new"], code)
+    if (m := _FLAG.search(fix)) is not None:
+        return Edit("flag", m["file"], int(m["line"]), _quoted_after(fix, m.end()), "inplace=False", code)
+    return None
+
+
+def _quoted_after(text: str, start: int) -> str:
+    found = re.compile(r"\(`(?P<code>[^`]+)`\)").search(text, start)
+    return found["code"] if found else ""
+
+
+class EditError(Exception):
+    """An edit that does not match the file as it reads now (changed since the run)."""
+
+
+def apply_edits(source: str, edits: Sequence[Edit]) -> str:
+    """`source` with every edit made; raises EditError when an edit's line no longer reads as it did."""
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    wrapper = MetadataWrapper(cst.parse_module(source))
+    transformer = _Transformer(list(edits), wrapper.resolve(PositionProvider), cst)
+    module = wrapper.visit(transformer)
+    missed = [e for e in edits if e not in transformer.done]
+    if missed:
+        raise EditError("; ".join(f"{e.file}:{e.line} no longer reads `{e.old}`" for e in missed))
+    return str(module.code)
+
+
+def _Transformer(edits: list[Edit], positions: Any, cst: Any) -> Any:
+    """A libcst transformer making `edits` (built here so libcst is imported only by `fix`)."""
+
+    class Transformer(cst.CSTTransformer):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.done: list[Edit] = []
+
+        def _line(self, node: Any) -> int:
+            return int(positions[node].start.line)
+
+        def leave_IndentedBlock(self, original: Any, updated: Any) -> Any:
+            return updated.with_changes(body=self._body_from(original, updated))
+
+        def leave_Module(self, original: Any, updated: Any) -> Any:
+            return updated.with_changes(body=self._body_from(original, updated))
+
+        def _body_from(self, original: Any, updated: Any) -> list[Any]:
+            # positions are known for the original nodes: match on them, keep the updated ones
+            lines = {i: (self._line(o) if o in positions else -1) for i, o in enumerate(original.body)}
+            out: list[Any] = []
+            for i, stmt in enumerate(updated.body):
+                for edit in edits:
+                    if edit.kind == "clone" and edit.line == lines[i] and edit.old.strip() in _code(original.body[i], cst):
+                        out.append(cst.parse_statement(edit.new + "\n"))
+                        self.done.append(edit)
+                out.append(stmt)
+            return out
+
+        def leave_AugAssign(self, original: Any, updated: Any) -> Any:
+            line = self._line(original)
+            for edit in edits:
+                if edit.kind == "augmented" and edit.line == line and _same(_code(original, cst), edit.old):
+                    self.done.append(edit)
+                    return cst.parse_statement(edit.new + "\n").body[0]
+            return updated
+
+        def leave_Call(self, original: Any, updated: Any) -> Any:
+            line = self._line(original)
+            for edit in edits:
+                if edit.kind != "flag" or edit.line != line:
+                    continue
+                args = list(updated.args)
+                for i, arg in enumerate(args):
+                    if arg.keyword is not None and arg.keyword.value == "inplace" and _is_true(arg.value, cst):
+                        args[i] = arg.with_changes(value=cst.Name("False"))
+                        self.done.append(edit)
+                        return updated.with_changes(args=args)
+            return updated
+
+    return Transformer()
+
+
+def _code(node: Any, cst: Any) -> str:
+    return str(cst.Module(body=[]).code_for_node(node)).strip()
+
+
+def _same(a: str, b: str) -> bool:
+    return " ".join(a.split()) == " ".join(b.split())
+
+
+def _is_true(value: Any, cst: Any) -> bool:
+    return isinstance(value, cst.Name) and value.value == "True"
