@@ -22,6 +22,7 @@ Fingerprints are computed with the tool's modes off and hold no tensor.
 
 from __future__ import annotations
 
+import inspect
 import sys
 import weakref
 from types import FrameType
@@ -78,6 +79,8 @@ class ContentChecks:
         self.check_all = check_all
         self.by_storage: dict[int, list[HandOut]] = {}
         self._lines: _LineChecks | None = None
+        #: function frames that were traced: their locals snapshot is dropped once outside a trace call
+        self.traced: list[FrameType] = []
         self._patched: list[tuple[Any, str, Any]] = []
 
     # -- lifecycle: `to_dlpack` is a module function no TorchFunctionMode sees -----------------
@@ -106,13 +109,27 @@ class ContentChecks:
         if self._lines is not None:
             self._lines.stop()
             self._lines = None
+        self.forget_snapshots()
         self.by_storage.clear()
+
+    def forget_snapshots(self) -> None:
+        """Drop the locals snapshot a trace function makes a function frame keep (`frame.f_locals`,
+        refreshed before and written back after each trace call): left behind, it holds the tensors
+        the frame later deletes or rebinds, and their graphs. Never called inside a trace call of
+        that frame (the write-back would unbind its locals); the next trace call refreshes it."""
+        if not self.traced:
+            return
+        tracing = self._lines.frame if self._lines is not None else None
+        frames, self.traced = self.traced, [f for f in self.traced if f is tracing]  # cleared again at its stop
+        for frame in frames:
+            frame.f_locals.clear()
 
     # -- hand-outs ------------------------------------------------------------------------
     def handed_out(self, t: Any, how: str) -> None:
         """`t`'s memory left PyTorch (`.numpy()`, DLPack, a raw pointer): fingerprint what is saved there."""
         if not isinstance(t, torch.Tensor):
             return
+        self.forget_snapshots()
         span = storage_span(t)
         if span is None:
             return
@@ -146,6 +163,7 @@ class ContentChecks:
     def on_unpack(self, record: SavedRecord, t: torch.Tensor) -> None:
         """Backward reads a fingerprinted saved tensor: changed bytes with an unchanged version and
         no write the tracer saw (IPD104's and IPD101's cases) were written outside PyTorch."""
+        self.forget_snapshots()
         if record.overwritten or t._version != record.version or not record.read:
             return
         now = fingerprint(t)
@@ -157,6 +175,7 @@ class ContentChecks:
 
     def checkpoint(self) -> None:
         """The session ends: fingerprinted saved tensors that changed, not yet unpacked, are predictions."""
+        self.forget_snapshots()
         for bucket in list(self.saved.by_storage.values()):
             for ref in list(bucket.values()):
                 record = ref()
@@ -215,7 +234,7 @@ class _LineChecks:
         self.line = frame.f_lineno
         self.left = 0
         self.running = True
-        frame.f_trace = self.trace
+        self._traced(frame)
         sys.settrace(_no_new_frames)  # line events need a thread trace function; callees are not traced
 
     def add(self, entry: HandOut) -> None:
@@ -242,8 +261,13 @@ class _LineChecks:
                 self.stop()
                 return None
             self.line = caller.f_lineno
-            caller.f_trace = self.trace
+            self._traced(caller)
         return self.trace
+
+    def _traced(self, frame: FrameType) -> None:
+        frame.f_trace = self.trace
+        if frame.f_code.co_flags & inspect.CO_OPTIMIZED:  # a function: its locals get a snapshot (a module's are its globals)
+            self.checks.traced.append(frame)
 
     def stop(self) -> None:
         if self.frame is not None:
