@@ -241,3 +241,25 @@ def test_run_check_contents_names_the_three_lines(tmp_path: Path):
     assert "train.py:5" in done.stderr and "a *= 0.5" in done.stderr  # the write
     assert "train.py:3" in done.stderr  # the save
     assert "train.py:4" in done.stderr  # the hand-out, in the fix
+
+
+class _PlotsItsActivation(torch.nn.Module):
+    """A model that rescales its sigmoid activation through NumPy for a plot, inside forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.sigmoid(self.fc(x))  # model-saves
+        shown = h.detach().numpy()  # model-hands-out
+        shown *= 255.0  # model-writes
+        return h
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_audit_reports_a_numpy_write_inside_forward(check):
+    report = ipd.audit(_PlotsItsActivation(), torch.randn(2, 4), check_contents=check)
+    [finding] = [f for f in report.findings if f.code == "IPD109"]
+    assert finding.confirmed and finding.saved.line == _line("model-saves")
+    assert finding.mutation.line == _line("model-writes" if check else "model-hands-out")
