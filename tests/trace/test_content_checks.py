@@ -263,3 +263,15 @@ def test_audit_reports_a_numpy_write_inside_forward(check):
     [finding] = [f for f in report.findings if f.code == "IPD109"]
     assert finding.confirmed and finding.saved.line == _line("model-saves")
     assert finding.mutation.line == _line("model-writes" if check else "model-hands-out")
+
+
+def test_torchs_own_pointer_comparisons_are_not_hand_outs_and_repeats_are_remembered_once():
+    lstm = torch.nn.LSTM(4, 4)  # RNNBase compares its weights' data_ptr() on every forward
+    weight = torch.randn(16, requires_grad=True)
+    with ipd.watch() as session:
+        lstm(torch.randn(3, 1, 4))[0].sum().backward()
+        assert session.tracer.contents.by_storage == {}
+        for _ in range(20):
+            weight.detach().numpy()
+        [entries] = session.tracer.contents.by_storage.values()
+        assert len(entries) == 1

@@ -23,6 +23,7 @@ Fingerprints are computed with the tool's modes off and hold no tensor.
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 import weakref
 from types import FrameType
@@ -34,10 +35,13 @@ from ..events import Event, SavedTensorChangedOutside
 from ..sites import Site
 from .fingerprint import fingerprint
 from .saved import SavedRecord, SavedTensors
-from .stacks import MAX_STACK, capture_stack, is_user_file, make_site, resolve_stack
+from .stacks import MAX_STACK, PACKAGE_DIR, TORCH_DIR, capture_stack, is_user_file, make_site, resolve_stack
 from .storage import storage_span
 
 LINE_BUDGET = 200  # lines checked per hand-out, at most
+_PER_STORAGE = 8  # hand-outs remembered per storage
+#: torch's own Python that hands a pointer to nobody: `__dlpack__` itself, and the dispatch of overrides
+_PASS_THROUGH = tuple(os.path.join(TORCH_DIR, name) for name in ("_tensor.py", "overrides.py", "utils/dlpack.py"))
 _HAND_OUT_METHODS = {"numpy": "`.numpy()`", "__dlpack__": "`__dlpack__()`", "data_ptr": "`.data_ptr()`"}
 #: the callables a `TorchFunctionMode` receives for the hand-outs, and how findings name them
 HAND_OUTS: dict[Any, str] = {getattr(torch.Tensor, n): how for n, how in _HAND_OUT_METHODS.items()}
@@ -127,15 +131,19 @@ class ContentChecks:
     # -- hand-outs ------------------------------------------------------------------------
     def handed_out(self, t: Any, how: str) -> None:
         """`t`'s memory left PyTorch (`.numpy()`, DLPack, a raw pointer): fingerprint what is saved there."""
-        if not isinstance(t, torch.Tensor):
+        if not isinstance(t, torch.Tensor) or _asked_by_torch(sys._getframe(1)):
             return
         self.forget_snapshots()
         span = storage_span(t)
         if span is None:
             return
-        entry = HandOut(t, span, how, capture_stack())
         entries = [e for e in self.by_storage.get(span[0], ()) if e.alive()]
-        entries.append(entry)
+        same = [e for e in entries if e.span == span and e.how == how]
+        if same:  # the same memory handed out again (a loop): the first hand-out stands for it
+            entry = same[0]
+        else:
+            entry = HandOut(t, span, how, capture_stack())
+            entries = [*entries[-(_PER_STORAGE - 1) :], entry]
         self.by_storage[span[0]] = entries
         for record in self.saved.records(span[0]):
             if _overlaps(record, span):
@@ -281,6 +289,17 @@ class _LineChecks:
 
 def _no_new_frames(frame: FrameType, event: str, arg: Any) -> None:
     return None
+
+
+def _asked_by_torch(frame: FrameType | None) -> bool:
+    """Whether torch's own code asked (`nn.RNNBase` compares `data_ptr()`s on every forward): it
+    writes nothing through the pointer. The tool's own frames and torch's pass-through ones are skipped."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name.startswith(PACKAGE_DIR) or name.startswith(_PASS_THROUGH)):
+            return name.startswith(TORCH_DIR)
+        frame = frame.f_back
+    return False
 
 
 def _user_frame(frame: FrameType | None) -> FrameType | None:
