@@ -275,3 +275,9 @@ def test_torchs_own_pointer_comparisons_are_not_hand_outs_and_repeats_are_rememb
             weight.detach().numpy()
         [entries] = session.tracer.contents.by_storage.values()
         assert len(entries) == 1
+
+
+def test_audit_without_backward_predicts_the_change():
+    report = ipd.audit(_PlotsItsActivation(), torch.randn(2, 4), backward=False)
+    [finding] = [f for f in report.findings if f.code == "IPD109"]
+    assert not finding.confirmed and finding.severity is Severity.WARNING

@@ -127,6 +127,7 @@ def audit(
                     analyzer.backward_completed()
                 del loss
         # Before the graph is freed: what is still pending was never reached by a backward.
+        tracer.check_contents_now()
         analyzer.finish("backward was not run (forward only); a backward through this tensor would.", Severity.WARNING)
         del output
     return _finish(report, tracer, analyzer)

@@ -189,6 +189,8 @@ class ContentChecks:
                 record = ref()
                 if record is None or record.fingerprint is None or record.overwritten or not record.read:
                     continue
+                if self.saved.is_predicted(record.key):
+                    continue  # reported at an earlier checkpoint
                 if record.tensor._version != record.version:
                     continue
                 now = fingerprint(record.tensor)

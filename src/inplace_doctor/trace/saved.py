@@ -209,6 +209,9 @@ class SavedTensors:
         """Something was predicted for saved tensor `key`: its release without backward says it cannot happen."""
         self._overwritten_keys.add(key)
 
+    def is_predicted(self, key: int) -> bool:
+        return key in self._overwritten_keys
+
     def settled(self, key: int) -> None:
         self._overwritten_keys.discard(key)
 

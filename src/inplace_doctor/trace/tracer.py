@@ -188,6 +188,12 @@ class Tracer:
         """Ops that wrote a tensor."""
         return self._writes.writes
 
+    def check_contents_now(self) -> None:
+        """A checkpoint of the content checks (IPD109): saved tensors whose bytes changed, not yet
+        read by backward, are reported as predictions now (also done when the tracer exits)."""
+        if self._observe_reads:
+            self.contents.checkpoint()
+
     def set_caller_inputs(self, labelled: list[tuple[str, torch.Tensor]]) -> None:
         """Tensors a caller handed to the model: writes to them inside a module are reported."""
         self._writes.set_caller_inputs(labelled)
