@@ -10,6 +10,8 @@ Variants, each one forward + backward with `loss = output.sum()`:
 - plain:   no instrumentation;
 - anomaly: inside `torch.autograd.detect_anomaly()` (its warning silenced);
 - watch:   inside `inplace_doctor.watch()`, which is what `audit` runs internally;
+- contents: inside `inplace_doctor.watch(check_contents=True)`: every saved tensor's
+           bytes fingerprinted at save and at unpack (IPD109);
 - audit:   `inplace_doctor.audit(model, x)` itself, which also saves and restores
            the model's buffers, grads, flags and the RNG state around the run.
 
@@ -53,7 +55,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import inplace_doctor as ipd
 
-VARIANTS = ("plain", "anomaly", "watch", "audit")
+VARIANTS = ("plain", "anomaly", "watch", "audit", "contents")
 
 # Seconds of timed rounds per workload (the full run also spends time on
 # warm-up and sizing); --quick uses the smaller budget.
@@ -119,11 +121,17 @@ def run_audit(w: Workload) -> None:
     ipd.audit(w.model, w.x)
 
 
+def run_contents(w: Workload) -> None:
+    with ipd.watch(check_contents=True):
+        w.model(w.x).sum().backward()
+
+
 RUNNERS: dict[str, Callable[[Workload], None]] = {
     "plain": run_plain,
     "anomaly": run_anomaly,
     "watch": run_watch,
     "audit": run_audit,
+    "contents": run_contents,
 }
 
 
@@ -154,6 +162,21 @@ def count_ops(w: Workload) -> int:
     return counter.ops
 
 
+def saved_mib(w: Workload) -> float:
+    """MiB of the tensors autograd saves in one forward (what check_contents fingerprints)."""
+    total = 0
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        total += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = w.model(w.x).sum()
+    del out
+    return total / 2**20
+
+
 # -- measurement --------------------------------------------------------------
 
 
@@ -164,12 +187,17 @@ class Result:
     ops: int
     findings: int
     best: dict[str, float]
+    saved_mib: float
 
     def ratio(self, variant: str) -> float:
         return self.best[variant] / self.best["plain"]
 
     def us_per_op(self) -> float:
         return (self.best["watch"] - self.best["plain"]) / self.ops * 1e6
+
+    def us_per_saved_mib(self) -> float:
+        """What check_contents adds to watch, per MiB saved (fingerprinted at save and at unpack)."""
+        return (self.best["contents"] - self.best["watch"]) / self.saved_mib * 1e6
 
 
 def measure(w: Workload, rounds: int | None, budget_s: float, warmup: int) -> Result:
@@ -188,18 +216,20 @@ def measure(w: Workload, rounds: int | None, budget_s: float, warmup: int) -> Re
             v = VARIANTS[(r + i) % len(VARIANTS)]
             best[v] = min(best[v], timed(w, v))
     report = ipd.audit(w.model, w.x)
-    return Result(w.name, rounds, count_ops(w), len(report.findings), best)
+    return Result(w.name, rounds, count_ops(w), len(report.findings), best, saved_mib(w))
 
 
 def table(results: list[Result]) -> str:
     lines = [
-        "| workload | plain (ms) | anomaly mode | inplace-doctor watch | inplace-doctor audit | µs added per op |",
-        "|---|--:|--:|--:|--:|--:|",
+        "| workload | plain (ms) | anomaly mode | inplace-doctor watch | inplace-doctor audit | µs added per op "
+        "| watch, check_contents | saved MiB | µs per saved MiB |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for r in results:
         lines.append(
             f"| {r.name} | {r.best['plain'] * 1e3:.1f} | x{r.ratio('anomaly'):.2f} | x{r.ratio('watch'):.2f}"
-            f" | x{r.ratio('audit'):.2f} | {r.us_per_op():.1f} |"
+            f" | x{r.ratio('audit'):.2f} | {r.us_per_op():.1f} | x{r.ratio('contents'):.2f} | {r.saved_mib:.1f}"
+            f" | {r.us_per_saved_mib():.0f} |"
         )
     return "\n".join(lines)
 
@@ -208,7 +238,10 @@ def details(results: list[Result]) -> str:
     lines = []
     for r in results:
         ms = ", ".join(f"{v} {r.best[v] * 1e3:.1f}" for v in VARIANTS)
-        lines.append(f"- {r.name}: {r.rounds} rounds, {r.ops} aten ops, {r.findings} findings; min ms: {ms}")
+        lines.append(
+            f"- {r.name}: {r.rounds} rounds, {r.ops} aten ops, {r.saved_mib:.1f} MiB saved, {r.findings} findings;"
+            f" min ms: {ms}"
+        )
     return "\n".join(lines)
 
 

@@ -148,6 +148,20 @@ class SideEffectRepeated:
     what: str  # "a tensor written in forward" or "BatchNorm running statistics"
 
 
+@dataclass(frozen=True)
+class SavedTensorChangedOutside:
+    """A saved tensor's bytes changed with its version unchanged and no write the tracer saw: written
+    through memory handed out of PyTorch (`.numpy()`, DLPack, `data_ptr()`) or by a kernel that
+    declares no write. `reached`: backward unpacked it (it read the new values); else found at a
+    checkpoint (the session's end) and not read yet."""
+
+    saved: SavedInfo
+    handed_out: Site | None  # the call that handed the memory out, when one was seen
+    how: str | None  # "`.numpy()`", "`__dlpack__()`", "`to_dlpack()`", "`.data_ptr()`"
+    write: Site | None  # the line that changed the bytes, where line checks found it
+    reached: bool
+
+
 Event = (
     SideEffectRepeated
     | SavedTensorOverwritten
@@ -159,4 +173,5 @@ Event = (
     | OriginalValueRead
     | HeldTensorOverwritten
     | HeldTensorUsed
+    | SavedTensorChangedOutside
 )

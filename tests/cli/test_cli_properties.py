@@ -107,6 +107,7 @@ audit_options = [
     _option("--ignore", codes),
     _option("--fail-on", st.sampled_from(["error", "warning", "info", "never", "WARNING", "warn", ""])),
     _flag("--no-backward"),
+    _flag("--check-contents"),
     _option("--stack", st.sampled_from(["1", "2", "5", "0", "-3", "x"])),
     _flag("--force"),
 ]

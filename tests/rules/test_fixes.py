@@ -480,3 +480,29 @@ def test_hooked_module_output_fix_turns_the_inplace_flags_off():
         "# FIX", "for m in model.modules():\n            if isinstance(m, torch.nn.ReLU): m.inplace = False"
     )
     assert_same(run_plain(path), run_plain(write("intended.py", intended)))
+
+
+# -- IPD109 -------------------------------------------------------------------
+
+def test_numpy_write_fix_gives_numpy_a_copy():
+    program = """
+        import torch
+        torch.manual_seed(0)
+        w = torch.randn(6, requires_grad=True)
+        s = torch.sigmoid(w * 3)
+        a = s.detach().numpy()
+        a *= 0.5
+        s.sum().backward()
+        result = {"s": s.detach().clone(), "a": torch.from_numpy(a.copy()), "w.grad": w.grad}
+    """
+    path = write("program.py", program)
+    finding = only(diagnose(path), "IPD109")
+    assert finding.confirmed
+    assert "replace `a = s.detach().numpy()` with `a = s.detach().numpy().copy()` at program.py:5" in finding.fix
+    broken = run_plain(path)
+    apply(finding.fix, path)
+    assert diagnose(path) == [], path.read_text()
+    # What was meant: the halved values for display, the gradient of the sigmoid as computed.
+    intended = run_plain(write("intended.py", program.replace("s.detach().numpy()", "s.detach().clone().numpy()")))
+    assert_same(run_plain(path), intended)
+    assert not torch.equal(broken["w.grad"], intended["w.grad"])  # the unfixed gradient was silently wrong

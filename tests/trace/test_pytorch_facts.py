@@ -585,3 +585,61 @@ def test_pack_returning_tensor_itself_leaks_dropped_graphs():
     # the cycle collector, so every dropped graph and its output stay alive.
     refs = _drop_graphs(_identity, _identity)
     assert all(r() is not None for r in refs)
+
+
+# -- memory handed out of PyTorch (IPD109) --------------------------------------------------
+
+class _SeenFunctions(torch.overrides.TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+def test_numpy_dlpack_and_data_ptr_reach_torch_function_but_to_dlpack_does_not():
+    import numpy as np
+
+    t = torch.randn(4)
+    with _SeenFunctions() as seen:
+        t.numpy()
+        t.data_ptr()
+        np.from_dlpack(t)  # calls t.__dlpack__()
+        torch.utils.dlpack.to_dlpack(t)  # a C function: no __torch_function__
+    assert seen.names == ["numpy", "data_ptr", "__dlpack__"]
+    assert torch.Tensor.numpy.__name__ == "numpy" and torch.Tensor.__dlpack__.__name__ == "__dlpack__"
+
+
+def test_a_numpy_write_into_a_saved_tensor_bumps_no_version_and_backward_reads_it():
+    x = torch.randn(4, requires_grad=True)
+    s = torch.sigmoid(x)
+    expected = torch.autograd.grad(s.sum(), x, retain_graph=True)[0]
+    a = s.detach().numpy()
+    a *= 0.5
+    assert s._version == 0
+    (grad,) = torch.autograd.grad(s.sum(), x)
+    assert not torch.equal(grad, expected)  # no error: silently different gradients
+
+
+def test_numpy_keeps_the_storage_python_object_not_the_tensor_it_was_called_on():
+    t = torch.randn(4)
+    d = t.detach()
+    tensor_ref, storage_ref = weakref.ref(d), weakref.ref(d.untyped_storage())
+    a = d.numpy()
+    del d, t
+    gc.collect()
+    assert tensor_ref() is None  # the array's base is another Python tensor object
+    assert storage_ref() is not None  # one Python object per storage, alive with the memory
+    del a
+    gc.collect()
+    assert storage_ref() is None
+
+
+def test_hash_tensor_is_an_order_blind_xor():
+    """Why the tool's fingerprint is its own: swapping two elements leaves hash_tensor unchanged."""
+    t = torch.randn(8).view(torch.int32)
+    swapped = t.clone()
+    swapped[[0, 1]] = t[[1, 0]]
+    assert torch.hash_tensor(t) == torch.hash_tensor(swapped)

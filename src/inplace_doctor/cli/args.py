@@ -121,6 +121,15 @@ def add_stack(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stack", type=stack_depth, default=2, metavar="N", help="frames shown per site in text: the line and the line in your code that called into it (default 2)")
 
 
+def add_check_contents(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--check-contents", action="store_true",
+        help="fingerprint every tensor saved for backward and compare it when backward reads it, and look for "
+             "the line that wrote it (IPD109: writes through NumPy, DLPack, pointers or extension kernels; "
+             "without it only saved tensors whose memory was handed out are checked)",
+    )
+
+
 def stack_depth(text: str) -> int:
     """`--stack N`: a whole number of at least 1."""
     try:

@@ -13,6 +13,7 @@ from .args import (
     add_force,
     add_format,
     add_html,
+    add_check_contents,
     add_model,
     add_output,
     add_rule_selection,
@@ -42,6 +43,7 @@ def add_parser(sub: "Subcommands") -> None:
     add_fail_on(audit, "error, warning (default), info or never: exit 1 at or above it")
     add_config(audit)
     add_stack(audit)
+    add_check_contents(audit)
     add_force(audit)
     audit.set_defaults(handler=command)
 
@@ -57,7 +59,7 @@ def command(ns: argparse.Namespace) -> int:
     apply_config_option(model, ns.config)
     model.train(not ns.eval)
     report = audit(model, *args, backward=not ns.no_backward, select=config.select, ignore=config.ignore,
-                   per_module_ignores=config.per_module_ignores, **kwargs)
+                   per_module_ignores=config.per_module_ignores, check_contents=ns.check_contents, **kwargs)
     report.target = ns.spec
     report.stack = ns.stack
     if ns.output:

@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from .args import (
+    add_check_contents,
     add_fail_on,
     add_format,
     add_force,
@@ -42,6 +43,7 @@ def add_parser(sub: "Subcommands") -> None:
              "step (then optimizer steps are counted) or the next backward pass (watching stops there). The last "
              "line says which was counted",
     )
+    add_check_contents(runner)
     add_rule_selection(runner, "only these rule codes or prefixes", "skip these rule codes or prefixes")
     add_fail_on(runner, "error, warning (default), info or never")
     add_format(runner, f"report format: {report_formats(' (default)')}")
@@ -97,7 +99,7 @@ def command(ns: argparse.Namespace) -> int:
     check_writable(ns.output, force=ns.force)  # a missing folder fails before the script runs, not after it
     status, report, stats = run_script(
         target, args, module=module, fail_fast=ns.fail_fast, steps=ns.steps, select=config.select,
-        ignore=config.ignore, per_module_ignores=config.per_module_ignores,
+        ignore=config.ignore, per_module_ignores=config.per_module_ignores, check_contents=ns.check_contents,
     )
     report.target = f"-m {target}" if module else target
     if report.rank is None:

@@ -61,6 +61,7 @@ def run_script(
     ignore: list[str] | None = None,
     per_module_ignores: dict[str, list[str]] | None = None,
     err: TextIO | None = None,
+    check_contents: bool = False,
 ) -> tuple[int, Report, RunStats]:
     """Run the script; return (its exit status, the report, what was watched).
 
@@ -68,7 +69,10 @@ def run_script(
     diagnosis of an in-place error is returned in `RunStats.diagnosis`.
     """
     err = err or sys.stderr
-    session = watch(fail_fast=fail_fast, select=select, ignore=ignore, per_module_ignores=per_module_ignores)
+    session = watch(
+        fail_fast=fail_fast, select=select, ignore=ignore, per_module_ignores=per_module_ignores,
+        check_contents=check_contents,
+    )
     stats = RunStats()
     saved_argv = sys.argv[:]
     status = 0

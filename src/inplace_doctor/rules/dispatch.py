@@ -25,6 +25,7 @@ from ..errors import InplaceError, WrittenHere
 from ..events import (
     Event,
     InplaceErrorRaised,
+    SavedTensorChangedOutside,
     SavedTensorFreed,
     SavedTensorOverwritten,
     SavedTensorReached,
@@ -86,7 +87,7 @@ class Analyzer:
             while len(self._overwrites) > _REMEMBERED_OVERWRITES:
                 self._overwrites.popitem(last=False)
         produced = self.handle(event)
-        if isinstance(event, SavedTensorOverwritten):
+        if _predicted_key(event) is not None:
             return None  # a prediction: nothing is certain until backward reaches the tensor
         if isinstance(event, StaleSavedTensorUsed):
             stale = [f for f in produced if f.code == "IPD101"]
@@ -108,9 +109,12 @@ class Analyzer:
         """Run the rules for one event and record (or, for a write to a saved tensor, keep) what they find."""
         produced: list[Finding] = []
         # Errors PyTorch raised confirm what was found earlier; they are not new occurrences.
-        confirming = isinstance(event, (StaleSavedTensorUsed, InplaceErrorRaised, SavedTensorReached))
-        if isinstance(event, (StaleSavedTensorUsed, SavedTensorReached)):
-            key = event.saved.key if isinstance(event, StaleSavedTensorUsed) else event.key
+        confirming = isinstance(event, (StaleSavedTensorUsed, InplaceErrorRaised, SavedTensorReached)) or (
+            isinstance(event, SavedTensorChangedOutside) and event.reached
+        )
+        predicted_key = _predicted_key(event)
+        if isinstance(event, (StaleSavedTensorUsed, SavedTensorReached, SavedTensorChangedOutside)) and confirming:
+            key = event.key if isinstance(event, SavedTensorReached) else event.saved.key
             self.pending.pop(key, None)
             if key in self._suppressed_saved:
                 self._suppressed_error = isinstance(event, StaleSavedTensorUsed)
@@ -126,14 +130,14 @@ class Analyzer:
                 continue
             if is_suppressed(finding, self.per_module_ignores):
                 self.suppressed += 1
-                if isinstance(event, SavedTensorOverwritten):
+                if predicted_key is not None:
                     if len(self._suppressed_saved) > _REMEMBERED_OVERWRITES:
                         self._suppressed_saved.clear()  # bounded in long runs, like the overwrites
-                    self._suppressed_saved.add(event.saved.key)
+                    self._suppressed_saved.add(predicted_key)
                 continue
             finding = self._placed(finding)
-            if isinstance(event, SavedTensorOverwritten):
-                predicted = self.pending.setdefault(event.saved.key, [])
+            if predicted_key is not None:
+                predicted = self.pending.setdefault(predicted_key, [])
                 predicted[:] = [f for f in predicted if f.code != finding.code] + [finding]
                 produced.append(finding)
                 continue
@@ -220,6 +224,16 @@ class Analyzer:
             "again to confirm this.",
             Severity.WARNING,
         )
+
+
+def _predicted_key(event: Event) -> int | None:
+    """The saved tensor a prediction is about (a write to it, or its bytes found changed before any
+    backward read them); None for events that are not predictions."""
+    if isinstance(event, SavedTensorOverwritten):
+        return event.saved.key
+    if isinstance(event, SavedTensorChangedOutside) and not event.reached:
+        return event.saved.key
+    return None
 
 
 def _format_stack(site: Site) -> str:

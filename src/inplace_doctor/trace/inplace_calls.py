@@ -34,6 +34,7 @@ from torch.overrides import TorchFunctionMode
 from .. import _compat
 from ..events import OriginalValueRead, WriteInfo
 from .blame import call_through
+from .contents import HAND_OUTS
 from .modules import ModuleContext, ModulePaths
 from .ops import op_name
 from .owner import TraceOwner
@@ -213,6 +214,8 @@ class InplaceCalls(TorchFunctionMode):
         # The aliases handed back for tensors that require grad (views of what was overwritten).
         # id -> weakref (a WeakSet would compare tensors with `==`); pruned as it grows.
         self._aliases: dict[int, weakref.ref[torch.Tensor]] = {}
+        #: called with (tensor, how) after `.numpy()`, `__dlpack__()`, `.data_ptr()` hand memory out
+        self.on_hand_out: Any = None
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         owner = self.owner
@@ -231,6 +234,8 @@ class InplaceCalls(TorchFunctionMode):
                 if is_user_file(caller.f_code.co_filename) and _augmented_target(caller) is False:
                     kind = "augmented"
         out = call_through(func, args, kwargs) if kind is None else self._inplace_call(func, args, kwargs, kind)
+        if func in HAND_OUTS and self.on_hand_out is not None and args and not owner.busy:
+            self.on_hand_out(args[0], HAND_OUTS[func])
         owner.user_call_returned()
         return out
 

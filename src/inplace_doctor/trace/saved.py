@@ -55,7 +55,7 @@ class SavedRecord:
 
     __slots__ = (
         "tensor", "key", "stack", "module", "in_backward", "version", "node", "field", "op", "read", "used",
-        "overwritten", "__weakref__",
+        "overwritten", "fingerprint", "seen", "handout", "written_at", "__weakref__",
     )
 
     def __init__(
@@ -73,6 +73,12 @@ class SavedRecord:
         self.read = True
         self.used = False
         self.overwritten = False  # a write changed it since it was saved (or last unpacked)
+        # Content checks (`contents.py`): the bytes' fingerprint at save, as last seen, the hand-out
+        # of its memory, the line found writing it. None unless its memory was handed out (or all are checked).
+        self.fingerprint: Any = None
+        self.seen: Any = None
+        self.handout: Any = None
+        self.written_at: Any = None
 
     def span(self) -> tuple[int, int, int] | None:
         return storage_span(self.tensor)
@@ -127,6 +133,8 @@ class SavedTensors:
         self.last_op: Any = None
         # keys of saved tensors a write changed: backward reaching them, or their release, settles it
         self._overwritten_keys: set[int] = set()
+        #: `contents.ContentChecks` while the tracer checks saved tensors' bytes
+        self.contents: Any = None
 
     def pack(self, t: torch.Tensor) -> SavedRecord:
         if type(t) is torch.Tensor or type(t) is torch.nn.Parameter:
@@ -146,6 +154,9 @@ class SavedTensors:
             if bucket is None:
                 bucket = self.by_storage[ptr] = {}
             bucket[key] = ref
+            contents = self.contents
+            if contents is not None and (contents.check_all or contents.by_storage):
+                contents.on_pack(record, ptr)
         return record
 
     def _release(self, ref: "weakref.ref[SavedRecord]") -> None:
@@ -164,6 +175,8 @@ class SavedTensors:
     def unpack(self, record: SavedRecord) -> torch.Tensor:
         t = record.tensor
         record.used = True
+        if record.fingerprint is not None and self.contents is not None:
+            self.contents.on_unpack(record, t)
         if record.overwritten:
             record.overwritten = False
             self._overwritten_keys.discard(record.key)
@@ -191,6 +204,16 @@ class SavedTensors:
         """A write changed `record`'s tensor: backward reaching it, or its release, settles what follows."""
         record.overwritten = True
         self._overwritten_keys.add(record.key)
+
+    def predicted(self, key: int) -> None:
+        """Something was predicted for saved tensor `key`: its release without backward says it cannot happen."""
+        self._overwritten_keys.add(key)
+
+    def is_predicted(self, key: int) -> bool:
+        return key in self._overwritten_keys
+
+    def settled(self, key: int) -> None:
+        self._overwritten_keys.discard(key)
 
     def versions_on(self, storage_ptr: int) -> list[tuple[Any, int]]:
         """(weakref to the record, its tensor's version now) of each live record on one storage."""

@@ -5,10 +5,17 @@ The tracer owns a private `TorchDispatchMode` (writes), `saved_tensors_hooks`
 (which node and field hold each saved tensor) and global module hooks (module
 paths). It reports `events` to a sink and knows nothing about rules.
 
+Writes that bypass the dispatcher (through memory handed out by `.numpy()`,
+DLPack or `data_ptr()`) are found by content checks (`contents.py`): saved
+tensors on handed-out memory are fingerprinted at save and compared at unpack;
+with `check_contents` every saved tensor is, and the writing line is looked for.
+
 Known limitations:
 - Writes that PyTorch makes without a dispatch-visible write or a version bump
-  are invisible: BatchNorm's running-statistic update, writes through numpy,
-  writes to inference tensors.
+  are invisible unless they change a saved tensor that is content-checked:
+  BatchNorm's running-statistic update, writes to inference tensors, writes
+  through memory handed out before the tracer started (or by a buffer protocol
+  no hand-out call sees), which only `check_contents` catches.
 - Inside a non-reentrant `torch.utils.checkpoint` region the checkpoint's own
   saved-tensor hooks replace ours: saves there are rebuilt on recompute, and
   PyTorch does not check their versions either, so neither do we. Writes there
@@ -29,6 +36,7 @@ import torch
 from ..events import Event, InplaceErrorRaised
 from .aliases import HeldTensors
 from .compiled import EagerCompiled
+from .contents import ContentChecks
 from .dispatch_mode import SubclassConstruction, TracingMode, disable_dynamo_directly
 from .inplace_calls import InplaceCalls
 from .modules import ModulePaths
@@ -51,8 +59,11 @@ class Tracer:
             uses it to snapshot the caller's parameters and inputs).
         track_call_inputs: treat the arguments of each top-level module call
             as the caller's inputs (audit names them itself instead).
-        observe_reads: watch in-place calls and `state_dict()` holders (IPD105,
-            IPD107). Off for memory measurement: measuring a change allocates.
+        observe_reads: watch in-place calls, `state_dict()` holders and memory
+            handed out of PyTorch (IPD105, IPD107, IPD109). Off for memory
+            measurement: measuring a change allocates.
+        check_contents: fingerprint every saved tensor (not only those on
+            handed-out memory) and look for the line that wrote one (IPD109).
 
     It is the `TraceOwner` of its helpers (`inplace_calls`, `held`).
     """
@@ -65,6 +76,7 @@ class Tracer:
         before_write: Callable[[torch.Tensor], None] | None = None,
         track_call_inputs: bool = True,
         observe_reads: bool = True,
+        check_contents: bool = False,
     ) -> None:
         self._sink = sink
         self._observe_reads = observe_reads
@@ -74,6 +86,10 @@ class Tracer:
         self.inplace_calls = InplaceCalls(self, self.modules)
         self.held = HeldTensors(self, self.modules)
         self._saved = SavedTensors(sink, self.emit, self.modules, self._busy)
+        self.contents = ContentChecks(self._saved, self.emit, check_contents)
+        if observe_reads:
+            self._saved.contents = self.contents
+            self.inplace_calls.on_hand_out = self.contents.handed_out
         self._writes = WriteRecorder(
             self.emit, self.modules, self._saved, self.held, self._busy, before_write, track_call_inputs
         )
@@ -106,6 +122,7 @@ class Tracer:
             if self._observe_reads:
                 self._enter(self.inplace_calls)
                 self._enter(self.held)
+                self._enter(self.contents)
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -120,6 +137,8 @@ class Tracer:
         try:
             if exc and exc[0] is None:
                 self.flush()
+                if self._observe_reads:
+                    self.contents.checkpoint()  # changed bytes not unpacked yet: predictions
                 for overwritten in self.held.unused_stale():  # held, overwritten, not used (yet)
                     self._sink(overwritten)
             elif exc and isinstance(exc[1], BaseException):
@@ -174,6 +193,12 @@ class Tracer:
     def writes(self) -> int:
         """Ops that wrote a tensor."""
         return self._writes.writes
+
+    def check_contents_now(self) -> None:
+        """A checkpoint of the content checks (IPD109): saved tensors whose bytes changed, not yet
+        read by backward, are reported as predictions now (also done when the tracer exits)."""
+        if self._observe_reads:
+            self.contents.checkpoint()
 
     def set_caller_inputs(self, labelled: list[tuple[str, torch.Tensor]]) -> None:
         """Tensors a caller handed to the model: writes to them inside a module are reported."""

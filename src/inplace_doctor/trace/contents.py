@@ -1,0 +1,320 @@
+"""Saved tensors whose bytes change with no op at all: memory handed out of PyTorch, then written.
+
+`t.numpy()`, `t.__dlpack__()` (what `np.from_dlpack(t)` calls), `torch.utils.dlpack.to_dlpack(t)`
+and `t.data_ptr()` hand a tensor's memory to code that writes it without the dispatcher: a NumPy
+`a *= 0.5`, a ctypes `memmove`, a C/CUDA kernel. No op runs, no version moves, and backward
+silently reads the new values. So:
+
+- each hand-out is remembered (weakly: the handed-out tensor, its byte range, the line), and
+  every saved tensor on that memory, saved before or after, is fingerprinted (`fingerprint.py`);
+  with `check_all` (`watch(check_contents=True)`, `--check-contents`) every saved tensor is,
+  which also catches kernels that write an input without declaring it;
+- unpack compares the fingerprint: changed bytes with an unchanged version and no write the
+  tracer saw is a silent write, reported confirmed (`SavedTensorChangedOutside`, reached=True);
+- with `check_all`, the frame that handed the memory out (and its callers, in user code) is
+  checked line by line while the hand-out lives, so the writing line is named: bounded to
+  `LINE_BUDGET` lines per hand-out, only while no other trace function (a debugger, coverage)
+  is set, and undone when the tracer exits;
+- the session's end is a checkpoint: a change found there, never unpacked, is a prediction.
+
+Fingerprints are computed with the tool's modes off and hold no tensor.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import weakref
+from types import FrameType
+from typing import Any, Callable
+
+import torch
+
+from ..events import Event, SavedTensorChangedOutside
+from ..sites import Site
+from .fingerprint import fingerprint
+from .saved import SavedRecord, SavedTensors
+from .stacks import MAX_STACK, PACKAGE_DIR, TORCH_DIR, capture_stack, is_user_file, make_site, resolve_stack
+from .storage import storage_span
+
+LINE_BUDGET = 200  # lines checked per hand-out, at most
+_PER_STORAGE = 8  # hand-outs remembered per storage
+#: torch's own Python that hands a pointer to nobody: `__dlpack__` itself, and the dispatch of overrides
+_PASS_THROUGH = tuple(os.path.join(TORCH_DIR, name) for name in ("_tensor.py", "overrides.py", "utils/dlpack.py"))
+_HAND_OUT_METHODS = {"numpy": "`.numpy()`", "__dlpack__": "`__dlpack__()`", "data_ptr": "`.data_ptr()`"}
+#: the callables a `TorchFunctionMode` receives for the hand-outs, and how findings name them
+HAND_OUTS: dict[Any, str] = {getattr(torch.Tensor, n): how for n, how in _HAND_OUT_METHODS.items()}
+
+
+class HandOut:
+    """Memory handed out of PyTorch: its storage (weakly), its byte range, how and where.
+
+    The storage, not the tensor: `t.detach().numpy()` keeps no Python object of the tensor it was
+    called on (the array's base is a new one), but torch keeps one Python object per storage, alive
+    exactly as long as the memory."""
+
+    __slots__ = ("ref", "span", "how", "stack", "_site")
+
+    def __init__(self, t: torch.Tensor, span: tuple[int, int, int], how: str, stack: Any) -> None:
+        with torch._C.DisableTorchFunction():
+            self.ref = weakref.ref(t.untyped_storage())
+        self.span = span
+        self.how = how
+        self.stack = stack
+        self._site: Site | None = None
+
+    def alive(self) -> bool:
+        return self.ref() is not None
+
+    def site(self) -> Site:
+        if self._site is None:
+            frames, api, _ = resolve_stack(self.stack, MAX_STACK)
+            self._site = make_site(self.how.strip("`"), frames, api, None, "forward")
+        return self._site
+
+
+class ContentChecks:
+    """Hand-outs by storage, the fingerprints they call for, and the checks at unpack and checkpoints."""
+
+    def __init__(self, saved: SavedTensors, emit: Callable[[Event], None], check_all: bool) -> None:
+        self.saved = saved
+        self.emit = emit
+        self.check_all = check_all
+        self.by_storage: dict[int, list[HandOut]] = {}
+        self._lines: _LineChecks | None = None
+        #: function frames that were traced: their locals snapshot is dropped once outside a trace call
+        self.traced: list[FrameType] = []
+        self._patched: list[tuple[Any, str, Any]] = []
+
+    # -- lifecycle: `to_dlpack` is a module function no TorchFunctionMode sees -----------------
+    def __enter__(self) -> "ContentChecks":
+        import torch.utils.dlpack as dlpack
+
+        original = dlpack.to_dlpack
+        checks = self
+
+        def to_dlpack(tensor: torch.Tensor) -> Any:
+            capsule = original(tensor)
+            checks.handed_out(tensor, "`to_dlpack()`")
+            return capsule
+
+        to_dlpack.__wrapped__ = original  # type: ignore[attr-defined]
+        for owner in (dlpack, torch):
+            if getattr(owner, "to_dlpack", None) is original:
+                self._patched.append((owner, "to_dlpack", original))
+                setattr(owner, "to_dlpack", to_dlpack)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        while self._patched:
+            owner, name, original = self._patched.pop()
+            setattr(owner, name, original)
+        if self._lines is not None:
+            self._lines.stop()
+            self._lines = None
+        self.forget_snapshots()
+        self.by_storage.clear()
+
+    def forget_snapshots(self) -> None:
+        """Drop the locals snapshot a trace function makes a function frame keep (`frame.f_locals`,
+        refreshed before and written back after each trace call): left behind, it holds the tensors
+        the frame later deletes or rebinds, and their graphs. Never called inside a trace call of
+        that frame (the write-back would unbind its locals); the next trace call refreshes it."""
+        if not self.traced:
+            return
+        tracing = self._lines.frame if self._lines is not None else None
+        frames, self.traced = self.traced, [f for f in self.traced if f is tracing]  # cleared again at its stop
+        for frame in frames:
+            frame.f_locals.clear()
+
+    # -- hand-outs ------------------------------------------------------------------------
+    def handed_out(self, t: Any, how: str) -> None:
+        """`t`'s memory left PyTorch (`.numpy()`, DLPack, a raw pointer): fingerprint what is saved there."""
+        if not isinstance(t, torch.Tensor) or _asked_by_torch(sys._getframe(1)):
+            return
+        self.forget_snapshots()
+        span = storage_span(t)
+        if span is None:
+            return
+        entries = [e for e in self.by_storage.get(span[0], ()) if e.alive()]
+        same = [e for e in entries if e.span == span and e.how == how]
+        if same:  # the same memory handed out again (a loop): the first hand-out stands for it
+            entry = same[0]
+        else:
+            entry = HandOut(t, span, how, capture_stack())
+            entries = [*entries[-(_PER_STORAGE - 1) :], entry]
+        self.by_storage[span[0]] = entries
+        for record in self.saved.records(span[0]):
+            if _overlaps(record, span):
+                self._watch(record, entry)
+        if self.check_all:
+            self._start_lines(entry)
+
+    def on_pack(self, record: SavedRecord, ptr: int) -> None:
+        """A new saved tensor: fingerprinted when its memory is handed out (or every one, with check_all)."""
+        entries = self.by_storage.get(ptr)
+        if entries:
+            for entry in entries:
+                if entry.alive() and _overlaps(record, entry.span):
+                    self._watch(record, entry)
+                    return
+        if self.check_all:
+            record.fingerprint = record.seen = fingerprint(record.tensor)
+
+    def _watch(self, record: SavedRecord, entry: HandOut) -> None:
+        if record.fingerprint is None:
+            record.fingerprint = record.seen = fingerprint(record.tensor)
+        record.handout = entry
+
+    # -- checks ---------------------------------------------------------------------------
+    def on_unpack(self, record: SavedRecord, t: torch.Tensor) -> None:
+        """Backward reads a fingerprinted saved tensor: changed bytes with an unchanged version and
+        no write the tracer saw (IPD104's and IPD101's cases) were written outside PyTorch."""
+        self.forget_snapshots()
+        if record.overwritten or t._version != record.version or not record.read:
+            return
+        now = fingerprint(t)
+        if now is None or now == record.fingerprint:
+            return
+        record.fingerprint = record.seen = now  # a second backward through a retained graph: once
+        self.saved.settled(record.key)
+        self.emit(self._event(record, reached=True))
+
+    def checkpoint(self) -> None:
+        """The session ends: fingerprinted saved tensors that changed, not yet unpacked, are predictions."""
+        self.forget_snapshots()
+        for bucket in list(self.saved.by_storage.values()):
+            for ref in list(bucket.values()):
+                record = ref()
+                if record is None or record.fingerprint is None or record.overwritten or not record.read:
+                    continue
+                if self.saved.is_predicted(record.key):
+                    continue  # reported at an earlier checkpoint
+                if record.tensor._version != record.version:
+                    continue
+                now = fingerprint(record.tensor)
+                if now is not None and now != record.fingerprint:
+                    self.saved.predicted(record.key)
+                    self.emit(self._event(record, reached=False))
+
+    def _event(self, record: SavedRecord, reached: bool) -> SavedTensorChangedOutside:
+        entry = record.handout
+        return SavedTensorChangedOutside(
+            saved=record.info(),
+            handed_out=entry.site() if entry is not None else None,
+            how=entry.how if entry is not None else None,
+            write=record.written_at,
+            reached=reached,
+        )
+
+    # -- the writing line -----------------------------------------------------------------
+    def _start_lines(self, entry: HandOut) -> None:
+        if self._lines is None or not self._lines.running:
+            if sys.gettrace() is not None:
+                return  # a debugger or coverage owns tracing: leave it alone
+            frame = _user_frame(sys._getframe(1))
+            if frame is None:
+                return
+            self._lines = _LineChecks(self, frame)
+        self._lines.add(entry)
+
+    def check_line(self, entries: list[HandOut], frame: FrameType, line: int) -> None:
+        """After `line` of `frame` ran: did a saved tensor on handed-out memory change?"""
+        for entry in entries:
+            for record in self.saved.records(entry.span[0]):
+                if record.fingerprint is None or record.overwritten or record.tensor._version != record.version:
+                    continue
+                if not _overlaps(record, entry.span):
+                    continue
+                now = fingerprint(record.tensor)
+                if now is not None and now != record.seen:
+                    record.seen = now
+                    record.written_at = _line_site(frame, line, entry.how)
+                    record.handout = record.handout or entry
+
+
+class _LineChecks:
+    """The local trace function of the frames (user code) that hold a hand-out, for `LINE_BUDGET` lines."""
+
+    def __init__(self, checks: ContentChecks, frame: FrameType) -> None:
+        self.checks = checks
+        self.entries: list[HandOut] = []
+        self.frame: FrameType | None = frame
+        self.line = frame.f_lineno
+        self.left = 0
+        self.running = True
+        self._traced(frame)
+        sys.settrace(_no_new_frames)  # line events need a thread trace function; callees are not traced
+
+    def add(self, entry: HandOut) -> None:
+        self.entries.append(entry)
+        self.left = LINE_BUDGET
+
+    def trace(self, frame: FrameType, event: str, arg: Any) -> Any:
+        if not self.running or frame is not self.frame:
+            return None
+        if event in ("line", "return"):
+            self.entries = [e for e in self.entries if e.alive()]
+            if self.entries:
+                self.checks.check_line(self.entries, frame, self.line)
+            self.left -= 1
+            self.line = frame.f_lineno
+            if not self.entries or self.left <= 0:
+                self.stop()
+                return None
+        if event == "return":
+            caller = _user_frame(frame.f_back)
+            frame.f_trace = None
+            self.frame = caller
+            if caller is None:
+                self.stop()
+                return None
+            self.line = caller.f_lineno
+            self._traced(caller)
+        return self.trace
+
+    def _traced(self, frame: FrameType) -> None:
+        frame.f_trace = self.trace
+        if frame.f_code.co_flags & inspect.CO_OPTIMIZED:  # a function: its locals get a snapshot (a module's are its globals)
+            self.checks.traced.append(frame)
+
+    def stop(self) -> None:
+        if self.frame is not None:
+            self.frame.f_trace = None
+        self.frame = None  # the frame holds the user's locals: never kept past the check
+        self.entries = []
+        self.running = False
+        if sys.gettrace() is _no_new_frames:
+            sys.settrace(None)
+
+
+def _no_new_frames(frame: FrameType, event: str, arg: Any) -> None:
+    return None
+
+
+def _asked_by_torch(frame: FrameType | None) -> bool:
+    """Whether torch's own code asked (`nn.RNNBase` compares `data_ptr()`s on every forward): it
+    writes nothing through the pointer. The tool's own frames and torch's pass-through ones are skipped."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name.startswith(PACKAGE_DIR) or name.startswith(_PASS_THROUGH)):
+            return name.startswith(TORCH_DIR)
+        frame = frame.f_back
+    return False
+
+
+def _user_frame(frame: FrameType | None) -> FrameType | None:
+    while frame is not None and not is_user_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
+def _line_site(frame: FrameType, line: int, how: str) -> Site:
+    return make_site(f"write through {how.strip('`')}", ((frame.f_code.co_filename, line, frame.f_code.co_name),), None, None,
+                     "forward")
+
+
+def _overlaps(record: SavedRecord, span: tuple[int, int, int]) -> bool:
+    mine = record.span()
+    return mine is not None and mine[0] == span[0] and mine[1] < span[2] and span[1] < mine[2]

@@ -1,0 +1,283 @@
+"""IPD109: saved tensors written outside PyTorch (NumPy, DLPack, pointers), found by their bytes.
+
+Real torch and NumPy, no mocks: each case is a small program run under `ipd.watch()` (or the
+`run` command), and the finding's lines are read from the program's own markers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+import weakref
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import inplace_doctor as ipd
+from inplace_doctor import Severity
+from inplace_doctor.trace.fingerprint import fingerprint
+
+HERE = Path(__file__).resolve()
+
+
+def _line(marker: str) -> int:
+    """The line of this file holding `marker` in a comment."""
+    [number] = [i for i, text in enumerate(HERE.read_text().splitlines(), 1) if text.endswith(f"# {marker}")]
+    return number
+
+
+def _ipd109(session: ipd.watch) -> list[ipd.Finding]:
+    return [f for f in session.findings if f.code == "IPD109"]
+
+
+def test_numpy_write_to_a_saved_activation_names_saving_hand_out_and_write_lines_with_check_contents():
+    x = torch.randn(8, requires_grad=True)
+    with ipd.watch(check_contents=True) as session:
+        s = torch.sigmoid(x)  # saves-s
+        a = s.detach().numpy()  # hands-out-s
+        a *= 0.5  # writes-s
+        s.sum().backward()
+    [finding] = _ipd109(session)
+    assert finding.confirmed and finding.severity is Severity.ERROR
+    assert finding.saved is not None and finding.saved.line == _line("saves-s")
+    assert finding.mutation.line == _line("writes-s") and HERE.samefile(finding.mutation.file)
+    assert finding.details["handed_out"].endswith(f"test_content_checks.py:{_line('hands-out-s')}")
+    assert f"test_content_checks.py:{_line('hands-out-s')}" in finding.message
+    assert "`a *= 0.5`" in finding.message and "SigmoidBackward0" in finding.message
+
+
+def test_without_the_option_the_hand_out_line_stands_for_the_write():
+    x = torch.randn(8, requires_grad=True)
+    with ipd.watch() as session:
+        s = torch.sigmoid(x)
+        a = s.detach().numpy()  # default-hand-out
+        a[0] = 0.0
+        s.sum().backward()
+    [finding] = _ipd109(session)
+    assert finding.confirmed and finding.mutation.line == _line("default-hand-out")
+    assert "check_contents=True" in finding.message
+
+
+def test_hand_out_before_the_save_is_seen_too():
+    x = torch.randn(4, 4, requires_grad=True)
+    buffer = torch.empty(4, 4)
+    with ipd.watch() as session:
+        view = buffer.numpy()  # handed out first
+        buffer.copy_(x.detach())
+        y = torch.mm(x, buffer)  # saves-buffer
+        np.copyto(view, np.ones((4, 4), dtype=np.float32))
+        y.sum().backward()
+    [finding] = _ipd109(session)
+    assert finding.confirmed and finding.saved.line == _line("saves-buffer")
+    assert finding.details["how"] == "`.numpy()`"
+
+
+def test_dlpack_and_data_ptr_hand_outs():
+    x = torch.randn(6, requires_grad=True)
+    with ipd.watch(check_contents=True) as session:
+        t = torch.tanh(x)
+        view = np.from_dlpack(t.detach())
+        np.clip(view, -0.1, 0.1, out=view)  # dlpack-write
+        e = torch.exp(x)
+        pointer = e.data_ptr()
+        ctypes.memset(pointer, 0, 4)  # pointer-write
+        (t.sum() + e.sum()).backward()
+    by_how = {f.details["how"]: f for f in _ipd109(session)}
+    assert set(by_how) == {"`__dlpack__()`", "`.data_ptr()`"}
+    assert by_how["`__dlpack__()`"].mutation.line == _line("dlpack-write")
+    assert by_how["`.data_ptr()`"].mutation.line == _line("pointer-write")
+    assert all(f.confirmed for f in by_how.values())
+
+
+def test_to_dlpack_is_a_hand_out():
+    x = torch.randn(5, requires_grad=True)
+    with ipd.watch() as session:
+        s = torch.sigmoid(x)
+        capsule = torch.utils.dlpack.to_dlpack(s.detach())  # to-dlpack
+        with torch._C.DisableTorchFunction():
+            pointer = s.data_ptr()  # the consumer's own pointer into the capsule's memory, unseen
+        ctypes.memset(pointer, 0, 4)
+        s.sum().backward()
+    [finding] = _ipd109(session)
+    assert finding.details["how"] == "`to_dlpack()`" and finding.mutation.line == _line("to-dlpack")
+    del capsule
+
+
+def test_a_write_with_no_hand_out_is_found_only_with_check_contents():
+    """An extension kernel writing an input it does not declare: simulated by a pointer taken
+    before the session (no hand-out seen), written inside it."""
+    for check in (False, True):
+        x = torch.randn(8, requires_grad=True)
+        with ipd.watch(check_contents=check) as session:
+            s = torch.sigmoid(x)
+            with torch._C.DisableTorchFunction():
+                pointer = s.data_ptr()  # not a hand-out the tool sees: like a C++ kernel's
+            ctypes.memset(pointer, 0, 8)
+            s.sum().backward()
+        found = _ipd109(session)
+        assert len(found) == check, found
+    assert "no hand-out of its memory seen" in found[0].message and found[0].confirmed
+
+
+def test_a_change_never_backpropagated_is_info_and_a_freed_graph_is_nothing():
+    x = torch.randn(8, requires_grad=True)
+    with ipd.watch() as session:
+        s = torch.sigmoid(x)
+        a = s.detach().numpy()
+        a *= 0.5
+    [finding] = _ipd109(session)
+    assert finding.severity is Severity.INFO and not finding.confirmed
+    with ipd.watch() as session:
+        s = torch.sigmoid(x)
+        a = s.detach().numpy()
+        a *= 0.5
+        del s, a
+    assert _ipd109(session) == []
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_reads_dispatcher_writes_and_writes_after_backward_are_not_ipd109(check):
+    x = torch.randn(8, requires_grad=True)
+    with ipd.watch(check_contents=check) as session:
+        s = torch.sigmoid(x)
+        mean = float(s.detach().numpy().mean())  # read only
+        s.sum().backward()
+        a = s.detach().numpy()
+        a *= 0.5  # after backward: nothing read it since
+        e = torch.exp(x)
+        e.data.mul_(2)  # IPD104's case, not this rule's
+        e.sum().backward()
+    assert mean > 0
+    assert [f.code for f in session.findings] == ["IPD104"]
+
+
+def test_nan_payloads_compare_by_bytes():
+    t = torch.tensor([float("nan"), 1.0, -0.0])
+    other = t.clone()
+    other.view(torch.int32)[0] += 1  # another NaN
+    assert torch.isnan(other[0]) and fingerprint(t) != fingerprint(other)
+    assert fingerprint(t) == fingerprint(t.clone())
+    zero = t.clone()
+    zero[2] = 0.0
+    assert fingerprint(zero) != fingerprint(t)  # -0.0 == 0.0 by value, not by bytes
+    swapped = torch.randn(64, 1024)
+    before = fingerprint(swapped)
+    swapped[0, [0, 1]] = swapped[0, [1, 0]].clone()
+    assert fingerprint(swapped) != before
+
+
+def test_check_contents_changes_nothing_the_program_computes_and_keeps_nothing_alive():
+    def step(watched: bool):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.Flatten(),
+            torch.nn.Linear(4 * 6 * 6, 3), torch.nn.Sigmoid(),
+        )
+        x = torch.randn(2, 3, 8, 8)
+        session = ipd.watch(model, check_contents=True) if watched else None
+        refs = []
+        if session is not None:
+            session.__enter__()
+        try:
+            out = model(x)
+            logged = out.detach().numpy().copy()  # a hand-out, only read
+            refs.append(weakref.ref(out))
+            out.sum().backward()
+        finally:
+            if session is not None:
+                session.__exit__(None, None, None)
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        result = out.detach().clone()
+        del out
+        gc.collect()
+        alive = [r() for r in refs if r() is not None]
+        assert not alive, (watched, [(list(o.keys())[:8], [type(p).__name__ for p in gc.get_referrers(o)]) for a in alive for o in gc.get_referrers(a) if isinstance(o, dict)])
+        if session is not None:
+            assert session.findings == []
+            assert session.tracer.live_saved_tensors() == 0
+        return result, grads, logged
+
+    plain, watched = step(False), step(True)
+    assert torch.equal(plain[0], watched[0]) and np.array_equal(plain[2], watched[2])
+    assert plain[1].keys() == watched[1].keys()
+    assert all(torch.equal(plain[1][k], watched[1][k]) for k in plain[1])
+
+
+def test_line_checks_leave_no_trace_function_behind():
+    x = torch.randn(8, requires_grad=True)
+    with ipd.watch(check_contents=True):
+        s = torch.sigmoid(x)
+        a = s.detach().numpy()
+        a *= 0.5
+    assert sys.gettrace() is None or "coverage" in type(sys.gettrace()).__module__
+
+
+def test_run_check_contents_names_the_three_lines(tmp_path: Path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        x = torch.randn(8, requires_grad=True)
+        s = torch.sigmoid(x)
+        a = s.detach().numpy()
+        a *= 0.5
+        s.sum().backward()
+        print("grad", float(x.grad.sum()))
+    """).lstrip())
+    src = str(Path(ipd.__file__).resolve().parents[1])
+    done = subprocess.run(
+        [sys.executable, "-m", "inplace_doctor", "run", "--check-contents", str(script)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "NO_COLOR": "1", "PYTHONPATH": src},
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.startswith("grad ")
+    assert "IPD109" in done.stderr
+    assert "train.py:5" in done.stderr and "a *= 0.5" in done.stderr  # the write
+    assert "train.py:3" in done.stderr  # the save
+    assert "train.py:4" in done.stderr  # the hand-out, in the fix
+
+
+class _PlotsItsActivation(torch.nn.Module):
+    """A model that rescales its sigmoid activation through NumPy for a plot, inside forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.sigmoid(self.fc(x))  # model-saves
+        shown = h.detach().numpy()  # model-hands-out
+        shown *= 255.0  # model-writes
+        return h
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_audit_reports_a_numpy_write_inside_forward(check):
+    report = ipd.audit(_PlotsItsActivation(), torch.randn(2, 4), check_contents=check)
+    [finding] = [f for f in report.findings if f.code == "IPD109"]
+    assert finding.confirmed and finding.saved.line == _line("model-saves")
+    assert finding.mutation.line == _line("model-writes" if check else "model-hands-out")
+
+
+def test_torchs_own_pointer_comparisons_are_not_hand_outs_and_repeats_are_remembered_once():
+    lstm = torch.nn.LSTM(4, 4)  # RNNBase compares its weights' data_ptr() on every forward
+    weight = torch.randn(16, requires_grad=True)
+    with ipd.watch() as session:
+        lstm(torch.randn(3, 1, 4))[0].sum().backward()
+        assert session.tracer.contents.by_storage == {}
+        for _ in range(20):
+            weight.detach().numpy()
+        [entries] = session.tracer.contents.by_storage.values()
+        assert len(entries) == 1
+
+
+def test_audit_without_backward_predicts_the_change():
+    report = ipd.audit(_PlotsItsActivation(), torch.randn(2, 4), backward=False)
+    [finding] = [f for f in report.findings if f.code == "IPD109"]
+    assert not finding.confirmed and finding.severity is Severity.WARNING
