@@ -11,8 +11,11 @@ Known limitations:
   writes to inference tensors.
 - Inside a non-reentrant `torch.utils.checkpoint` region the checkpoint's own
   saved-tensor hooks replace ours: saves there are rebuilt on recompute, and
-  PyTorch does not check their versions either, so neither do we. Writes there
-  to tensors saved outside the region are seen.
+  PyTorch does not check their versions either, so neither do we. What holds
+  instead: each op the region runs leaves an exact fingerprint of its outputs,
+  and its recompute's values are compared with them, op by op
+  (`recompute.py`, IPD111). Writes there to tensors saved outside the region
+  are seen. The reentrant form's recompute is not compared.
 - Tensors saved before the tracer started are checked by PyTorch itself, not
   by the tracer; an error they raise is still recognised by its message.
 """
@@ -32,6 +35,7 @@ from .modules import ModulePaths
 from .origins import ConstructionRecorder
 from .owner import Busy, Sink
 from .pytorch_errors import RaisedErrors, written_here
+from .recompute import RecomputeCheck
 from .saved import NodeCreationHook, SavedRecord, SavedTensors
 from .stacks import choose_stack_capture
 from .writes import WriteRecorder
@@ -71,12 +75,19 @@ class Tracer:
         self.inplace_calls = InplaceCalls(self, self.modules)
         self.held = HeldTensors(self, self.modules)
         self._saved = SavedTensors(sink, self.emit, self.modules, self._busy)
+        # Fingerprinting allocates (memory measurement turns it off with observe_reads).
+        self._recompute = RecomputeCheck(self.emit, self.modules) if observe_reads else None
         self._writes = WriteRecorder(
-            self.emit, self.modules, self._saved, self.held, self._busy, before_write, track_call_inputs
+            self.emit, self.modules, self._saved, self.held, self._busy, before_write, track_call_inputs,
+            self._recompute,
         )
         self.modules.on_top_level = self._writes.on_top_level_call
         self._raised = RaisedErrors()
-        self._mode = TracingMode(self._busy, self._saved, self._writes, self.inplace_calls, self.held, self._raised)
+        self._pack = self._saved.pack  # one bound method: the dispatch mode knows it on top of the hooks
+        self._mode = TracingMode(
+            self._busy, self._saved, self._writes, self.inplace_calls, self.held, self._raised, self._recompute,
+            self._pack,
+        )
         self._contexts: list[Any] = []
         self._active = False
 
@@ -90,7 +101,7 @@ class Tracer:
         self._contexts = [self.modules]
         try:
             self._enter(NodeCreationHook(self._saved.on_node))
-            self._enter(torch.autograd.graph.saved_tensors_hooks(self._saved.pack, self._saved.unpack))
+            self._enter(torch.autograd.graph.saved_tensors_hooks(self._pack, self._saved.unpack))
             disable_dynamo_directly()
             self._enter(self._mode)
             self._enter(SubclassConstruction(self._mode))
@@ -125,6 +136,8 @@ class Tracer:
             self._writes.clear()
             self._saved.pending_nodes.clear()
             self.inplace_calls.clear()
+            if self._recompute is not None:
+                self._recompute.clear()
             self._active = False
 
     def flush(self) -> None:
