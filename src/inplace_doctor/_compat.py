@@ -96,6 +96,10 @@ if "frame" not in _closure_names(_FORWARD_HOOK, "pack_hook") or not {"gid", "tar
     )
 
 
+#: The classes whose `with` blocks are a non-reentrant region's forward and recompute.
+CHECKPOINT_HOOK_CLASSES: tuple[type, ...] = (_FORWARD_HOOK, _RECOMPUTE_HOOK)
+
+
 def _cell(function: Any, name: str) -> Any:
     code = function.__code__
     return function.__closure__[code.co_freevars.index(name)].cell_contents
@@ -137,6 +141,7 @@ __all__ = [
     "push_node_creation_hook",
     "SavedTensor",
     "RAW_SAVED_PREFIX",
+    "CHECKPOINT_HOOK_CLASSES",
     "checkpoint_preserves_rng",
     "checkpoint_region",
     "top_saved_tensors_hooks",

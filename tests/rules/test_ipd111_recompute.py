@@ -223,3 +223,12 @@ def test_a_hugging_face_model_with_gradient_checkpointing_reports_nothing() -> N
         model(input_ids=ids, labels=ids).loss.backward()
     assert session.tracer._recompute.compared > 20  # both layers' recomputes were compared, op by op
     assert _ipd111(session.findings) == []
+
+
+def test_the_region_count_is_undone_when_watch_ends() -> None:
+    import torch.utils.checkpoint as torch_checkpoint
+
+    with ipd.watch():
+        assert "__enter__" in torch_checkpoint._checkpoint_hook.__dict__
+    for hook_class in (torch_checkpoint._checkpoint_hook, torch_checkpoint._recomputation_hook):
+        assert "__enter__" not in hook_class.__dict__ and "__exit__" not in hook_class.__dict__

@@ -14,7 +14,7 @@ from .nodes import origin_of
 from .ops import _op_facts, op_facts, restores_version_bump, written_tensors
 from .owner import Busy
 from .pytorch_errors import RaisedErrors
-from .recompute import RecomputeCheck
+from .recompute import RecomputeCheck, RegionCount
 from .saved import SavedTensors
 from .storage import storage_span
 from .writes import WriteRecorder
@@ -69,7 +69,7 @@ class TracingMode(_compat.TorchDispatchMode):
         if self.held.stale_ids:
             self.held.check_uses(func, args, kwargs, written)
         region = None
-        if self.recompute is not None:
+        if RegionCount.n and self.recompute is not None:  # a checkpoint region is open (on some thread)
             hooks = _compat.top_saved_tensors_hooks(False)
             if hooks is not None and hooks[0] is not self.own_pack:
                 region = _compat.checkpoint_region(hooks[0])  # inside a non-reentrant checkpoint region

@@ -35,7 +35,7 @@ from .modules import ModulePaths
 from .origins import ConstructionRecorder
 from .owner import Busy, Sink
 from .pytorch_errors import RaisedErrors, written_here
-from .recompute import RecomputeCheck
+from .recompute import RecomputeCheck, RegionCount
 from .saved import NodeCreationHook, SavedRecord, SavedTensors
 from .stacks import choose_stack_capture
 from .writes import WriteRecorder
@@ -105,6 +105,8 @@ class Tracer:
             disable_dynamo_directly()
             self._enter(self._mode)
             self._enter(SubclassConstruction(self._mode))
+            if self._recompute is not None:
+                self._enter(RegionCount())
             self._enter(ConstructionRecorder())  # models built inside (a script under `run`): flag fixes' lines
             # Also settles writes as the user-level call returns when fail_fast,
             # so the raise points at the line that overwrote.
