@@ -232,3 +232,11 @@ def test_the_region_count_is_undone_when_watch_ends() -> None:
         assert "__enter__" in torch_checkpoint._checkpoint_hook.__dict__
     for hook_class in (torch_checkpoint._checkpoint_hook, torch_checkpoint._recomputation_hook):
         assert "__enter__" not in hook_class.__dict__ and "__exit__" not in hook_class.__dict__
+
+
+def test_ignoring_ipd111_switches_the_check_and_its_cost_off() -> None:
+    session = ipd.watch(ignore="IPD111")
+    assert session.tracer._recompute is None
+    with session:
+        FeedForward(preserve_rng_state=False)(torch.randn(4, 8)).sum().backward()
+    assert _ipd111(session.findings) == []

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..events import Event, InplaceErrorRaised
+from ..events import CheckpointRecomputeDiffers, Event, InplaceErrorRaised
 from .aliases import HeldTensors
 from .dispatch_mode import SubclassConstruction, TracingMode, disable_dynamo_directly
 from .inplace_calls import InplaceCalls
@@ -75,8 +75,11 @@ class Tracer:
         self.inplace_calls = InplaceCalls(self, self.modules)
         self.held = HeldTensors(self, self.modules)
         self._saved = SavedTensors(sink, self.emit, self.modules, self._busy)
-        # Fingerprinting allocates (memory measurement turns it off with observe_reads).
-        self._recompute = RecomputeCheck(self.emit, self.modules) if observe_reads else None
+        # Fingerprinting allocates (memory measurement turns it off with observe_reads), and costs
+        # inside checkpoint regions: skipped when the sink says no rule reads it (`--ignore IPD111`).
+        wants = getattr(sink, "wants", None)
+        check = observe_reads and (wants is None or wants(CheckpointRecomputeDiffers))
+        self._recompute = RecomputeCheck(self.emit, self.modules) if check else None
         self._writes = WriteRecorder(
             self.emit, self.modules, self._saved, self.held, self._busy, before_write, track_call_inputs,
             self._recompute,
