@@ -66,6 +66,71 @@ _require(torch.nn.modules.module, "register_module_forward_hook", "global module
 
 RAW_SAVED_PREFIX = "_raw_saved_"
 
+#: The innermost saved-tensor hooks pair, (pack, unpack) or None: inside a
+#: non-reentrant checkpoint region it is the checkpoint's own.
+top_saved_tensors_hooks: Callable[[bool], Any] = _require(
+    _autograd, "_top_saved_tensors_default_hooks", "the saved-tensor hooks query"
+)
+
+import torch.utils.checkpoint as _checkpoint  # noqa: E402
+
+
+def _closure_names(cls: Any, function: str) -> tuple[str, ...]:
+    for const in _require(cls, "__init__", "checkpoint's hook classes").__code__.co_consts:
+        if getattr(const, "co_name", None) == function:
+            return tuple(const.co_freevars)
+    return ()
+
+
+# Non-reentrant checkpoint: `_checkpoint_hook(frame)` packs the region's saves in its forward,
+# `_recomputation_hook(frame_ref, gid)` during its recompute; both mark their pack hook
+# `_checkpoint_internal`. The region's `_CheckpointFrame` is read from the pack hook's closure.
+_FORWARD_HOOK = _require(_checkpoint, "_checkpoint_hook", "non-reentrant checkpoint's forward hook")
+_RECOMPUTE_HOOK = _require(_checkpoint, "_recomputation_hook", "non-reentrant checkpoint's recompute hook")
+if "frame" not in _closure_names(_FORWARD_HOOK, "pack_hook") or not {"gid", "target_frame_ref"} <= set(
+    _closure_names(_RECOMPUTE_HOOK, "pack_hook")
+):
+    raise TorchIncompatibleError(
+        f"torch {TORCH_VERSION}'s torch.utils.checkpoint no longer keeps its frame in its pack hooks' "
+        "closures; install torch>=2.6,<=2.14.1 (the versions inplace-doctor is tested on)."
+    )
+
+
+#: The classes whose `with` blocks are a non-reentrant region's forward and recompute.
+CHECKPOINT_HOOK_CLASSES: tuple[type, ...] = (_FORWARD_HOOK, _RECOMPUTE_HOOK)
+
+
+def _cell(function: Any, name: str) -> Any:
+    code = function.__code__
+    return function.__closure__[code.co_freevars.index(name)].cell_contents
+
+
+def checkpoint_region(pack: Any) -> tuple[Any, Any] | None:
+    """(checkpoint frame, None) in a non-reentrant region's forward, (frame, graph task id) in its
+    recompute, for the innermost saved-tensor pack hook; None outside a region."""
+    if not getattr(pack, "_checkpoint_internal", False):
+        return None
+    inner = getattr(pack, "__wrapped__", pack)  # the recompute's hook is wrapped by torch._dynamo.disable
+    names = inner.__code__.co_freevars
+    try:
+        if "frame" in names:
+            return _cell(inner, "frame"), None
+        if "target_frame_ref" in names:
+            frame = _cell(inner, "target_frame_ref")()
+            return (frame, _cell(inner, "gid")) if frame is not None else None
+    except (ValueError, AttributeError):  # an empty cell
+        return None
+    return None
+
+
+def checkpoint_preserves_rng(frame: Any) -> bool | None:
+    """The `preserve_rng_state` a non-reentrant region was run with, when its frame tells."""
+    try:
+        return bool(_cell(frame.recompute_fn, "preserve_rng_state"))
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
 __all__ = [
     "TORCH_VERSION",
     "TorchDispatchMode",
@@ -76,6 +141,10 @@ __all__ = [
     "push_node_creation_hook",
     "SavedTensor",
     "RAW_SAVED_PREFIX",
+    "CHECKPOINT_HOOK_CLASSES",
+    "checkpoint_preserves_rng",
+    "checkpoint_region",
+    "top_saved_tensors_hooks",
     "gather_traceback",
     "symbolize_tracebacks",
 ]

@@ -160,6 +160,15 @@ class SavedTensorChangedOutside:
     how: str | None  # "`.numpy()`", "`__dlpack__()`", "`to_dlpack()`", "`.data_ptr()`"
     write: Site | None  # the line that changed the bytes, where line checks found it
     reached: bool
+class CheckpointRecomputeDiffers:
+    """A checkpointed region's recompute produced other values than its forward: the first op that differs."""
+
+    site: Site  # the op, at its line inside the region
+    position: int  # its place among the region's value-computing ops, from 1
+    random: bool  # the op draws random numbers (dropout's bernoulli_, rand*, normal_)
+    rng_preserved: bool | None  # the region's preserve_rng_state, when known
+    changed_by: WriteInfo | None  # the write, after forward, to a tensor the op reads from outside the region
+    input_version_changed: bool  # a tensor the op reads from outside the region has another version now
 
 
 Event = (
@@ -174,4 +183,5 @@ Event = (
     | HeldTensorOverwritten
     | HeldTensorUsed
     | SavedTensorChangedOutside
+    | CheckpointRecomputeDiffers
 )

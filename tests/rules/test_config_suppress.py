@@ -76,7 +76,7 @@ def test_config_is_found_by_walking_up_and_validated(tmp_path: Path) -> None:
     with pytest.raises(ipd.UsageError, match="unknown key 'ignroe'; did you mean 'ignore'"):
         load_project_config(deep)
     write_pyproject(tmp_path, 'select = ["IPD1011"]\n')
-    with pytest.raises(ipd.UsageError, match="did you mean IPD101"):
+    with pytest.raises(ipd.UsageError, match="did you mean IPD1[01]1"):
         load_project_config(deep)
     write_pyproject(tmp_path, 'fail-on = "warn"\n')
     with pytest.raises(ipd.UsageError, match="did you mean 'warning'"):

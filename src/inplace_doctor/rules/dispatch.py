@@ -72,6 +72,10 @@ class Analyzer:
             for event_type in r.events:
                 self._by_event.setdefault(event_type, []).append(r)
 
+    def wants(self, event_type: type) -> bool:
+        """Whether a selected rule reads this kind of event (the tracer skips work nobody reads)."""
+        return event_type in self._by_event
+
     def overwrite_for(self, key: int) -> SavedTensorOverwritten | None:
         """The last write that changed saved tensor `key`, if one was seen."""
         return self._overwrites.get(key)

@@ -14,6 +14,7 @@ from .nodes import origin_of
 from .ops import _op_facts, op_facts, restores_version_bump, written_tensors
 from .owner import Busy
 from .pytorch_errors import RaisedErrors
+from .recompute import RecomputeCheck, RegionCount
 from .saved import SavedTensors
 from .storage import storage_span
 from .writes import WriteRecorder
@@ -33,6 +34,8 @@ class TracingMode(_compat.TorchDispatchMode):
         inplace_calls: InplaceCalls,
         held: HeldTensors,
         raised: RaisedErrors,
+        recompute: RecomputeCheck | None = None,
+        own_pack: Any = None,
     ) -> None:
         super().__init__()
         self.busy = busy
@@ -41,6 +44,8 @@ class TracingMode(_compat.TorchDispatchMode):
         self.inplace_calls = inplace_calls
         self.held = held
         self.raised = raised
+        self.recompute = recompute
+        self.own_pack = own_pack  # the tracer's pack hook: on top of the hooks outside checkpoint regions
         self.ops = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -63,6 +68,11 @@ class TracingMode(_compat.TorchDispatchMode):
             self.inplace_calls.check_reads(func, args, kwargs)  # before the op: the values it reads
         if self.held.stale_ids:
             self.held.check_uses(func, args, kwargs, written)
+        region = None
+        if RegionCount.n and self.recompute is not None:  # a checkpoint region is open (on some thread)
+            hooks = _compat.top_saved_tensors_hooks(False)
+            if hooks is not None and hooks[0] is not self.own_pack:
+                region = _compat.checkpoint_region(hooks[0])  # inside a non-reentrant checkpoint region
         try:
             out = func(*args, **kwargs)
         except BaseException as exc:
@@ -76,6 +86,8 @@ class TracingMode(_compat.TorchDispatchMode):
         if node is not None:  # in backward: what ran last, for errors autograd raises after a node
             self.raised.last_node = origin_of(node)
         saved.last_op = func
+        if region is not None:
+            self.recompute.after_op(region, func, args, kwargs, out, written)  # type: ignore[union-attr]
         if batch_norm and node is not None:
             writes.batch_norm_in_backward(func, args, kwargs)
         if written:

@@ -178,6 +178,18 @@ def _symbolize_one(captured: Any) -> list[dict[str, Any]]:
         return []
 
 
+def checkpoint_split(captured: Any, limit: int) -> tuple[tuple[RawFrame, ...], str | None, tuple[RawFrame, ...]]:
+    """For a capture inside a checkpointed region: the user frames inside the innermost region and the
+    torch API the innermost one called, then the user frames that called `checkpoint` (innermost last)."""
+    entries = captured if isinstance(captured, _PythonStack) else _symbolize_one(captured)
+    for i, entry in enumerate(entries):  # innermost first
+        if entry["filename"] == _CHECKPOINT_FILE:
+            inner, api, _ = _select(entries[:i], limit)
+            return inner, api, _select(entries[i:], limit)[0]
+    frames, api, _ = _select(entries, limit)
+    return frames, api, ()
+
+
 def _select(entries: list[dict[str, Any]], limit: int) -> tuple[tuple[RawFrame, ...], str | None, bool]:
     frames: list[RawFrame] = []
     api: str | None = None

@@ -18,8 +18,11 @@ Known limitations:
   no hand-out call sees), which only `check_contents` catches.
 - Inside a non-reentrant `torch.utils.checkpoint` region the checkpoint's own
   saved-tensor hooks replace ours: saves there are rebuilt on recompute, and
-  PyTorch does not check their versions either, so neither do we. Writes there
-  to tensors saved outside the region are seen.
+  PyTorch does not check their versions either, so neither do we. What holds
+  instead: each op the region runs leaves an exact fingerprint of its outputs,
+  and its recompute's values are compared with them, op by op
+  (`recompute.py`, IPD111). Writes there to tensors saved outside the region
+  are seen. The reentrant form's recompute is not compared.
 - Tensors saved before the tracer started are checked by PyTorch itself, not
   by the tracer; an error they raise is still recognised by its message.
 - `torch.compile`d code runs eagerly while the tracer runs (`compiled.py`);
@@ -33,7 +36,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..events import Event, InplaceErrorRaised
+from ..events import CheckpointRecomputeDiffers, Event, InplaceErrorRaised
 from .aliases import HeldTensors
 from .compiled import EagerCompiled
 from .contents import ContentChecks
@@ -43,6 +46,7 @@ from .modules import ModulePaths
 from .origins import ConstructionRecorder
 from .owner import Busy, Sink
 from .pytorch_errors import RaisedErrors, written_here
+from .recompute import RecomputeCheck, RegionCount
 from .saved import NodeCreationHook, SavedRecord, SavedTensors
 from .stacks import choose_stack_capture
 from .writes import WriteRecorder
@@ -90,14 +94,25 @@ class Tracer:
         if observe_reads:
             self._saved.contents = self.contents
             self.inplace_calls.on_hand_out = self.contents.handed_out
+        # Fingerprinting allocates (memory measurement turns it off with observe_reads), and costs
+        # inside checkpoint regions: skipped when the sink says no rule reads it (`--ignore IPD111`).
+        wants = getattr(sink, "wants", None)
+        check = observe_reads and (wants is None or wants(CheckpointRecomputeDiffers))
+        self._recompute = RecomputeCheck(self.emit, self.modules) if check else None
         self._writes = WriteRecorder(
-            self.emit, self.modules, self._saved, self.held, self._busy, before_write, track_call_inputs
+            self.emit, self.modules, self._saved, self.held, self._busy, before_write, track_call_inputs,
+            self._recompute,
         )
         self.modules.on_top_level = self._writes.on_top_level_call
         self._raised = RaisedErrors()
         self._mode = TracingMode(self._busy, self._saved, self._writes, self.inplace_calls, self.held, self._raised)
         #: `torch.compile`d code runs eagerly while tracing; `compiled.calls` counts it
         self.compiled = EagerCompiled()
+        self._pack = self._saved.pack  # one bound method: the dispatch mode knows it on top of the hooks
+        self._mode = TracingMode(
+            self._busy, self._saved, self._writes, self.inplace_calls, self.held, self._raised, self._recompute,
+            self._pack,
+        )
         self._contexts: list[Any] = []
         self._active = False
 
@@ -112,10 +127,12 @@ class Tracer:
         try:
             self._enter(self.compiled)
             self._enter(NodeCreationHook(self._saved.on_node))
-            self._enter(torch.autograd.graph.saved_tensors_hooks(self._saved.pack, self._saved.unpack))
+            self._enter(torch.autograd.graph.saved_tensors_hooks(self._pack, self._saved.unpack))
             disable_dynamo_directly()
             self._enter(self._mode)
             self._enter(SubclassConstruction(self._mode))
+            if self._recompute is not None:
+                self._enter(RegionCount())
             self._enter(ConstructionRecorder())  # models built inside (a script under `run`): flag fixes' lines
             # Also settles writes as the user-level call returns when fail_fast,
             # so the raise points at the line that overwrote.
@@ -150,6 +167,8 @@ class Tracer:
             self._writes.clear()
             self._saved.pending_nodes.clear()
             self.inplace_calls.clear()
+            if self._recompute is not None:
+                self._recompute.clear()
             self._active = False
 
     def flush(self) -> None:

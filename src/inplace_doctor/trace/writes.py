@@ -26,6 +26,7 @@ from .aliases import HeldTensors
 from .modules import ModulePaths
 from .ops import op_name, writes_bytes
 from .owner import Busy
+from .recompute import RecomputeCheck
 from .saved import SavedRecord, SavedTensors
 from .stacks import MAX_STACK, capture_stack, in_ddp_state_sync, make_site, resolve_stack
 from .storage import elements_overlap, storage_span
@@ -68,8 +69,10 @@ class WriteRecorder:
         busy: Busy,
         before_write: Callable[[torch.Tensor], None] | None,
         track_call_inputs: bool,
+        recompute: RecomputeCheck | None = None,
     ) -> None:
         self._emit = emit
+        self._recompute = recompute
         self._modules = modules
         self._saved = saved
         self._held = held
@@ -101,6 +104,8 @@ class WriteRecorder:
         span = storage_span(t)
         if span is None:
             return
+        if self._recompute is not None and self._recompute.watched and span[0] in self._recompute.watched:
+            self._recompute.note_write(func, t, span[0])  # a checkpoint region read it: its recompute may differ
         node = _compat.current_autograd_node()
         if node is None:
             if not t.requires_grad:  # state (counters, running sums), not activations

@@ -1,0 +1,116 @@
+"""A checkpointed region whose recompute computes other values than its forward: gradients silently wrong."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..events import CheckpointRecomputeDiffers
+from ..findings import Finding, Severity
+from .phrasing import qualified, tensor_desc, where
+from .registry import make_finding, rule
+
+
+@rule(
+    "IPD111",
+    "checkpoint-recompute-differs",
+    "Checkpoint recompute differs from the forward",
+    Severity.ERROR,
+    events=(CheckpointRecomputeDiffers,),
+)
+def checkpoint_recompute_differs(event: CheckpointRecomputeDiffers, ctx: Any) -> Finding | None:
+    """A checkpointed region's recompute produced other values than its forward did.
+
+    What: ``torch.utils.checkpoint`` (non-reentrant, ``use_reentrant=False``)
+    throws the region's activations away and recomputes them during backward.
+    Each op the region runs leaves an exact fingerprint of its outputs in the
+    forward; the recompute's ops are paired with the forward's by order, and
+    the first op whose recomputed value differs is reported, with the likely
+    cause: a random op (dropout's ``bernoulli_``, ``rand*``, ``normal_``) under
+    ``preserve_rng_state=False``; a tensor the op reads from outside the region
+    (a parameter, a buffer, a module's tensor attribute) written after the
+    forward read it (the write is named); or the region's own in-place write
+    to such state, run again by the recompute.
+
+    Why: PyTorch checks only the recomputed tensors' shapes, dtypes and
+    devices, not their values: backward uses the recomputed activations with
+    the forward's graph, so the gradients are silently those of another
+    computation (another dropout mask, another weight).
+
+    Example::
+
+        block = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5))
+        x = torch.randn(4, 8, requires_grad=True)
+        y = checkpoint(block, x, use_reentrant=False, preserve_rng_state=False)
+        y.sum().backward()      # IPD111: the recompute's dropout draws another mask
+
+    Not seen: the reentrant form (``use_reentrant=True``), selective
+    checkpointing's cached ops (comparison stops at the first one), and ops
+    after the last tensor the backward needs (the recompute stops early).
+
+    Fix: keep ``preserve_rng_state=True`` (the default); run whatever changes
+    state the region reads (``optimizer.step()``, an annealed scale, an EMA
+    update) after ``backward()``, or give the region a copy (``.clone()``);
+    move in-place state updates out of the region.
+    """
+    site = event.site
+    place = where(site, ctx.root_label)
+    write = event.changed_by
+    first = f"the {_ordinal(event.position)} op of the region"
+    what = f"The checkpoint's recompute of {place} ({first}) produced other values than its forward did."
+    if event.random and write is None:
+        if event.rng_preserved is False:
+            cause = (
+                f"`{site.op}` draws random numbers and the region runs with preserve_rng_state=False: "
+                "the recompute draws other ones (another dropout mask)."
+            )
+            fix = "pass preserve_rng_state=True to checkpoint (the default), or move the random op out of the region"
+        else:
+            cause = (
+                f"`{site.op}` draws random numbers, and the generator was not in the same state for the "
+                "recompute (another device's or a custom generator, which checkpoint does not restore)."
+            )
+            fix = "draw the random numbers outside the region and pass them in, or use the default generator"
+    elif write is not None:
+        target = qualified(write.target, ctx.root_label) if write.target else tensor_desc(write.shape, write.dtype)
+        written_at = where(write.site, ctx.root_label)
+        if write.in_checkpoint:
+            cause = (
+                f"It reads {target}, which the region itself writes in place ({written_at}): the recompute ran "
+                "that write again and read the new value."
+            )
+            fix = "move the in-place update out of the checkpointed region, or make it out of place"
+        else:
+            cause = (
+                f"It reads {target}, which {written_at} wrote after the forward read it: the recompute read "
+                "the new value."
+            )
+            fix = (
+                f"make that write after backward() (or give the region a copy: `.clone()` what it reads), so "
+                "the state the region reads is the same in forward and recompute"
+            )
+    elif event.input_version_changed:
+        cause = "A tensor it reads from outside the region was modified in place after the forward read it."
+        fix = "make that change after backward(), or give the region a copy of what it reads"
+    else:
+        cause = (
+            "Its inputs from earlier ops of the region matched: the kernel is nondeterministic, or a tensor it "
+            "reads changed without a write the tracer sees (`.data` through numpy, another process)."
+        )
+        fix = "make the op deterministic (torch.use_deterministic_algorithms), or do not checkpoint it"
+    return make_finding(
+        "IPD111",
+        what=what,
+        why=(
+            f"{cause} PyTorch checks only the recomputed shapes, dtypes and devices, not the values: backward "
+            "uses the recomputed activations, so the gradients are silently those of another computation."
+        ),
+        fix=fix,
+        mutation=site,
+        position=event.position,
+        cause="rng" if event.random and write is None else "state" if write or event.input_version_changed else "unknown",
+    )
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

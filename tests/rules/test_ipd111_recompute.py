@@ -1,0 +1,242 @@
+"""IPD111: a checkpointed region's recompute compared with its forward, through watch, audit and `run`.
+
+Acceptance (issue 16, part 3): a checkpointed region with dropout and preserve_rng_state=False, and
+one whose recompute reads state the step changed, are reported; with preserve_rng_state=True nothing
+is. Applying each printed fix makes the recompute match: the gradients equal the un-checkpointed
+program's.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import weakref
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import inplace_doctor as ipd
+from inplace_doctor.trace.recompute import fingerprint
+
+FIXTURES = Path(__file__).resolve().parent / "IPD111"
+
+
+class FeedForward(nn.Module):
+    def __init__(self, preserve_rng_state: bool | None = None) -> None:
+        super().__init__()
+        self.up = nn.Linear(8, 16)
+        self.down = nn.Linear(16, 8)
+        self.drop = nn.Dropout(0.3)
+        self.preserve = preserve_rng_state  # None: no checkpoint at all
+
+    def block(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.down(torch.relu(self.up(x))))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.preserve is None:
+            return self.block(x)
+        return checkpoint(self.block, x, use_reentrant=False, preserve_rng_state=self.preserve)
+
+
+def _ipd111(findings: list[ipd.Finding]) -> list[ipd.Finding]:
+    return [f for f in findings if f.code == "IPD111"]
+
+
+def _grads(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    torch.manual_seed(1)
+    model.zero_grad(set_to_none=True)
+    model(x).pow(2).sum().backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+# -- the fingerprint ------------------------------------------------------------
+
+
+def test_the_fingerprint_is_exact_and_keeps_nothing() -> None:
+    t = torch.randn(64, 32)
+    assert fingerprint(t) == fingerprint(t.clone())
+    nudged = t.clone()
+    nudged.view(-1)[7] = torch.nextafter(nudged.view(-1)[7], torch.tensor(float("inf")))
+    assert fingerprint(nudged) != fingerprint(t)  # one ulp
+    assert fingerprint(t.t()) == fingerprint(t.t().contiguous())  # layout does not matter, values do
+    for other in (torch.arange(10), torch.rand(5) > 0.5, torch.randn(4, dtype=torch.float16),
+                  torch.randn(4, dtype=torch.bfloat16), torch.randn(3, dtype=torch.complex64), torch.empty(0)):
+        assert fingerprint(other) == fingerprint(other.clone())
+    assert fingerprint(torch.ones(4)) != fingerprint(torch.full((4,), 2.0))  # no xor-style cancellation
+    version, ref = t._version, weakref.ref(t)
+    fingerprint(t)
+    assert t._version == version
+    del t
+    assert ref() is None
+
+
+# -- watch -------------------------------------------------------------------------
+
+
+def test_dropout_without_rng_preservation_is_reported_and_the_fix_restores_the_gradients() -> None:
+    torch.manual_seed(0)
+    model, x = FeedForward(preserve_rng_state=False), torch.randn(4, 8)
+    with ipd.watch() as session:
+        torch.manual_seed(1)
+        model(x).pow(2).sum().backward()
+    [finding] = _ipd111(session.findings)
+    assert finding.mutation.op == "aten.bernoulli_" and finding.mutation.module == "model.drop"
+    assert finding.details["cause"] == "rng" and "preserve_rng_state=False" in finding.why
+    assert "preserve_rng_state=True" in finding.fix
+    reference = FeedForward(None)
+    reference.load_state_dict(model.state_dict())
+    expected = _grads(reference, x)
+    assert any(not torch.equal(a, b) for a, b in zip(_grads(model, x), expected))  # the bug is real
+    model.preserve = True  # the printed fix
+    with ipd.watch() as session:
+        fixed = _grads(model, x)
+    assert _ipd111(session.findings) == []
+    assert all(torch.equal(a, b) for a, b in zip(fixed, expected))
+
+
+def test_dropout_with_rng_preservation_reports_nothing() -> None:
+    torch.manual_seed(0)
+    model = FeedForward(preserve_rng_state=True)
+    with ipd.watch() as session:
+        for _ in range(2):
+            model(torch.randn(4, 8)).sum().backward()
+    assert _ipd111(session.findings) == []
+
+
+class Tempered(nn.Module):
+    def __init__(self, checkpointed: bool = True) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.register_buffer("temperature", torch.tensor(2.0))
+        self.checkpointed = checkpointed
+
+    def block(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.fc(x) / self.temperature, dim=-1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return checkpoint(self.block, x, use_reentrant=False) if self.checkpointed else self.block(x)
+
+
+def test_state_written_between_forward_and_backward_names_the_write_and_the_fix_restores_the_gradients() -> None:
+    torch.manual_seed(0)
+    model, x = Tempered(), torch.randn(3, 8)
+    with ipd.watch() as session:
+        loss = model(x).pow(2).sum()
+        model.temperature.mul_(0.5)  # the write the finding names
+        loss.backward()
+    [finding] = _ipd111(session.findings)
+    assert finding.mutation.op == "aten.div" and finding.details["cause"] == "state"
+    assert "model.temperature" in finding.why and "`mul_`" in finding.why
+    assert "after backward()" in finding.fix
+
+    def run(checkpointed: bool, anneal_before_backward: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        m = Tempered(checkpointed)
+        loss = m(x).pow(2).sum()
+        if anneal_before_backward:
+            m.temperature.mul_(0.5)
+        loss.backward()
+        if not anneal_before_backward:
+            m.temperature.mul_(0.5)  # the fix: after backward
+        return [p.grad for p in m.parameters()]
+
+    expected = run(checkpointed=False, anneal_before_backward=False)
+    assert any(not torch.equal(a, b) for a, b in zip(run(True, True), expected))  # silently other gradients
+    with ipd.watch() as session:
+        fixed = run(True, False)
+    assert _ipd111(session.findings) == []
+    assert all(torch.equal(a, b) for a, b in zip(fixed, expected))
+
+
+def test_an_optimizer_step_between_two_backwards_of_a_retained_graph_is_reported_at_the_second() -> None:
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(8, 8), nn.Tanh())
+    opt = torch.optim.SGD(block.parameters(), lr=0.1)
+    x = torch.randn(4, 8, requires_grad=True)
+    with ipd.watch(block=block) as session:
+        out = checkpoint(block, x, use_reentrant=False)
+        out.pow(2).mean().backward(retain_graph=True)
+        assert _ipd111(session.findings) == []  # the first recompute matches its forward
+        opt.step()
+        out.abs().mean().backward()
+    [finding] = _ipd111(session.findings)
+    assert finding.mutation.op == "aten.addmm" and "SGD.step" in finding.why
+
+
+def test_ops_outside_checkpoint_regions_are_not_fingerprinted() -> None:
+    model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5))
+    session = ipd.watch()
+    with session:
+        model(torch.randn(2, 8)).sum().backward()
+    recompute = session.tracer._recompute
+    assert recompute is not None and not recompute.watched and len(recompute._regions) == 0
+
+
+# -- audit and run -------------------------------------------------------------------
+
+
+def test_audit_reports_dropout_without_rng_preservation_and_not_with_it() -> None:
+    torch.manual_seed(0)
+    report = ipd.audit(FeedForward(preserve_rng_state=False), torch.randn(4, 8))
+    assert [f.mutation.op for f in _ipd111(report.findings)] == ["aten.bernoulli_"]
+    assert _ipd111(ipd.audit(FeedForward(preserve_rng_state=True), torch.randn(4, 8)).findings) == []
+
+
+@pytest.mark.parametrize(
+    "fixture, reported",
+    [("flagged/dropout_rng_not_preserved.py", True), ("flagged/scale_annealed_before_backward.py", True),
+     ("clean/dropout_rng_preserved.py", False)],
+)
+def test_run_on_a_script(fixture: str, reported: bool) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "inplace_doctor", "run", str(FIXTURES / fixture)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert ("IPD111" in done.stderr) is reported, done.stderr
+    assert done.returncode == (1 if reported else 0), done.stderr
+
+
+# -- real models -------------------------------------------------------------------
+
+
+def test_a_hugging_face_model_with_gradient_checkpointing_reports_nothing() -> None:
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=16, bos_token_id=0, eos_token_id=0,
+        resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1,
+    )
+    model = transformers.GPT2LMHeadModel(config)
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable({"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    ids = torch.randint(0, 100, (2, 8))
+    session = ipd.watch(model=model)
+    with session:
+        model(input_ids=ids, labels=ids).loss.backward()
+    assert session.tracer._recompute.compared > 20  # both layers' recomputes were compared, op by op
+    assert _ipd111(session.findings) == []
+
+
+def test_the_region_count_is_undone_when_watch_ends() -> None:
+    import torch.utils.checkpoint as torch_checkpoint
+
+    with ipd.watch():
+        assert "__enter__" in torch_checkpoint._checkpoint_hook.__dict__
+    for hook_class in (torch_checkpoint._checkpoint_hook, torch_checkpoint._recomputation_hook):
+        assert "__enter__" not in hook_class.__dict__ and "__exit__" not in hook_class.__dict__
+
+
+def test_ignoring_ipd111_switches_the_check_and_its_cost_off() -> None:
+    session = ipd.watch(ignore="IPD111")
+    assert session.tracer._recompute is None
+    with session:
+        FeedForward(preserve_rng_state=False)(torch.randn(4, 8)).sum().backward()
+    assert _ipd111(session.findings) == []
