@@ -160,6 +160,9 @@ class SavedTensorChangedOutside:
     how: str | None  # "`.numpy()`", "`__dlpack__()`", "`to_dlpack()`", "`.data_ptr()`"
     write: Site | None  # the line that changed the bytes, where line checks found it
     reached: bool
+
+
+@dataclass(frozen=True)
 class CheckpointRecomputeDiffers:
     """A checkpointed region's recompute produced other values than its forward: the first op that differs."""
 
