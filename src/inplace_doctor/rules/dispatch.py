@@ -23,7 +23,10 @@ from typing import Mapping, Sequence
 
 from ..errors import InplaceError, WrittenHere
 from ..events import (
+    ChangedGraphTensorFreed,
+    ChangedGraphTensorReached,
     Event,
+    GraphTensorChangedOutsideAutograd,
     InplaceErrorRaised,
     SavedTensorFreed,
     SavedTensorOverwritten,
@@ -36,6 +39,11 @@ from . import Rule
 from .phrasing import place_of
 from .suppress import is_suppressed
 
+# Predictions and what settles them: a write to a saved tensor (IPD101, IPD104), keyed by the saved
+# tensor; a graph tensor changed outside autograd and then used (IPD110), keyed by its (negative) key.
+_PREDICTIONS = (SavedTensorOverwritten, GraphTensorChangedOutsideAutograd)
+_REACHED = (StaleSavedTensorUsed, SavedTensorReached, ChangedGraphTensorReached)
+_FREED = (SavedTensorFreed, ChangedGraphTensorFreed)
 _REMEMBERED_OVERWRITES = 4096
 _FIXES_SHOWN = 4
 
@@ -76,7 +84,7 @@ class Analyzer:
         return self._overwrites.get(key)
 
     def __call__(self, event: Event) -> BaseException | None:
-        if isinstance(event, SavedTensorFreed):
+        if isinstance(event, _FREED):
             if self.pending.pop(event.key, None):
                 self.dropped += 1
             return None
@@ -86,7 +94,7 @@ class Analyzer:
             while len(self._overwrites) > _REMEMBERED_OVERWRITES:
                 self._overwrites.popitem(last=False)
         produced = self.handle(event)
-        if isinstance(event, SavedTensorOverwritten):
+        if isinstance(event, _PREDICTIONS):
             return None  # a prediction: nothing is certain until backward reaches the tensor
         if isinstance(event, StaleSavedTensorUsed):
             stale = [f for f in produced if f.code == "IPD101"]
@@ -108,9 +116,9 @@ class Analyzer:
         """Run the rules for one event and record (or, for a write to a saved tensor, keep) what they find."""
         produced: list[Finding] = []
         # Errors PyTorch raised confirm what was found earlier; they are not new occurrences.
-        confirming = isinstance(event, (StaleSavedTensorUsed, InplaceErrorRaised, SavedTensorReached))
-        if isinstance(event, (StaleSavedTensorUsed, SavedTensorReached)):
-            key = event.saved.key if isinstance(event, StaleSavedTensorUsed) else event.key
+        confirming = isinstance(event, (InplaceErrorRaised, *_REACHED))
+        if isinstance(event, _REACHED):
+            key = _settled_key(event)
             self.pending.pop(key, None)
             if key in self._suppressed_saved:
                 self._suppressed_error = isinstance(event, StaleSavedTensorUsed)
@@ -132,8 +140,9 @@ class Analyzer:
                     self._suppressed_saved.add(event.saved.key)
                 continue
             finding = self._placed(finding)
-            if isinstance(event, SavedTensorOverwritten):
-                predicted = self.pending.setdefault(event.saved.key, [])
+            if isinstance(event, _PREDICTIONS):
+                key = event.saved.key if isinstance(event, SavedTensorOverwritten) else event.key
+                predicted = self.pending.setdefault(key, [])
                 predicted[:] = [f for f in predicted if f.code != finding.code] + [finding]
                 produced.append(finding)
                 continue
@@ -220,6 +229,15 @@ class Analyzer:
             "again to confirm this.",
             Severity.WARNING,
         )
+
+
+def _settled_key(event: StaleSavedTensorUsed | SavedTensorReached | ChangedGraphTensorReached) -> int:
+    """The key of the prediction a confirming event settles."""
+    if isinstance(event, StaleSavedTensorUsed):
+        return event.saved.key
+    if isinstance(event, ChangedGraphTensorReached):
+        return event.changed.key
+    return event.key
 
 
 def _format_stack(site: Site) -> str:

@@ -9,6 +9,7 @@ import torch
 from .. import _compat
 from .aliases import HeldTensors
 from .blame import passed_through
+from .graph_writes import UnrecordedWrites
 from .inplace_calls import InplaceCalls
 from .nodes import origin_of
 from .ops import _op_facts, op_facts, restores_version_bump, written_tensors
@@ -33,6 +34,7 @@ class TracingMode(_compat.TorchDispatchMode):
         inplace_calls: InplaceCalls,
         held: HeldTensors,
         raised: RaisedErrors,
+        graph: UnrecordedWrites,
     ) -> None:
         super().__init__()
         self.busy = busy
@@ -41,6 +43,7 @@ class TracingMode(_compat.TorchDispatchMode):
         self.inplace_calls = inplace_calls
         self.held = held
         self.raised = raised
+        self.graph = graph
         self.ops = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -53,6 +56,9 @@ class TracingMode(_compat.TorchDispatchMode):
             saved.flush_nodes()
         if writes.pending:
             writes.settle()
+        graph = self.graph
+        if graph.awaiting:
+            graph.resolve()
         self.ops += 1
         _, spec, batch_norm = _op_facts.get(id(func)) or op_facts(func)
         written = written_tensors(spec, args, kwargs) if spec else None
@@ -63,6 +69,11 @@ class TracingMode(_compat.TorchDispatchMode):
             self.inplace_calls.check_reads(func, args, kwargs)  # before the op: the values it reads
         if self.held.stale_ids:
             self.held.check_uses(func, args, kwargs, written)
+        if node is None:
+            if func is _DETACH:
+                graph.detached(args[0] if args else None)
+            elif graph.watching:
+                graph.check_uses(func, args, kwargs, written)
         try:
             out = func(*args, **kwargs)
         except BaseException as exc:
@@ -76,16 +87,21 @@ class TracingMode(_compat.TorchDispatchMode):
         if node is not None:  # in backward: what ran last, for errors autograd raises after a node
             self.raised.last_node = origin_of(node)
         saved.last_op = func
+        if graph.used is not None:
+            graph.after_op(out)
         if batch_norm and node is not None:
             writes.batch_norm_in_backward(func, args, kwargs)
         if written:
             writes.record(func, written, func is _COPY and copies_onto_itself(args))
+            if node is None:
+                graph.written(func, args, written)
             if restores_version_bump(func):
                 torch.autograd.graph.increment_version([t for t in written if not t.is_inference()])
         return out
 
 
 _COPY = torch.ops.aten.copy_.default
+_DETACH = torch.ops.aten.detach.default
 
 
 def copies_onto_itself(args: Any) -> bool:

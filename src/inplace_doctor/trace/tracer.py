@@ -27,6 +27,7 @@ import torch
 from ..events import Event, InplaceErrorRaised
 from .aliases import HeldTensors
 from .dispatch_mode import SubclassConstruction, TracingMode, disable_dynamo_directly
+from .graph_writes import UnrecordedWrites
 from .inplace_calls import InplaceCalls
 from .modules import ModulePaths
 from .origins import ConstructionRecorder
@@ -76,7 +77,10 @@ class Tracer:
         )
         self.modules.on_top_level = self._writes.on_top_level_call
         self._raised = RaisedErrors()
-        self._mode = TracingMode(self._busy, self._saved, self._writes, self.inplace_calls, self.held, self._raised)
+        self._graph = UnrecordedWrites(self.emit, self.modules, self._saved, self._writes.describe)
+        self._mode = TracingMode(
+            self._busy, self._saved, self._writes, self.inplace_calls, self.held, self._raised, self._graph
+        )
         self._contexts: list[Any] = []
         self._active = False
 
@@ -123,6 +127,7 @@ class Tracer:
                 ctx = self._contexts.pop()
                 ctx.__exit__(None, None, None)
             self._writes.clear()
+            self._graph.clear()
             self._saved.pending_nodes.clear()
             self.inplace_calls.clear()
             self._active = False
@@ -133,6 +138,8 @@ class Tracer:
             self._saved.flush_nodes()
         if self._writes.pending:
             self._writes.settle()
+        if self._graph.awaiting:
+            self._graph.resolve()
 
     # -- what the helpers may ask (`TraceOwner`) ----------------------------
     @property
