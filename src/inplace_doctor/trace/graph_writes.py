@@ -52,8 +52,9 @@ _MAX_DETACHED = 1024  # storages remembered; dead ones are dropped past this
 
 def graph_root(t: torch.Tensor) -> torch.Tensor | None:
     """The non-leaf tensor `t` is (or views) when it requires grad and has history; None for leaves
-    and views of leaves (parameters, buffers) and for tensors outside autograd."""
-    if not t.requires_grad or t.grad_fn is None:
+    and views of leaves (parameters, buffers) and for tensors outside autograd. (A view made under
+    `no_grad` has no `grad_fn` of its own but requires grad: its base decides.)"""
+    if not t.requires_grad:
         return None
     root = t._base if t._base is not None else t
     return root if root.grad_fn is not None else None
@@ -164,7 +165,7 @@ class UnrecordedWrites:
         if not self.watching or not torch.is_grad_enabled():
             return
         for u in _tensor_inputs(args, kwargs):
-            if not u.requires_grad or u.grad_fn is None:
+            if not u.requires_grad or graph_root(u) is None:
                 continue
             if written and func in _REPLACING and any(u is t for t in written):
                 continue  # replaced whole, with grad on: the old history gets no gradient from here
