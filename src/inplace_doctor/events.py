@@ -174,6 +174,36 @@ class CheckpointRecomputeDiffers:
     input_version_changed: bool  # a tensor the op reads from outside the region has another version now
 
 
+@dataclass(frozen=True)
+class GraphTensorChangedOutsideAutograd:
+    """A write autograd did not record changed a non-leaf tensor that requires grad (through a
+    `.detach()`/`.data` alias, or under `no_grad`/`inference_mode`), and a later op with grad on used
+    it: gradients flow back through history that no longer computes its value. A prediction until
+    backward runs through the use (`ChangedGraphTensorReached`) or the use's node is freed unread
+    (`ChangedGraphTensorFreed`)."""
+
+    write: WriteInfo
+    use: Site  # the first op that used the changed tensor with grad on
+    how: str  # "detach", "data", "no_grad" or "inference_mode"
+    history: str | None  # the changed tensor's autograd node: "AddmmBackward0"
+    key: int  # negative, so never a saved tensor's key
+    boolean_mask: bool = False  # the write was `t[mask] = v` with one boolean mask
+
+
+@dataclass(frozen=True)
+class ChangedGraphTensorReached:
+    """Backward ran the node of the op that used a tensor changed outside autograd."""
+
+    changed: GraphTensorChangedOutsideAutograd
+
+
+@dataclass(frozen=True)
+class ChangedGraphTensorFreed:
+    """Autograd freed the node of that use without backward running it: nothing flowed through it."""
+
+    key: int
+
+
 Event = (
     SideEffectRepeated
     | SavedTensorOverwritten
@@ -187,4 +217,7 @@ Event = (
     | HeldTensorUsed
     | SavedTensorChangedOutside
     | CheckpointRecomputeDiffers
+    | GraphTensorChangedOutsideAutograd
+    | ChangedGraphTensorReached
+    | ChangedGraphTensorFreed
 )

@@ -506,3 +506,67 @@ def test_numpy_write_fix_gives_numpy_a_copy():
     intended = run_plain(write("intended.py", program.replace("s.detach().numpy()", "s.detach().clone().numpy()")))
     assert_same(run_plain(path), intended)
     assert not torch.equal(broken["w.grad"], intended["w.grad"])  # the unfixed gradient was silently wrong
+
+
+# -- IPD110 -------------------------------------------------------------------
+
+_MASKED = """
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+    fc, head = nn.Linear(8, 8), nn.Linear(8, 1)
+    h = fc(torch.randn(4, 8))
+    h.detach()[h < 0] = 0
+    loss = head(h).sum()
+    loss.backward()
+    result = {"loss": loss.detach(), "fc.grad": fc.weight.grad, "head.grad": head.weight.grad}
+"""
+
+
+def test_a_masked_write_through_detach_fix_records_the_mask_in_the_graph():
+    intended = _MASKED.replace("h.detach()[h < 0] = 0", "h = torch.where(h < 0, torch.zeros_like(h), h)")
+    finding = check(_MASKED, intended, "IPD110")
+    assert finding.confirmed is True
+    assert "replace `h.detach()[h < 0] = 0` with `h = h.masked_fill(h < 0, 0)`" in finding.fix
+    # The unfixed program gives fc the gradient of the unmasked tensor: what the finding is about.
+    written = run_plain(write("unfixed.py", _MASKED))
+    assert not torch.equal(written["fc.grad"], run_plain(write("again.py", intended))["fc.grad"])
+    assert torch.equal(written["loss"], run_plain(write("again.py", intended))["loss"])  # same forward
+
+
+def test_a_masked_write_fix_that_cuts_the_history_sends_no_gradient_into_it():
+    path = write("program.py", _MASKED)
+    finding = only(diagnose(path), "IPD110")
+    assert "cut it explicitly before the write (`h = h.detach()`, then write into it)" in finding.fix
+    insert_before(path, line_of_text(path, "h.detach()[h < 0] = 0"), "h.detach()", "h = h.detach()")
+    assert diagnose(path) == []
+    result = runpy.run_path(str(path), run_name="__main__")
+    assert result["fc"].weight.grad is None and result["head"].weight.grad is not None
+
+
+def test_a_data_rescale_fix_puts_the_factor_into_the_gradient():
+    program = _MASKED.replace("h.detach()[h < 0] = 0", "h.data.mul_(2)")
+    finding = check(program, program.replace("h.data.mul_(2)", "h = h * 2"), "IPD110")
+    assert "replace `h.data.mul_(2)` with `h = h.mul(2)`" in finding.fix
+
+
+def test_a_no_grad_write_fix_moves_the_out_of_place_op_out_of_the_block():
+    program = _MASKED.replace("h.detach()[h < 0] = 0", "with torch.no_grad():\n        h.mul_(2)")
+    path = write("program.py", program)
+    finding = only(diagnose(path), "IPD110")
+    m = REPLACE.search(finding.fix)
+    assert m and (m["old"], m["new"]) == ("h.mul_(2)", "h = h.mul(2)")
+    assert "and move it out of the `torch.no_grad()` block" in finding.fix
+    # As printed: the replacement, out of the block (the `with` line goes, the line is dedented).
+    line = int(m["line"])
+    lines = path.read_text().splitlines(keepends=True)
+    assert lines[line - 2].strip() == "with torch.no_grad():"
+    lines[line - 2 : line] = [lines[line - 1].replace("    " + m["old"], m["new"], 1)]
+    path.write_text("".join(lines))
+    assert diagnose(path) == []
+    assert_same(run_plain(path), run_plain(write("intended.py", program.replace(
+        "with torch.no_grad():\n        h.mul_(2)", "h = h * 2"))))
+
+
+def line_of_text(path: Path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)

@@ -23,7 +23,10 @@ from typing import Mapping, Sequence
 
 from ..errors import InplaceError, WrittenHere
 from ..events import (
+    ChangedGraphTensorFreed,
+    ChangedGraphTensorReached,
     Event,
+    GraphTensorChangedOutsideAutograd,
     InplaceErrorRaised,
     SavedTensorChangedOutside,
     SavedTensorFreed,
@@ -37,6 +40,10 @@ from . import Rule
 from .phrasing import place_of
 from .suppress import is_suppressed
 
+# What settles a prediction (`_predicted_key` says what one is): backward reaching its tensor, or
+# autograd freeing it unread. IPD110's keys are negative, never a saved tensor's.
+_REACHED = (StaleSavedTensorUsed, SavedTensorReached, ChangedGraphTensorReached)
+_FREED = (SavedTensorFreed, ChangedGraphTensorFreed)
 _REMEMBERED_OVERWRITES = 4096
 _FIXES_SHOWN = 4
 
@@ -81,7 +88,7 @@ class Analyzer:
         return self._overwrites.get(key)
 
     def __call__(self, event: Event) -> BaseException | None:
-        if isinstance(event, SavedTensorFreed):
+        if isinstance(event, _FREED):
             if self.pending.pop(event.key, None):
                 self.dropped += 1
             return None
@@ -113,12 +120,12 @@ class Analyzer:
         """Run the rules for one event and record (or, for a write to a saved tensor, keep) what they find."""
         produced: list[Finding] = []
         # Errors PyTorch raised confirm what was found earlier; they are not new occurrences.
-        confirming = isinstance(event, (StaleSavedTensorUsed, InplaceErrorRaised, SavedTensorReached)) or (
+        confirming = isinstance(event, (InplaceErrorRaised, *_REACHED)) or (
             isinstance(event, SavedTensorChangedOutside) and event.reached
         )
         predicted_key = _predicted_key(event)
-        if isinstance(event, (StaleSavedTensorUsed, SavedTensorReached, SavedTensorChangedOutside)) and confirming:
-            key = event.key if isinstance(event, SavedTensorReached) else event.saved.key
+        if isinstance(event, _REACHED) or (isinstance(event, SavedTensorChangedOutside) and confirming):
+            key = _settled_key(event)
             self.pending.pop(key, None)
             if key in self._suppressed_saved:
                 self._suppressed_error = isinstance(event, StaleSavedTensorUsed)
@@ -231,13 +238,27 @@ class Analyzer:
 
 
 def _predicted_key(event: Event) -> int | None:
-    """The saved tensor a prediction is about (a write to it, or its bytes found changed before any
-    backward read them); None for events that are not predictions."""
+    """The key of what a prediction is about: the saved tensor (a write to it, or its bytes found changed
+    before any backward read them), or a graph tensor changed outside autograd (its negative key);
+    None for events that are not predictions."""
     if isinstance(event, SavedTensorOverwritten):
         return event.saved.key
     if isinstance(event, SavedTensorChangedOutside) and not event.reached:
         return event.saved.key
+    if isinstance(event, GraphTensorChangedOutsideAutograd):
+        return event.key
     return None
+
+
+def _settled_key(
+    event: StaleSavedTensorUsed | SavedTensorReached | ChangedGraphTensorReached | SavedTensorChangedOutside,
+) -> int:
+    """The key of the prediction a confirming event settles."""
+    if isinstance(event, (StaleSavedTensorUsed, SavedTensorChangedOutside)):
+        return event.saved.key
+    if isinstance(event, ChangedGraphTensorReached):
+        return event.changed.key
+    return event.key
 
 
 def _format_stack(site: Site) -> str:

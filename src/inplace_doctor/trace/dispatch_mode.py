@@ -9,6 +9,7 @@ import torch
 from .. import _compat
 from .aliases import HeldTensors
 from .blame import passed_through
+from .graph_writes import UnrecordedWrites
 from .inplace_calls import InplaceCalls
 from .nodes import origin_of
 from .ops import _op_facts, op_facts, restores_version_bump, written_tensors
@@ -34,6 +35,7 @@ class TracingMode(_compat.TorchDispatchMode):
         inplace_calls: InplaceCalls,
         held: HeldTensors,
         raised: RaisedErrors,
+        graph: UnrecordedWrites,
         recompute: RecomputeCheck | None = None,
         own_pack: Any = None,
     ) -> None:
@@ -44,6 +46,7 @@ class TracingMode(_compat.TorchDispatchMode):
         self.inplace_calls = inplace_calls
         self.held = held
         self.raised = raised
+        self.graph = graph
         self.recompute = recompute
         self.own_pack = own_pack  # the tracer's pack hook: on top of the hooks outside checkpoint regions
         self.ops = 0
@@ -58,6 +61,9 @@ class TracingMode(_compat.TorchDispatchMode):
             saved.flush_nodes()
         if writes.pending:
             writes.settle()
+        graph = self.graph
+        if graph.awaiting:
+            graph.resolve()
         self.ops += 1
         _, spec, batch_norm = _op_facts.get(id(func)) or op_facts(func)
         written = written_tensors(spec, args, kwargs) if spec else None
@@ -68,6 +74,11 @@ class TracingMode(_compat.TorchDispatchMode):
             self.inplace_calls.check_reads(func, args, kwargs)  # before the op: the values it reads
         if self.held.stale_ids:
             self.held.check_uses(func, args, kwargs, written)
+        if node is None:
+            if func is _DETACH:
+                graph.detached(args[0] if args else None)
+            elif graph.watching:
+                graph.check_uses(func, args, kwargs, written)
         region = None
         if RegionCount.n and self.recompute is not None:  # a checkpoint region is open (on some thread)
             hooks = _compat.top_saved_tensors_hooks(False)
@@ -86,18 +97,23 @@ class TracingMode(_compat.TorchDispatchMode):
         if node is not None:  # in backward: what ran last, for errors autograd raises after a node
             self.raised.last_node = origin_of(node)
         saved.last_op = func
+        if graph.used is not None:
+            graph.after_op(out)
         if region is not None:
             self.recompute.after_op(region, func, args, kwargs, out, written)  # type: ignore[union-attr]
         if batch_norm and node is not None:
             writes.batch_norm_in_backward(func, args, kwargs)
         if written:
             writes.record(func, written, func is _COPY and copies_onto_itself(args))
+            if node is None:
+                graph.written(func, args, written)
             if restores_version_bump(func):
                 torch.autograd.graph.increment_version([t for t in written if not t.is_inference()])
         return out
 
 
 _COPY = torch.ops.aten.copy_.default
+_DETACH = torch.ops.aten.detach.default
 
 
 def copies_onto_itself(args: Any) -> bool:

@@ -41,6 +41,7 @@ from .aliases import HeldTensors
 from .compiled import EagerCompiled
 from .contents import ContentChecks
 from .dispatch_mode import SubclassConstruction, TracingMode, disable_dynamo_directly
+from .graph_writes import UnrecordedWrites
 from .inplace_calls import InplaceCalls
 from .modules import ModulePaths
 from .origins import ConstructionRecorder
@@ -105,13 +106,13 @@ class Tracer:
         )
         self.modules.on_top_level = self._writes.on_top_level_call
         self._raised = RaisedErrors()
-        self._mode = TracingMode(self._busy, self._saved, self._writes, self.inplace_calls, self.held, self._raised)
         #: `torch.compile`d code runs eagerly while tracing; `compiled.calls` counts it
         self.compiled = EagerCompiled()
+        self._graph = UnrecordedWrites(self.emit, self.modules, self._saved, self._writes.describe)
         self._pack = self._saved.pack  # one bound method: the dispatch mode knows it on top of the hooks
         self._mode = TracingMode(
-            self._busy, self._saved, self._writes, self.inplace_calls, self.held, self._raised, self._recompute,
-            self._pack,
+            self._busy, self._saved, self._writes, self.inplace_calls, self.held, self._raised, self._graph,
+            self._recompute, self._pack,
         )
         self._contexts: list[Any] = []
         self._active = False
@@ -165,6 +166,7 @@ class Tracer:
                 ctx = self._contexts.pop()
                 ctx.__exit__(None, None, None)
             self._writes.clear()
+            self._graph.clear()
             self._saved.pending_nodes.clear()
             self.inplace_calls.clear()
             if self._recompute is not None:
@@ -177,6 +179,8 @@ class Tracer:
             self._saved.flush_nodes()
         if self._writes.pending:
             self._writes.settle()
+        if self._graph.awaiting:
+            self._graph.resolve()
 
     # -- what the helpers may ask (`TraceOwner`) ----------------------------
     @property

@@ -141,6 +141,10 @@ class WriteRecorder:
         if training and running_mean is not None:
             self._emit(SideEffectRepeated(self._write_info(func, running_mean), "BatchNorm running statistics"))
 
+    def describe(self, func: Any, t: torch.Tensor) -> WriteInfo:
+        """The write of `t` by `func` running now, as events carry it (its stack captured here)."""
+        return self._write_info(func, t)
+
     def _write_info(self, func: Any, t: torch.Tensor) -> WriteInfo:
         frames, api, in_region = resolve_stack(capture_stack(), MAX_STACK)  # one capture: lines and region
         phase = "backward" if _compat.current_autograd_node() is not None else "forward"
