@@ -14,3 +14,8 @@ def _imported_after(statement: str) -> set[str]:
 
 def test_importing_the_package_and_its_integrations_folder_imports_no_framework() -> None:
     assert _imported_after("import inplace_doctor, inplace_doctor.integrations") == set()
+
+
+def test_the_transformers_integration_imports_no_lightning() -> None:
+    # The other way round is Lightning's own doing: lightning 2.6 imports transformers when installed.
+    assert "lightning" not in _imported_after("import inplace_doctor.integrations.transformers")
