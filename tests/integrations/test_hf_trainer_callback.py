@@ -79,10 +79,13 @@ def test_a_clean_run_is_silent_and_trains_as_without_the_callback(tmp_path: Path
     assert {"inplace_doctor/findings": 0.0}.items() <= trainer.state.log_history[0].items()
 
 
-def test_a_bug_that_raises_at_backward_fails_train_with_the_inplace_error_naming_both_lines(tmp_path: Path) -> None:
+def test_a_bug_that_raises_at_backward_fails_train_with_the_inplace_error_naming_both_lines(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     callback = InplaceDoctorCallback()
-    with pytest.raises(ipd.InplaceError) as raised:
+    with pytest.raises(ipd.InplaceError) as raised, caplog.at_level(logging.WARNING, logger="inplace_doctor"):
         train(tiny_gpt2(broken="backward"), [callback], tmp_path)
+    assert "watched 0 training step(s) of Trainer.train of GPT2LMHeadModel: 1 finding(s): 1 error" in caplog.text
     text = str(raised.value)
     for marker in ("write", "save"):
         assert f"test_hf_trainer_callback.py:{marker_line(__file__, marker)}" in text, text

@@ -32,6 +32,7 @@ and counts by severity). Importing this module imports transformers
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from typing import Any
@@ -100,6 +101,7 @@ class InplaceDoctorCallback(TrainerCallback):
         if trainer is not None:
             self._window.guard(trainer, ("training_step",))
             self._window.guard(trainer.optimizer, ("step",))
+        self._window.on_error_close = functools.partial(self._publish, state)
         model = kwargs.get("model")
         self._window.open(model, f"Trainer.train of {type(model).__name__}")
 
@@ -113,16 +115,21 @@ class InplaceDoctorCallback(TrainerCallback):
 
     def _finish(self, state: TrainerState) -> None:
         self._window.close()
+        self._window.verdict(self._publish(state))
+
+    def _publish(self, state: TrainerState) -> int:
+        """Log the report and add its counts to `state.log_history`; the steps watched."""
         watched = state.global_step - self._first_step
         report = self._window.report
-        assert report is not None
+        if report is None:
+            return watched
         line = self._window.summary(watched)
         if report.findings:
             logger.warning("%s\n%s", line, report)
         else:
             logger.info("%s", line)
         state.log_history.append({**self._window.metrics(), "step": state.global_step})
-        self._window.verdict(watched)
+        return watched
 
 
 def _calling_trainer() -> Trainer | None:

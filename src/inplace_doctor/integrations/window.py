@@ -58,6 +58,7 @@ class StepWindow:
         self.started = False
         self.report: Report | None = None
         self.target = ""
+        self.on_error_close: Callable[[], object] | None = None  # told after an exception closed the window
 
     @property
     def is_open(self) -> bool:
@@ -94,7 +95,11 @@ class StepWindow:
                 return call_through(original, args, kwargs)  # the user's step: its errors are its own
             except Exception as exc:
                 if window.is_open:
-                    window.close(exc)  # raises InplaceError (from exc) for an in-place error
+                    try:
+                        window.close(exc)  # raises InplaceError (from exc) for an in-place error
+                    finally:
+                        if window.on_error_close is not None:
+                            window.on_error_close()
                 raise
 
         return guarded
