@@ -29,6 +29,7 @@ ROOMS: list[tuple[str, tuple[str, ...]]] = [
     ("render", ("render",)),
     ("myths", ("myths",)),
     ("cli", ("cli", "__main__")),
+    ("integrations", ("integrations",)),  # framework callbacks: on top, through api; nothing imports them
     ("face", ("__init__",)),  # the package's own __init__: imports the rooms, imported by none
 ]
 # Programs the package ships as data, run by path (the bundled example model and training

@@ -1,0 +1,143 @@
+"""Hugging Face `Trainer`: `InplaceDoctorCallback` watches the first N training steps of `train()`.
+
+    from transformers import Trainer
+    from inplace_doctor.integrations.transformers import InplaceDoctorCallback
+
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[InplaceDoctorCallback(steps=1)])
+    trainer.train()   # InplaceHazardsFound (or ipd.InplaceError) on an in-place bug
+
+Where the window lies (transformers 5.x, `Trainer._inner_training_loop`): `on_step_begin`
+runs before the first micro-batch of a step, after the batches were fetched; then each
+micro-batch's `training_step` (forward in `compute_loss`, backward through
+`accelerator.backward`), gradient clipping, `optimizer.step()`, the scheduler and
+`model.zero_grad()`, then `on_step_end`. The window opens in the first `on_step_begin` and
+closes in the `on_step_end` where `state.global_step` has advanced by N, so it holds every
+watched step's forward, backward, optimizer step and `zero_grad`, with gradient accumulation
+too (one step is `gradient_accumulation_steps` micro-batches). Evaluation and saving run after
+`on_step_end`, outside; a run that ends sooner closes it in `on_train_end`.
+
+`Trainer.train` tells callbacks nothing when it raises, so while watching, the `Trainer`'s
+`training_step` and its optimizer's `step` are wrapped on the instance (the `Trainer` is the
+caller of the callback handler, found on the stack in `on_train_begin`): an exception inside
+them closes the window first, and an in-place error PyTorch raises at backward leaves `train()`
+as `ipd.InplaceError` naming the write and the save, with no tracer left installed. An error
+elsewhere in the step (gradient clipping, the scheduler) leaves the window open until the next
+`on_train_begin` of this callback; call `callback.close()` after catching it.
+
+Reports go to the `logging` logger of this module (a warning with the text report when
+something was found, else an info line) and to `state.log_history` (`inplace_doctor/findings`
+and counts by severity). Importing this module imports transformers
+(`pip install inplace-doctor[transformers]`, which brings `accelerate`, which `Trainer` needs).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from typing import Any
+
+from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from ..api import Report, Severity
+from .window import Selection, StepWindow
+
+__all__ = ["InplaceDoctorCallback"]
+
+logger = logging.getLogger(__name__)
+
+
+class InplaceDoctorCallback(TrainerCallback):
+    """Watch the first `steps` training steps (forward, backward, optimizer step) under `ipd.watch()`.
+
+    After the window: the report is logged and appended to `state.log_history`, kept in
+    `callback.report`; a finding at or above `fail_on` stops `train()` with
+    `InplaceHazardsFound` (its message is the report). `fail_on=None` only reports. The watch
+    changes no value: weights after training are bit-identical with and without the callback.
+
+    Args:
+        steps: optimizer steps to watch (`state.global_step`), from the first.
+        fail_on: "error" (default), "warning", "info", or None.
+        select, ignore: rule codes or prefixes, as for `ipd.watch`.
+        stack: frames the text report shows per site.
+
+    Example:
+        >>> trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[InplaceDoctorCallback()])
+    """
+
+    def __init__(
+        self,
+        steps: int = 1,
+        fail_on: str | Severity | None = "error",
+        *,
+        select: Selection = None,
+        ignore: Selection = None,
+        stack: int = 2,
+    ) -> None:
+        self._settings = (steps, fail_on, select, ignore, stack)
+        self._window = StepWindow(*self._settings)
+        self._trainer: Trainer | None = None
+        self._first_step = 0
+
+    @property
+    def report(self) -> Report | None:
+        """The findings of the watched window (None until it closed)."""
+        return self._window.report
+
+    def close(self) -> Report | None:
+        """Stop watching now (after catching an error `train()` raised outside the guarded calls)."""
+        return self._window.close()
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        self._window.close()  # a window a failed train() left open
+        self._window = StepWindow(*self._settings)  # each train() watches its own first steps
+        self._trainer = _calling_trainer()
+
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        if self._window.started:
+            return
+        self._first_step = state.global_step
+        trainer = self._trainer
+        if trainer is not None:
+            self._window.guard(trainer, ("training_step",))
+            self._window.guard(trainer.optimizer, ("step",))
+        self._window.on_error_close = functools.partial(self._publish, state)
+        model = kwargs.get("model")
+        self._window.open(model, f"Trainer.train of {type(model).__name__}")
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        if self._window.is_open and state.global_step - self._first_step >= self._window.steps:
+            self._finish(state)
+
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        if self._window.is_open:  # the run had fewer steps than `steps`
+            self._finish(state)
+
+    def _finish(self, state: TrainerState) -> None:
+        self._window.close()
+        self._window.verdict(self._publish(state))
+
+    def _publish(self, state: TrainerState) -> int:
+        """Log the report and add its counts to `state.log_history`; the steps watched."""
+        watched = state.global_step - self._first_step
+        report = self._window.report
+        if report is None:
+            return watched
+        line = self._window.summary(watched)
+        if report.findings:
+            logger.warning("%s\n%s", line, report)
+        else:
+            logger.info("%s", line)
+        state.log_history.append({**self._window.metrics(), "step": state.global_step})
+        return watched
+
+
+def _calling_trainer() -> Trainer | None:
+    """The `Trainer` whose loop called this hook (the `self` of a frame up the stack), if any."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        candidate = frame.f_locals.get("self")
+        if isinstance(candidate, Trainer):
+            return candidate
+        frame = frame.f_back  # type: ignore[assignment]
+    return None

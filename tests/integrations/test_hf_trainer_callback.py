@@ -1,0 +1,105 @@
+"""InplaceDoctorCallback in a real `transformers.Trainer.train()` (CPU, a tiny GPT-2 built from a config)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from conftest import marker_line
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")  # Trainer needs it; CI installs both through '.[test]'
+
+import inplace_doctor as ipd  # noqa: E402
+from inplace_doctor.integrations.transformers import InplaceDoctorCallback  # noqa: E402
+
+
+class BrokenActivation(nn.Module):
+    """GPT-2's MLP activation, planted with an in-place bug that PyTorch reports only at backward."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.sigmoid(x)  # <save>
+        y.mul_(x)  # <write>
+        return y
+
+
+def tiny_gpt2(broken: str = "") -> nn.Module:
+    config = transformers.GPT2Config(vocab_size=32, n_positions=8, n_embd=16, n_layer=1, n_head=2)
+    model = transformers.GPT2LMHeadModel(config)
+    if broken == "backward":
+        model.transformer.h[0].mlp.act = BrokenActivation()
+    return model
+
+
+class Tokens(torch.utils.data.Dataset):
+    def __init__(self) -> None:
+        self.ids = torch.randint(0, 32, (16, 8), generator=torch.Generator().manual_seed(0))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+def train(model: nn.Module, callbacks: list, tmp_path: Path, **kwargs: object) -> transformers.Trainer:
+    settings: dict[str, object] = dict(
+        output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=4, learning_rate=1e-2,
+        report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True, disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    args = transformers.TrainingArguments(**{**settings, **kwargs})  # type: ignore[arg-type]
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=callbacks)
+    trainer.train()
+    return trainer
+
+
+def no_tracer_left() -> bool:
+    return not torch.nn.modules.module._global_forward_hooks and torch._C._len_torch_dispatch_stack() == 0
+
+
+def test_a_clean_run_is_silent_and_trains_as_without_the_callback(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    weights = []
+    for callbacks in ([], [InplaceDoctorCallback(steps=2)]):
+        torch.manual_seed(0)
+        model = tiny_gpt2()
+        with caplog.at_level(logging.INFO, logger="inplace_doctor"):
+            trainer = train(model, callbacks, tmp_path)
+        weights.append([p.detach().clone() for p in model.parameters()])
+    callback = callbacks[0]
+    assert isinstance(callback, InplaceDoctorCallback) and callback.report is not None
+    assert callback.report.findings == [] and no_tracer_left()
+    assert all(torch.equal(a, b) for a, b in zip(*weights))  # bit-identical
+    assert "watched 2 training step(s) of Trainer.train of GPT2LMHeadModel: no finding" in caplog.text
+    assert {"inplace_doctor/findings": 0.0}.items() <= trainer.state.log_history[0].items()
+
+
+def test_a_bug_that_raises_at_backward_fails_train_with_the_inplace_error_naming_both_lines(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    callback = InplaceDoctorCallback()
+    with pytest.raises(ipd.InplaceError) as raised, caplog.at_level(logging.WARNING, logger="inplace_doctor"):
+        train(tiny_gpt2(broken="backward"), [callback], tmp_path)
+    assert "watched 0 training step(s) of Trainer.train of GPT2LMHeadModel: 1 finding(s): 1 error" in caplog.text
+    text = str(raised.value)
+    for marker in ("write", "save"):
+        assert f"test_hf_trainer_callback.py:{marker_line(__file__, marker)}" in text, text
+    assert callback.report is not None and callback.report.codes == ["IPD101"]
+    assert "model.transformer.h.0.mlp.act" in str(callback.report) and no_tracer_left()
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_the_window_holds_the_optimizer_step_of_each_watched_step(tmp_path: Path, accumulate: int) -> None:
+    callback = InplaceDoctorCallback(steps=1)
+    open_at_step: list[bool] = []
+    handle = register_optimizer_step_post_hook(lambda *args: open_at_step.append(callback._window.is_open))
+    try:
+        train(tiny_gpt2(), [callback], tmp_path, max_steps=2, gradient_accumulation_steps=accumulate)
+    finally:
+        handle.remove()
+    assert open_at_step == [True, False] and no_tracer_left()
