@@ -309,7 +309,7 @@ def test_input_overrides_the_factory_example_inputs(capsys):
         pytest.param(
             ["audit", f"{FACTORY_MODULE}:gated"], ["no inputs", "--input"], id="no-inputs-local"
         ),
-        pytest.param(["rule", "IPD999"], ["IPD999", "IPD101"], id="unknown-rule-doc"),
+        pytest.param(["rule", "IPD999"], ["IPD999", "did you mean IPD109"], id="unknown-rule-doc"),  # the closest code
     ],
 )
 def test_misuse_is_one_line_with_a_hint(capsys, factories, argv, hints):

@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..errors import InplaceDoctorError
+
 _AT = r" at (?P<file>\S+?):(?P<line>\d+)"
 _CLONE = re.compile(r"`(?P<name>[A-Za-z_]\w*) = (?P=name)\.clone\(\)` before `(?P<stmt>[^`]+)`")
 _AUGMENTED = re.compile(r"replace `(?P<old>[^`]+?\s*(?:\+|-|\*|/|//|@|%|\*\*|&|\||\^)=[^`]+)` with `(?P<new>[^`]+)`" + _AT)
@@ -65,8 +67,9 @@ def _quoted_after(text: str, start: int) -> str:
     return found["code"] if found else ""
 
 
-class EditError(Exception):
-    """An edit that does not match the file as it reads now (changed since the run)."""
+class EditError(InplaceDoctorError):
+    """An edit that does not match the file as it reads now (changed since the run); `fix` turns it
+    into its one usage line."""
 
 
 def apply_edits(source: str, edits: Sequence[Edit]) -> str:
