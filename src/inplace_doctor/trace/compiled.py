@@ -94,13 +94,21 @@ class EagerCompiled:
         )
 
 
+COMPILED_WRAPPER = "_orig_mod"  # what `torch.compile(module)` calls the module it wraps
+
+
 def uncompiled(module: torch.nn.Module) -> torch.nn.Module:
     """The eager module inside a `torch.compile(module)` wrapper (`OptimizedModule._orig_mod`), else itself."""
-    inner = module.__dict__.get("_modules", {}).get("_orig_mod")
-    if inner is not None and is_compiled_module(module):
-        return inner  # type: ignore[no-any-return]
+    if type(module).__name__ == "OptimizedModule":
+        inner = module.__dict__.get("_modules", {}).get(COMPILED_WRAPPER)
+        if inner is not None:
+            return inner  # type: ignore[no-any-return]
     return module
 
 
-def is_compiled_module(module: torch.nn.Module) -> bool:
-    return type(module).__name__ == "OptimizedModule" and "_orig_mod" in module.__dict__.get("_modules", {})
+def without_compiled_wrappers(name: str) -> str:
+    """`_orig_mod.fc` -> `fc`, `block._orig_mod.0` -> `block.0`: a compiled module is named as the
+    module it wraps, as the user wrote the model."""
+    if COMPILED_WRAPPER not in name:
+        return name
+    return ".".join(part for part in name.split(".") if part != COMPILED_WRAPPER)

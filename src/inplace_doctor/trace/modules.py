@@ -9,7 +9,7 @@ import torch
 
 from ..errors import UnsupportedModuleError
 from ..sites import ROOT_LABEL, module_path
-from .compiled import uncompiled
+from .compiled import uncompiled, without_compiled_wrappers
 from .storage import storage_key
 
 ModuleContext = tuple[str, int, str, "bool | None"]  # path, call index, class, inplace flag
@@ -22,17 +22,6 @@ def refuse_opaque(module: torch.nn.Module, where: str) -> None:
             f"{where} is a TorchScript module ({type(module).__name__}); inplace-doctor traces eager "
             "PyTorch only: pass the original nn.Module instead of torch.jit.script/trace output."
         )
-
-
-_COMPILED_WRAPPER = "_orig_mod"  # what `torch.compile(module)` calls the module it wraps
-
-
-def _without_compiled_wrappers(name: str) -> str:
-    """`_orig_mod.fc` -> `fc`, `block._orig_mod.0` -> `block.0`: a compiled module is named as the
-    module it wraps, as the user wrote the model."""
-    if _COMPILED_WRAPPER not in name:
-        return name
-    return ".".join(part for part in name.split(".") if part != _COMPILED_WRAPPER)
 
 
 class ModulePaths:
@@ -79,7 +68,7 @@ class ModulePaths:
         """Name `module` and its submodules; `named` is `list(module.named_modules())` if the caller has it."""
         for name, sub in named if named is not None else module.named_modules(remove_duplicate=True):
             if self._lookup(sub) is None:
-                name = _without_compiled_wrappers(name)
+                name = without_compiled_wrappers(name)
                 path = f"{prefix}.{name}" if prefix and name else (prefix or name)
                 self._known[id(sub)] = (weakref.ref(sub), path, type(sub).__name__)
                 if prefix:
