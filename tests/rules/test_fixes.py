@@ -193,6 +193,24 @@ def test_indexed_write_fix_writes_into_a_copy():
     assert "`h = h.clone()` before `h[h > 0.5] = 0.5`" in finding.fix
 
 
+def test_indexed_augmented_assignment_fix_writes_into_a_copy_not_back_into_the_slice():
+    """`h[:, 0] = h[:, 0] + 1` would still write into h (a copy into the slice): the fix clones h."""
+    program = """
+        import torch
+        torch.manual_seed(0)
+        a = torch.randn(4, 3, requires_grad=True)
+        h = torch.sigmoid(a)
+        h[:, 0] += 1
+        loss = h.pow(2).sum()
+        loss.backward()
+        result = {"loss": loss.detach(), "grad": a.grad}
+    """
+    intended = program.replace("h[:, 0] += 1", "h = torch.cat([h[:, :1] + 1, h[:, 1:]], dim=1)")
+    finding = check(program, intended, "IPD101")
+    assert "`h = h.clone()` before `h[:, 0] += 1`" in finding.fix
+    assert "h[:, 0] = h[:, 0] + 1" not in finding.fix
+
+
 def test_a_helper_that_mutates_its_argument_gets_a_copy_at_the_call_not_a_dropped_write():
     program = """
         import torch

@@ -20,7 +20,7 @@ from .args import (
     report_formats,
     rule_config,
 )
-from .errors import CliUsageError
+from .errors import EXIT_FINDINGS, CliUsageError
 from .output import check_writable, write_report
 
 if TYPE_CHECKING:
@@ -44,6 +44,12 @@ def add_parser(sub: "Subcommands") -> None:
              "line says which was counted",
     )
     add_check_contents(runner)
+    runner.add_argument(
+        "--verify", action="store_true",
+        help="after the script ends, verify each model it ran (the first call of each top-level module while "
+             "watched) against its out-of-place form, as `inplace-doctor verify` does: outputs, gradients, "
+             "buffers and inputs, on the arguments of that call; exit 1 when one differs",
+    )
     add_rule_selection(runner, "only these rule codes or prefixes", "skip these rule codes or prefixes")
     add_fail_on(runner, "error, warning (default), info or never")
     add_format(runner, f"report format: {report_formats(' (default)')}")
@@ -83,6 +89,7 @@ def split_run(argv: list[str]) -> tuple[list[str], list[str]]:
 def command(ns: argparse.Namespace) -> int:
     from ..render import get_renderer
     from .script import run_script
+    from .script_verify import ModelCalls, differs
 
     renderer = get_renderer(ns.format)
     if ns.module:
@@ -97,10 +104,14 @@ def command(ns: argparse.Namespace) -> int:
         raise CliUsageError(f"--steps must be at least 1, got {ns.steps}")
     config = rule_config(ns)  # unknown codes fail before the script runs
     check_writable(ns.output, force=ns.force)  # a missing folder fails before the script runs, not after it
+    models = ModelCalls() if ns.verify else None
     status, report, stats = run_script(
         target, args, module=module, fail_fast=ns.fail_fast, steps=ns.steps, select=config.select,
         ignore=config.ignore, per_module_ignores=config.per_module_ignores, check_contents=ns.check_contents,
+        models=models,
     )
+    verified = models.verify_all(stats.rank) if models is not None else []
+    report.notes.extend(verified)
     report.target = f"-m {target}" if module else target
     if report.rank is None:
         report.rank = stats.rank
@@ -121,6 +132,11 @@ def command(ns: argparse.Namespace) -> int:
             if compiled:  # the one note a clean run's terminal needs: what ran was not the compiled code
                 summary += f"; {compiled} torch.compile'd call(s) ran eagerly while watched, compiled as usual after"
         print(f"inplace-doctor: {len(report.findings)} finding(s); {summary}", file=sys.stderr)
+        if not report.findings and ns.format == "text":  # the report above, when printed, holds them
+            for note in verified:
+                print(f"inplace-doctor: {note}", file=sys.stderr)
     if status:
         return int(status)
+    if any(differs(note) for note in verified):
+        return EXIT_FINDINGS
     return findings_exit(config, report)

@@ -39,7 +39,7 @@ from __future__ import annotations
 import os
 import runpy
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..api import watch
 from ..errors import InplaceError
@@ -48,6 +48,9 @@ from ..trace.blame import internal_error, raised_by_the_tool
 from .errors import CliUsageError
 from .steps import RunStats, StepCounter
 from .tracebacks import print_script_error
+
+if TYPE_CHECKING:
+    from .script_verify import ModelCalls
 
 
 def run_script(
@@ -62,11 +65,13 @@ def run_script(
     per_module_ignores: dict[str, list[str]] | None = None,
     err: TextIO | None = None,
     check_contents: bool = False,
+    models: "ModelCalls | None" = None,
 ) -> tuple[int, Report, RunStats]:
     """Run the script; return (its exit status, the report, what was watched).
 
     The script's own traceback goes to `err` (stderr) as python prints it; the
-    diagnosis of an in-place error is returned in `RunStats.diagnosis`.
+    diagnosis of an in-place error is returned in `RunStats.diagnosis`. With `models`, the first
+    call of each top-level module in the watched window is recorded there (`run --verify`).
     """
     err = err or sys.stderr
     session = watch(
@@ -81,6 +86,8 @@ def run_script(
     counter = StepCounter(session, steps, stats)
     missing: BaseException | None = None
     session.__enter__()
+    if models is not None:
+        models.observe(session.tracer.modules)
     try:
         with counter:
             try:

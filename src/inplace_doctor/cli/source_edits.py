@@ -1,13 +1,20 @@
 """The source edits `inplace-doctor fix` can make, read from a finding's fix and applied with libcst.
 
-Three fix templates are edits whose meaning is known (each is applied to its
-program and compared with the intended one in tests/test_fixes.py):
+Four fix templates are edits whose meaning is known (each is applied to its
+program and compared with the intended one in tests/rules/test_fixes.py):
 - `insert `h = h.clone()` before `STATEMENT``: the write then lands on a copy
   the name refers to from there on, and autograd keeps the saved original;
-- `replace `x += y` with `x = x + y``: the result is a new tensor bound to the
-  same name, the old object (saved, or read elsewhere) keeps its values;
-- `construct `model.act` with inplace=False at FILE:LINE`: the module computes
-  out of place, the program PyTorch's in-place check holds the in-place one to.
+- `replace `x += y` with `x = x + y`` (x a plain name): the result is a new
+  tensor bound to the same name, the old object (saved, or read elsewhere)
+  keeps its values; on an attribute (`self.w += d`) it would rebind a
+  Parameter to a plain tensor, so that one is a suggestion;
+- `replace `x.relu_()` with `x = x.relu()`` (the statement alone, x a plain
+  name): the same, for an in-place method whose effect is the mutation;
+- `construct `model.act` with inplace=False at FILE:LINE`, and `pass
+  inplace=False` to a functional call (`F.relu(h, inplace=True)`): the module
+  or call computes out of place, the program PyTorch's in-place check holds the
+  in-place one to; `fix` then runs `run --verify` to prove each model the
+  script runs computes exactly what its out-of-place form does.
 Every other fix is shown, not applied. libcst keeps formatting and comments.
 """
 
@@ -23,6 +30,12 @@ _AT = r" at (?P<file>\S+?):(?P<line>\d+)"
 _CLONE = re.compile(r"`(?P<name>[A-Za-z_]\w*) = (?P=name)\.clone\(\)` before `(?P<stmt>[^`]+)`")
 _AUGMENTED = re.compile(r"replace `(?P<old>[^`]+?\s*(?:\+|-|\*|/|//|@|%|\*\*|&|\||\^)=[^`]+)` with `(?P<new>[^`]+)`" + _AT)
 _FLAG = re.compile(r"construct `[^`]+` with inplace=False" + _AT)
+_REBIND = re.compile(
+    r"rebind the name: replace `(?P<old>(?P<name>[A-Za-z_]\w*)\.[a-z][a-z0-9_]*_\([^`]*\))` "
+    r"with `(?P<new>(?P=name) = [^`]+)`" + _AT
+)
+_CALL_FLAG = re.compile(r"pass inplace=False: replace `(?P<old>[^`]+)` with `[^`]+`" + _AT)
+_NAME = re.compile(r"[A-Za-z_]\w*")
 _ANY_AT = re.compile(_AT)
 
 
@@ -30,7 +43,7 @@ _ANY_AT = re.compile(_AT)
 class Edit:
     """One change to one line of one file: what `fix` applies, and how it says so."""
 
-    kind: str  # "clone", "augmented", "flag"
+    kind: str  # "clone", "augmented", "rebind", "flag" (a constructor), "argument" (a functional call)
     file: str  # as the finding names it (relative to the working directory, or absolute)
     line: int
     old: str  # the statement (or call) as it reads now
@@ -41,8 +54,10 @@ class Edit:
         where = f"{self.file}:{self.line}"
         if self.kind == "clone":
             return f"{self.code}: insert `{self.new}` before `{self.old}` at {where}"
-        if self.kind == "augmented":
+        if self.kind in ("augmented", "rebind"):
             return f"{self.code}: replace `{self.old}` with `{self.new}` at {where}"
+        if self.kind == "argument":
+            return f"{self.code}: pass inplace=False at {where} (`{self.old}`)"
         return f"{self.code}: construct with inplace=False at {where} (`{self.old}`)"
 
 
@@ -56,9 +71,15 @@ def edit_for(finding: dict[str, Any]) -> Edit | None:
     if (m := _CLONE.search(fix)) is not None:
         return Edit("clone", file, line, m["stmt"], f"{m['name']} = {m['name']}.clone()", code)
     if (m := _AUGMENTED.search(fix)) is not None:
+        if not _NAME.fullmatch(m["new"].split("=", 1)[0].strip()):
+            return None  # `self.w += d` -> `self.w = self.w + d` would assign a tensor over a Parameter
         return Edit("augmented", m["file"], int(m["line"]), m["old"], m["new"], code)
+    if (m := _REBIND.search(fix)) is not None:
+        return Edit("rebind", m["file"], int(m["line"]), m["old"], m["new"], code)
     if (m := _FLAG.search(fix)) is not None:
         return Edit("flag", m["file"], int(m["line"]), _quoted_after(fix, m.end()), "inplace=False", code)
+    if (m := _CALL_FLAG.search(fix)) is not None:
+        return Edit("argument", m["file"], int(m["line"]), m["old"], "inplace=False", code)
     return None
 
 
@@ -123,10 +144,18 @@ def _Transformer(edits: list[Edit], positions: Any, cst: Any) -> Any:
                     return cst.parse_statement(edit.new + "\n").body[0]
             return updated
 
+        def leave_Expr(self, original: Any, updated: Any) -> Any:
+            line = self._line(original)
+            for edit in edits:
+                if edit.kind == "rebind" and edit.line == line and _same(_code(original, cst), edit.old):
+                    self.done.append(edit)
+                    return cst.parse_statement(edit.new + "\n").body[0]
+            return updated
+
         def leave_Call(self, original: Any, updated: Any) -> Any:
             line = self._line(original)
             for edit in edits:
-                if edit.kind != "flag" or edit.line != line:
+                if edit.kind not in ("flag", "argument") or edit.line != line:
                     continue
                 args = list(updated.args)
                 for i, arg in enumerate(args):

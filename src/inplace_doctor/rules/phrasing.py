@@ -85,7 +85,7 @@ _RECEIVER = re.compile(r"(?P<name>[A-Za-z_][\w.]*?)\.[a-z][a-z0-9_]*?_\(")
 _ASSIGNED = re.compile(r"^[A-Za-z_][\w.,\s]*=[^=]")
 
 
-_INDEXED_TARGET = re.compile(r"^(?P<base>[A-Za-z_][\w.]*)\s*\[.*\]\s*=[^=]")
+_INDEXED_TARGET = re.compile(r"^(?P<base>[A-Za-z_][\w.]*)\s*\[.*\]\s*(?:\*\*|//|[-+*/@%&|^])?=[^=]")
 
 
 def without_comment(code: str) -> str:
@@ -168,7 +168,7 @@ def fix_for_write(site: Site, root_label: str) -> str:
     if argument:
         return argument
     match = _AUGMENTED.match(code)
-    if match:
+    if match and "[" not in match["lhs"]:  # `x[i] = x[i] + y` would still write into x: a copy below
         lhs, op, rhs = match["lhs"].strip(), match["op"], match["rhs"].strip()
         return f"replace `{code}` with `{lhs} = {lhs} {op} {rhs}` at {site.location}"
     statement = _INPLACE_STATEMENT.match(code)
@@ -189,7 +189,7 @@ def fix_for_write(site: Site, root_label: str) -> str:
         return f"use the out-of-place `{name}`: replace `{code}` with `{fixed}` at {site.location}{keep}"
     if "inplace=True" in code:
         return f"pass inplace=False: replace `{code}` with `{code.replace('inplace=True', 'inplace=False')}` at {site.location}"
-    if re.search(r"\]\s*=[^=]", code):
+    if re.search(r"\]\s*(?:\*\*|//|[-+*/@%&|^])?=[^=]", code):
         target = _INDEXED_TARGET.match(code)
         name = target["base"] if target else "x"
         return (
@@ -204,7 +204,7 @@ def fix_for_write(site: Site, root_label: str) -> str:
 
 _WRITTEN_NAME = (
     re.compile(r"^(?P<name>[A-Za-z_]\w*)\s*(?:\+|-|\*|/|//|@|%|\*\*|&|\||\^)=[^=]"),  # x += y
-    re.compile(r"^(?P<name>[A-Za-z_]\w*)\s*\[.*\]\s*=[^=]"),  # x[m] = v
+    re.compile(r"^(?P<name>[A-Za-z_]\w*)\s*\[.*\]\s*(?:\*\*|//|[-+*/@%&|^])?=[^=]"),  # x[m] = v, x[m] += v
     re.compile(r"^(?P<name>[A-Za-z_]\w*)\.[a-z][a-z0-9_]*_\("),  # x.relu_()
 )
 

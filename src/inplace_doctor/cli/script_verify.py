@@ -1,0 +1,146 @@
+"""`inplace-doctor run --verify`: verify each model a script runs against its out-of-place form.
+
+While the script is watched, the first call of each top-level module (a module
+called from outside any module's forward: the model, a discriminator, a loss
+module) is recorded: the module itself, a detached copy of its arguments (as
+`verify` clones them) and its train/eval mode. After the script has ended,
+`verify()` runs each recorded module on those arguments, in that mode, as
+configured and with every module `inplace` flag and functional `inplace=True`
+call forced off, each on a deep copy, and compares outputs, loss (the sum of
+the floating outputs), gradients, buffers and inputs. The weights verified are
+the ones the module holds when the script ends; equivalence is a property of the
+program, which the weights do not change (a NaN in trained weights is reported
+as such, by position).
+
+Nothing runs inside the script's own time: recording copies a batch per model,
+and the verification runs after the script (and the watch) ended, so what the
+script computed is unchanged. `inplace-doctor fix` uses this to prove that a
+flag it flipped left a program that computes what its out-of-place form does.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+#: how a note about a verified model starts (`fix` reads the notes of the report `run` writes)
+VERIFIED = "verify: "
+#: the first distinct top-level modules verified; later ones are counted in a note
+LIMIT = 8
+_CALL_IMPL = torch.nn.Module._call_impl.__code__
+
+
+@dataclass
+class ModelCall:
+    """A top-level module's first call: the module, a detached copy of its arguments, its mode."""
+
+    label: str
+    module: torch.nn.Module
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    training: bool
+
+
+class ModelCalls:
+    """Records the first call of each top-level module while a watch session's tracer runs."""
+
+    def __init__(self) -> None:
+        self.calls: list[ModelCall] = []
+        self.skipped = 0  # distinct top-level modules past LIMIT
+        self._seen: set[int] = set()
+
+    def observe(self, modules: Any) -> None:
+        """Chain onto `modules.on_top_level` (the tracer's ModulePaths), keeping what it did."""
+        inner: Callable[[torch.nn.Module, Any], None] | None = modules.on_top_level
+
+        def on_top_level(module: torch.nn.Module, args: Any) -> None:
+            if inner is not None:
+                inner(module, args)
+            if args is not None:
+                self._record(module, args)
+
+        modules.on_top_level = on_top_level
+
+    def _record(self, module: torch.nn.Module, args: Any) -> None:
+        from ..engines.verify.run import clone_inputs
+        from ..trace.compiled import uncompiled
+
+        if id(module) in self._seen:
+            return
+        self._seen.add(id(module))
+        if len(self.calls) >= LIMIT:
+            self.skipped += 1
+            return
+        kwargs = _call_kwargs(module)
+        # verified as the module a wrapper runs: compiled code as its eager meaning, DDP's
+        # module without the gradient synchronisation a single process cannot do
+        module = uncompiled(module)
+        if isinstance(module, torch.nn.parallel.DistributedDataParallel):
+            module = module.module
+        with torch.no_grad():
+            copied_args, copied_kwargs = clone_inputs((tuple(args), kwargs))
+        label = _label(module, {c.label for c in self.calls})
+        self.calls.append(ModelCall(label, module, copied_args, copied_kwargs, module.training))
+
+    def verify_all(self, rank: int | None = None) -> list[str]:
+        """One note per recorded module: equivalent, or how it differs (or why it could not be run).
+        In a process group (`rank`) nothing is run: a sharded module's copy would call collectives
+        the other ranks do not join."""
+        from ..engines.verify import verify
+
+        if rank is not None and self.calls:
+            self.calls = []
+            return [f"{VERIFIED}not run: the script trained in a process group (rank {rank}), where a copy "
+                    "of a sharded or synchronised model calls collectives the other ranks do not join; "
+                    "verify the model in one process (inplace-doctor verify MODULE:FACTORY)"]
+        notes = []
+        for call in self.calls:
+            was = call.module.training
+            try:
+                call.module.train(call.training)
+                result = verify(call.module, *call.args, **call.kwargs)
+            except Exception as e:  # a model verify cannot copy or run (DDP, a non-differentiable output)
+                first = str(e).splitlines()[0] if str(e) else ""
+                notes.append(f"{VERIFIED}`{call.label}` could not be verified: {type(e).__name__}: {first}")
+                continue
+            finally:
+                call.module.train(was)
+            text = str(result).splitlines()
+            mode = "train" if call.training else "eval"
+            head = f"{VERIFIED}`{call.label}` ({mode} mode, on the arguments of its first call): {text[0]}"
+            notes.append("\n".join([head, *("  " + line for line in text[1:])]))
+        if self.skipped:
+            notes.append(f"{VERIFIED}{self.skipped} more top-level module(s) ran and were not verified "
+                         f"(the first {LIMIT} are)")
+        self.calls = []  # nothing the script made is kept alive after the report
+        return notes
+
+
+def equivalent(note: str) -> bool:
+    """Whether a note of `verify_all` says its module is equivalent."""
+    return note.startswith(VERIFIED) and ": equivalent:" in note.split("\n", 1)[0]
+
+
+def differs(note: str) -> bool:
+    """Whether a note of `verify_all` says its module computes something else than its out-of-place form."""
+    return note.startswith(VERIFIED) and ": not equivalent:" in note.split("\n", 1)[0]
+
+
+def _call_kwargs(module: torch.nn.Module) -> dict[str, Any]:
+    """The keyword arguments of the call now entering `module`: global forward pre-hooks see only
+    the positional ones, so they are read from `Module._call_impl`'s frame."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is _CALL_IMPL and frame.f_locals.get("self") is module:
+            return dict(frame.f_locals.get("kwargs") or {})
+        frame = frame.f_back  # type: ignore[assignment]
+    return {}
+
+
+def _label(module: torch.nn.Module, taken: set[str]) -> str:
+    from ..trace.modules import unique_label
+
+    return unique_label(type(module).__name__, taken)
