@@ -39,6 +39,14 @@ pop_node_creation_hook: Callable[[], None] = _require(
 current_autograd_node: Callable[[], Any] = _require(
     torch._C, "_current_autograd_node", "the current-autograd-node query"
 )
+#: The id of the backward graph task running on this thread (-1 outside backward).
+current_graph_task_id: Callable[[], int] = _require(
+    torch._C, "_current_graph_task_id", "the current-backward-graph-task query"
+)
+#: Runs a callable when the backward graph task now running ends (what DDP and FSDP use).
+queue_backward_callback: Callable[[Callable[[], None]], None] = _require(
+    torch.autograd.Variable._execution_engine, "queue_callback", "the end-of-backward callback queue"
+)
 #: The saved-tensor object behind `node._raw_saved_<field>`; `.data` is what the
 #: pack hook returned, read without unpacking (so no checkpoint recompute).
 SavedTensor: Any = _require(_autograd, "SavedTensor", "autograd's SavedTensor type")
@@ -136,6 +144,8 @@ __all__ = [
     "TorchDispatchMode",
     "TorchIncompatibleError",
     "current_autograd_node",
+    "current_graph_task_id",
+    "queue_backward_callback",
     "DisableTorchDispatch",
     "pop_node_creation_hook",
     "push_node_creation_hook",

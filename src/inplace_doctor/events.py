@@ -172,6 +172,9 @@ class CheckpointRecomputeDiffers:
     rng_preserved: bool | None  # the region's preserve_rng_state, when known
     changed_by: WriteInfo | None  # the write, after forward, to a tensor the op reads from outside the region
     input_version_changed: bool  # a tensor the op reads from outside the region has another version now
+    #: the op ran on an accelerator with nondeterministic algorithms allowed: atomics (index_add_,
+    #: scatter_add_, some convolution and matmul algorithms) may differ in the last bits run to run
+    nondeterministic_kernels: bool = False
 
 
 @dataclass(frozen=True)

@@ -240,3 +240,51 @@ def test_ignoring_ipd111_switches_the_check_and_its_cost_off() -> None:
     with session:
         FeedForward(preserve_rng_state=False)(torch.randn(4, 8)).sum().backward()
     assert _ipd111(session.findings) == []
+
+
+class _Recorder(list):
+    def __call__(self, event):
+        self.append(event)
+
+
+def _unseen_change_event():
+    """A region whose parameter is changed through NumPy between forward and backward: no write
+    the tracer sees, no version bump, so the recompute's difference has no cause it can name."""
+    from inplace_doctor.events import CheckpointRecomputeDiffers
+    from inplace_doctor.trace.tracer import Tracer
+
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 4)
+    x = torch.randn(2, 4, requires_grad=True)
+    events = _Recorder()
+    with Tracer(events):
+        y = checkpoint(lambda t: torch.tanh(lin(t)), x, use_reentrant=False)
+        with torch.no_grad():
+            lin.weight.detach().numpy()[0, 0] += 1.0  # a change PyTorch and the tracer do not see
+        y.sum().backward()
+    [event] = [e for e in events if isinstance(e, CheckpointRecomputeDiffers)]
+    return event
+
+
+def test_an_unexplained_difference_on_cpu_is_an_error_and_on_an_accelerator_a_warning_that_says_how_to_tell() -> None:
+    """On CPU, recomputing with the same inputs is deterministic, so a difference with no cause the
+    tracer sees is a real change: an error. On an accelerator with nondeterministic algorithms
+    allowed, atomics may differ in the last bits: then it is a warning that says how to tell the two
+    apart. (No GPU here: the device flag is set on the CPU run's event to check the rule's answer;
+    the flag itself is the CPU run's, False.)"""
+    import dataclasses
+
+    from inplace_doctor.rules.checkpoint_recompute import checkpoint_recompute_differs
+
+    class Ctx:
+        root_label = "model"
+
+    event = _unseen_change_event()
+    assert event.nondeterministic_kernels is False
+    assert event.changed_by is None and not event.input_version_changed and not event.random
+    on_cpu = checkpoint_recompute_differs(event, Ctx())
+    assert on_cpu.severity is ipd.Severity.ERROR
+    on_gpu = checkpoint_recompute_differs(dataclasses.replace(event, nondeterministic_kernels=True), Ctx())
+    assert on_gpu.severity is ipd.Severity.WARNING
+    assert "differ in the last bits" in on_gpu.why and "Not certain either way" in on_gpu.why
+    assert on_gpu.fix.startswith("run once with torch.use_deterministic_algorithms(True)")

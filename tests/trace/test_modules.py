@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 import torch
+import torch.utils.checkpoint
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import inplace_doctor as ipd
 from inplace_doctor.errors import UnsupportedModuleError
 from inplace_doctor.trace.modules import ModulePaths, refuse_opaque, unique_label, variable_name
 
@@ -424,3 +426,39 @@ def test_variable_name_ambiguous_or_unbound():
     assert a is b
     assert name_of(a) is None
     assert name_of(nn.Linear(2, 2)) is None
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.fc2 = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.sigmoid(self.fc(x))) * 2  # the `* 2` saves nothing: the recompute stops before it
+
+
+class _Checkpointed(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block, self.head = _Block(), torch.nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.clamp_(-1, 1)  # the caller's batch, written in place: IPD106 on every call
+        return self.head(torch.utils.checkpoint.checkpoint(self.block, x, use_reentrant=False))
+
+
+def test_a_recompute_that_stops_early_leaves_no_module_on_the_stack() -> None:
+    """Non-reentrant checkpoint stops its recompute once backward has what it needs, unwinding past
+    the post hooks of the modules it was in (`block`, `block.fc2`). They were left on the stack:
+    the optimizer's writes were then "in block.fc2", and the next forward was not a top-level call,
+    so its writes into the caller's batch went unreported."""
+    torch.manual_seed(0)
+    model = _Checkpointed()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with ipd.watch(model) as session:
+        for _ in range(2):
+            model(torch.randn(2, 4)).sum().backward()
+            assert session.tracer.modules.current is None
+            opt.step()
+    [finding] = [f for f in session.findings if f.code == "IPD106"]
+    assert finding.count == 2  # the second step's write is seen too

@@ -43,6 +43,10 @@ def checkpoint_recompute_differs(event: CheckpointRecomputeDiffers, ctx: Any) ->
         y = checkpoint(block, x, use_reentrant=False, preserve_rng_state=False)
         y.sum().backward()      # IPD111: the recompute's dropout draws another mask
 
+    Severity: an error, except when the tracer sees no cause and the op ran on
+    an accelerator with nondeterministic algorithms allowed (atomics may differ
+    in the last bits): then a warning, which says how to tell the two apart.
+
     Not seen: the reentrant form (``use_reentrant=True``), selective
     checkpointing's cached ops (comparison stops at the first one), and ops
     after the last tensor the backward needs (the recompute stops early).
@@ -56,6 +60,7 @@ def checkpoint_recompute_differs(event: CheckpointRecomputeDiffers, ctx: Any) ->
     place = where(site, ctx.root_label)
     write = event.changed_by
     first = f"the {_ordinal(event.position)} op of the region"
+    severity = None  # the rule's: an error
     what = f"The checkpoint's recompute of {place} ({first}) produced other values than its forward did."
     if event.random and write is None:
         if event.rng_preserved is False:
@@ -91,6 +96,21 @@ def checkpoint_recompute_differs(event: CheckpointRecomputeDiffers, ctx: Any) ->
     elif event.input_version_changed:
         cause = "A tensor it reads from outside the region was modified in place after the forward read it."
         fix = "make that change after backward(), or give the region a copy of what it reads"
+    elif event.nondeterministic_kernels:
+        # No cause the tracer sees, on a device whose kernels may differ in the last bits run to run:
+        # the gradients may differ from the forward's only by rounding, which is no error.
+        cause = (
+            "Its inputs from earlier ops of the region matched, and it ran on an accelerator with "
+            "nondeterministic algorithms allowed: atomics (index_add_, scatter_add_, some convolution and "
+            "matmul algorithms) can differ in the last bits from run to run, and then the gradients differ "
+            "from the forward's only by rounding. Not certain either way: a tensor it reads may also have "
+            "changed without a write the tracer sees (`.data` through numpy, another process)."
+        )
+        fix = (
+            "run once with torch.use_deterministic_algorithms(True): if the finding stays, the values really "
+            "changed; if it goes, it was the kernel's rounding"
+        )
+        severity = Severity.WARNING
     else:
         cause = (
             "Its inputs from earlier ops of the region matched: the kernel is nondeterministic, or a tensor it "
@@ -106,6 +126,7 @@ def checkpoint_recompute_differs(event: CheckpointRecomputeDiffers, ctx: Any) ->
         ),
         fix=fix,
         mutation=site,
+        severity=severity,
         position=event.position,
         cause="rng" if event.random and write is None else "state" if write or event.input_version_changed else "unknown",
     )

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any
 
 import torch
 
+from .._compat import current_graph_task_id as _current_graph_task_id
+from .._compat import queue_backward_callback as _queue_callback
 from ..errors import UnsupportedModuleError
 from ..sites import ROOT_LABEL, module_path
 from .compiled import uncompiled, without_compiled_wrappers
@@ -61,6 +64,9 @@ class ModulePaths:
         self._state_names: dict[int, tuple[Any, str]] | None = None
         #: class names of the TorchScript modules met while running (their ops are seen, not their lines)
         self.scripted: list[str] = []
+        #: backward graph task -> the stack's depth when a module first ran inside it (a checkpoint's
+        #: recompute); the task's end truncates back to it (`_end_of_backward`)
+        self._backward_depths: dict[int, int] = {}
 
     def add_root(
         self, module: torch.nn.Module, prefix: str = "", named: list[tuple[str, torch.nn.Module]] | None = None
@@ -178,6 +184,10 @@ class ModulePaths:
 
     def _pre(self, module: torch.nn.Module, args: Any) -> None:
         stack = self._stack
+        task = _current_graph_task_id()
+        if task != -1 and task not in self._backward_depths:  # a module run by backward: a recompute
+            self._backward_depths[task] = len(stack)
+            _queue_callback(functools.partial(self._end_of_backward, task))
         key = id(module)
         stale = self._on_stack.get(key)
         if stale is not None:
@@ -214,9 +224,23 @@ class ModulePaths:
             self._on_stack.pop(id(top), None)
         self.current = stack[-1][1] if stack else None
 
+    def _end_of_backward(self, task: int) -> None:
+        """A backward pass that ran modules ended: forget those still on the stack. A checkpoint's
+        recompute stops early (`_StopRecomputationError`) once it has what backward needs, unwinding
+        past the post hooks of the modules it was in; left there, they would name the optimizer's
+        writes after backward ("in block.fc2") and hide the next forward's top-level call."""
+        depth = self._backward_depths.pop(task, None)
+        if depth is None or len(self._stack) <= depth:
+            return
+        bottom = self._stack[0][0]
+        self._truncate(depth)
+        if depth == 0 and self.on_top_level is not None:
+            self.on_top_level(bottom, None)  # as `_post` says when a top-level call returns
+
     def clear(self) -> None:
         """Forget modules an exception unwound past (their post hooks never ran)."""
         self._truncate(0)
+        self._backward_depths.clear()
 
     def __enter__(self) -> "ModulePaths":
         # Not always_call=True: it slows every module call several-fold. An

@@ -241,6 +241,8 @@ class RecomputeCheck:
                 rng_preserved=record.rng_preserved,
                 changed_by=self._write_after(outside, serial),
                 input_version_changed=bool(changed),
+                nondeterministic_kernels=any(t.device.type != "cpu" for t in _tensors(out))
+                and not torch.are_deterministic_algorithms_enabled(),
             )
         )
 
