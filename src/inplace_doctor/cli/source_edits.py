@@ -137,17 +137,16 @@ def _Transformer(edits: list[Edit], positions: Any, cst: Any) -> Any:
             return out
 
         def leave_AugAssign(self, original: Any, updated: Any) -> Any:
-            line = self._line(original)
-            for edit in edits:
-                if edit.kind == "augmented" and edit.line == line and _same(_code(original, cst), edit.old):
-                    self.done.append(edit)
-                    return cst.parse_statement(edit.new + "\n").body[0]
-            return updated
+            return self._replace_statement("augmented", original, updated)
 
         def leave_Expr(self, original: Any, updated: Any) -> Any:
+            return self._replace_statement("rebind", original, updated)
+
+        def _replace_statement(self, kind: str, original: Any, updated: Any) -> Any:
+            """The small statement an edit of `kind` names at its line, replaced by the edit's new one."""
             line = self._line(original)
             for edit in edits:
-                if edit.kind == "rebind" and edit.line == line and _same(_code(original, cst), edit.old):
+                if edit.kind == kind and edit.line == line and _same(_code(original, cst), edit.old):
                     self.done.append(edit)
                     return cst.parse_statement(edit.new + "\n").body[0]
             return updated
