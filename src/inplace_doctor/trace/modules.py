@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import Any
 
 import torch
 
+from .. import _compat
 from ..errors import UnsupportedModuleError
 from ..sites import ROOT_LABEL, module_path
 from .compiled import uncompiled, without_compiled_wrappers
@@ -53,8 +55,8 @@ class ModulePaths:
         self.current: ModuleContext | None = None
         self._on_stack: dict[int, int] = {}  # id(module) -> its index in _stack
         self._handles: list[Any] = []
-        #: Called with (module, args) when a module is called from outside any
-        #: module, and with (module, None) when that call returns.
+        #: Called with (module, args, kwargs) when a module is called from outside
+        #: any module, and with (module, None, None) when that call returns.
         self.on_top_level: Any = None
         self._buffer_ids: set[int] | None = None
         # storage key -> (weakref to the parameter or buffer, its qualified name); built when a finding needs it
@@ -188,7 +190,7 @@ class ModulePaths:
             self._calls.clear()
             self._buffer_ids = None
             if self.on_top_level is not None:
-                self.on_top_level(module, args)
+                self.on_top_level(module, args, _compat.forward_call_kwargs(module, sys._getframe(1)))
         entry = self._known.get(key)
         if entry is None or entry[0]() is not module:
             entry = self._learn(module)
@@ -205,7 +207,7 @@ class ModulePaths:
         if index is not None:
             self._truncate(index)
             if index == 0 and self.on_top_level is not None:
-                self.on_top_level(module, None)
+                self.on_top_level(module, None, None)
 
     def _truncate(self, index: int) -> None:
         stack = self._stack
@@ -247,8 +249,6 @@ def unique_label(name: str, taken: set[str]) -> str:
 
 def variable_name(module: torch.nn.Module) -> str | None:
     """The one name the innermost user frame (locals, then globals) binds to `module`, if exactly one."""
-    import sys
-
     from .stacks import is_user_file
 
     frame = sys._getframe(2)
