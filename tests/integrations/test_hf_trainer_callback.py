@@ -38,9 +38,23 @@ class ClampsInputIds(transformers.GPT2LMHeadModel):
         return super().forward(input_ids=input_ids, labels=labels, **kwargs)
 
 
+class RaisesAtStep2(transformers.GPT2LMHeadModel):
+    """GPT-2 whose forward fails on its second call (a corrupt batch met in the model)."""
+
+    calls = 0
+    watched_when_raised = False
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor, **kwargs: object) -> object:
+        self.calls += 1
+        if self.calls == 2:
+            self.watched_when_raised = watching()
+            raise ValueError("forward: batch 2 is corrupt")
+        return super().forward(input_ids=input_ids, labels=labels, **kwargs)
+
+
 def tiny_gpt2(broken: str = "") -> nn.Module:
     config = transformers.GPT2Config(vocab_size=32, n_positions=8, n_embd=16, n_layer=1, n_head=2)
-    kind = ClampsInputIds if broken == "clamps_input" else transformers.GPT2LMHeadModel
+    kind = {"clamps_input": ClampsInputIds, "raises_at_step_2": RaisesAtStep2}.get(broken, transformers.GPT2LMHeadModel)
     model = kind(config)
     if broken == "backward":
         model.transformer.h[0].mlp.act = BrokenActivation()
@@ -58,20 +72,29 @@ class Tokens(torch.utils.data.Dataset):
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
-def trainer_for(model: nn.Module, callbacks: list, tmp_path: Path, **kwargs: object) -> transformers.Trainer:
+def trainer_for(
+    model: nn.Module, callbacks: list, tmp_path: Path, collator: object = None, **kwargs: object
+) -> transformers.Trainer:
     settings: dict[str, object] = dict(
         output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=4, learning_rate=1e-2,
         report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True, disable_tqdm=True,
         dataloader_num_workers=0,
     )
     args = transformers.TrainingArguments(**{**settings, **kwargs})  # type: ignore[arg-type]
-    return transformers.Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=callbacks)
+    return transformers.Trainer(
+        model=model, args=args, train_dataset=Tokens(), callbacks=callbacks, data_collator=collator  # type: ignore[arg-type]
+    )
 
 
 def train(model: nn.Module, callbacks: list, tmp_path: Path, **kwargs: object) -> transformers.Trainer:
     trainer = trainer_for(model, callbacks, tmp_path, **kwargs)
     trainer.train()
     return trainer
+
+
+def watching() -> bool:
+    """The tool's dispatch mode is installed (a watch window is open)."""
+    return torch._C._len_torch_dispatch_stack() > 0
 
 
 def no_tracer_left() -> bool:
@@ -150,3 +173,44 @@ def test_a_warning_fails_train_after_the_window_only_at_fail_on_warning(
     assert "watched 1 training step(s) of Trainer.train of ClampsInputIds: 1 finding(s): 1 warning" in caplog.text
     assert clamp in caplog.text and "`argument input_ids of ClampsInputIds`" in caplog.text
     assert callback.report is not None and callback.report.codes == ["IPD106"] and no_tracer_left()
+
+
+class FailingCollator:
+    """Stacks the batch like `default_data_collator`, and fails on its third batch: the DataLoader
+    `Trainer` iterates fetches one batch ahead, so that is while step 2's batches are fetched, after
+    the window opened in step 1, outside the calls the callback guards."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.error = ValueError("collator: batch 3 is corrupt")
+        self.watched_when_raised = False
+
+    def __call__(self, features: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        self.batches += 1
+        if self.batches == 3:
+            self.watched_when_raised = watching()
+            raise self.error
+        return transformers.default_data_collator(features)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("where", ["collator", "forward"])
+def test_an_error_inside_the_window_closes_it_and_leaves_train_as_it_was(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, where: str
+) -> None:
+    # The collator raises outside the calls the callback guards, the forward inside one (the
+    # `training_step`); either way the window closes and train() raises the error itself.
+    callback = InplaceDoctorCallback(steps=3)
+    collator = FailingCollator() if where == "collator" else None
+    model = tiny_gpt2(broken="raises_at_step_2" if where == "forward" else "")
+    trainer = trainer_for(model, [callback], tmp_path, collator=collator)
+    with pytest.raises(ValueError, match="is corrupt") as raised, caplog.at_level(logging.INFO, logger="inplace_doctor"):
+        trainer.train()
+    failed = collator if collator is not None else model
+    assert failed.watched_when_raised  # the error came while the tool watched
+    if collator is not None:
+        assert raised.value is collator.error
+    assert type(raised.value) is ValueError and raised.value.__cause__ is None
+    assert not callback._window.is_open and no_tracer_left()
+    assert "training_step" not in vars(trainer)  # the guard undone: the class's method again
+    assert callback.report is not None and callback.report.findings == []
+    assert f"watched 1 training step(s) of Trainer.train of {type(model).__name__}: no finding" in caplog.text
