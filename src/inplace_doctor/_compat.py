@@ -72,6 +72,36 @@ _require(torch.autograd.graph, "saved_tensors_hooks", "saved-tensor hooks")
 _require(torch.nn.modules.module, "register_module_forward_pre_hook", "global module hooks")
 _require(torch.nn.modules.module, "register_module_forward_hook", "global module hooks")
 
+
+def _forward_hook_runners() -> frozenset[Any]:
+    # `Module._call_impl(self, *args, **kwargs)` runs the global forward pre-hooks in its nested
+    # `inner` (torch >= 2.1), which holds `self` and `kwargs` as free variables.
+    call = _require(torch.nn.Module, "_call_impl", "the module call")
+    codes = [c for c in (call.__code__, *call.__code__.co_consts) if getattr(c, "co_name", None) in ("_call_impl", "inner")]
+    runners = {c for c in codes if {"self", "kwargs"} <= {*c.co_varnames, *c.co_freevars}}
+    if not runners:
+        raise TorchIncompatibleError(
+            f"torch {TORCH_VERSION}'s Module._call_impl no longer keeps the call's `kwargs` where its "
+            "forward hooks run; install torch>=2.6,<=2.14.1 (the versions inplace-doctor is tested on)."
+        )
+    return frozenset(runners)
+
+
+_FORWARD_HOOK_RUNNERS = _forward_hook_runners()
+
+
+def forward_call_kwargs(module: Any, hook_caller: Any) -> dict[str, Any]:
+    """The keyword arguments of `module`'s call, read in a global forward pre-hook whose caller's frame
+    is `hook_caller`: such hooks get `(module, args)` only (there is no `with_kwargs` for global
+    pre-hooks), yet `model(**batch)` passes every tensor by keyword. {} when the frame is not the
+    module call's."""
+    if hook_caller is None or hook_caller.f_code not in _FORWARD_HOOK_RUNNERS:
+        return {}
+    names = hook_caller.f_locals
+    kwargs = names.get("kwargs")
+    return kwargs if names.get("self") is module and isinstance(kwargs, dict) else {}
+
+
 RAW_SAVED_PREFIX = "_raw_saved_"
 
 #: The innermost saved-tensor hooks pair, (pack, unpack) or None: inside a
@@ -154,6 +184,7 @@ __all__ = [
     "CHECKPOINT_HOOK_CLASSES",
     "checkpoint_preserves_rng",
     "checkpoint_region",
+    "forward_call_kwargs",
     "top_saved_tensors_hooks",
     "gather_traceback",
     "symbolize_tracebacks",

@@ -16,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")  # Trainer needs it; CI installs both through '.[test]'
 
 import inplace_doctor as ipd  # noqa: E402
+from inplace_doctor.integrations import InplaceHazardsFound  # noqa: E402
 from inplace_doctor.integrations.transformers import InplaceDoctorCallback  # noqa: E402
 
 
@@ -28,9 +29,33 @@ class BrokenActivation(nn.Module):
         return y
 
 
+class ClampsInputIds(transformers.GPT2LMHeadModel):
+    """GPT-2 whose forward clamps the batch's `input_ids` in place: the Trainer's own tensor, which it
+    reads again after the call (`floating_point_ops`, the token count); PyTorch raises nothing."""
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor, **kwargs: object) -> object:
+        input_ids.clamp_(max=30)  # <clamp>
+        return super().forward(input_ids=input_ids, labels=labels, **kwargs)
+
+
+class RaisesAtStep2(transformers.GPT2LMHeadModel):
+    """GPT-2 whose forward fails on its second call (a corrupt batch met in the model)."""
+
+    calls = 0
+    watched_when_raised = False
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor, **kwargs: object) -> object:
+        self.calls += 1
+        if self.calls == 2:
+            self.watched_when_raised = watching()
+            raise ValueError("forward: batch 2 is corrupt")
+        return super().forward(input_ids=input_ids, labels=labels, **kwargs)
+
+
 def tiny_gpt2(broken: str = "") -> nn.Module:
     config = transformers.GPT2Config(vocab_size=32, n_positions=8, n_embd=16, n_layer=1, n_head=2)
-    model = transformers.GPT2LMHeadModel(config)
+    kind = {"clamps_input": ClampsInputIds, "raises_at_step_2": RaisesAtStep2}.get(broken, transformers.GPT2LMHeadModel)
+    model = kind(config)
     if broken == "backward":
         model.transformer.h[0].mlp.act = BrokenActivation()
     return model
@@ -47,20 +72,40 @@ class Tokens(torch.utils.data.Dataset):
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
-def train(model: nn.Module, callbacks: list, tmp_path: Path, **kwargs: object) -> transformers.Trainer:
+def trainer_for(
+    model: nn.Module, callbacks: list, tmp_path: Path, collator: object = None, **kwargs: object
+) -> transformers.Trainer:
     settings: dict[str, object] = dict(
         output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=4, learning_rate=1e-2,
         report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True, disable_tqdm=True,
         dataloader_num_workers=0,
     )
     args = transformers.TrainingArguments(**{**settings, **kwargs})  # type: ignore[arg-type]
-    trainer = transformers.Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=callbacks)
+    return transformers.Trainer(
+        model=model, args=args, train_dataset=Tokens(), callbacks=callbacks, data_collator=collator  # type: ignore[arg-type]
+    )
+
+
+def train(model: nn.Module, callbacks: list, tmp_path: Path, **kwargs: object) -> transformers.Trainer:
+    trainer = trainer_for(model, callbacks, tmp_path, **kwargs)
     trainer.train()
     return trainer
 
 
+def watching() -> bool:
+    """The tool's dispatch mode is installed (a watch window is open)."""
+    return torch._C._len_torch_dispatch_stack() > 0
+
+
 def no_tracer_left() -> bool:
-    return not torch.nn.modules.module._global_forward_hooks and torch._C._len_torch_dispatch_stack() == 0
+    """No hook, mode or saved-tensor hooks of the tool still installed in torch's global state."""
+    mm = torch.nn.modules.module
+    return (
+        not mm._global_forward_pre_hooks
+        and not mm._global_forward_hooks
+        and torch._C._len_torch_dispatch_stack() == 0
+        and torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+    )
 
 
 def test_a_clean_run_is_silent_and_trains_as_without_the_callback(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -103,3 +148,69 @@ def test_the_window_holds_the_optimizer_step_of_each_watched_step(tmp_path: Path
     finally:
         handle.remove()
     assert open_at_step == [True, False] and no_tracer_left()
+
+
+@pytest.mark.parametrize("fail_on", ["warning", "error"])
+def test_a_warning_fails_train_after_the_window_only_at_fail_on_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, fail_on: str
+) -> None:
+    # The Trainer calls `model(**inputs)`: the clamped `input_ids` is a keyword argument of the call.
+    callback = InplaceDoctorCallback(steps=1, fail_on=fail_on)
+    clamp = f"test_hf_trainer_callback.py:{marker_line(__file__, 'clamp')}"
+    with caplog.at_level(logging.WARNING, logger="inplace_doctor"):
+        if fail_on == "warning":
+            with pytest.raises(InplaceHazardsFound) as raised:
+                train(tiny_gpt2(broken="clamps_input"), [callback], tmp_path)
+            assert "IPD106" in str(raised.value) and clamp in str(raised.value), str(raised.value)
+            assert "(fail_on=warning); the fit is stopped" in str(raised.value)
+            assert raised.value.report is callback.report
+        else:
+            trainer = train(tiny_gpt2(broken="clamps_input"), [callback], tmp_path)
+            assert trainer.state.global_step == 3  # the whole run trained
+            assert {"inplace_doctor/warnings": 1.0, "inplace_doctor/errors": 0.0}.items() <= (
+                trainer.state.log_history[0].items()
+            )
+    assert "watched 1 training step(s) of Trainer.train of ClampsInputIds: 1 finding(s): 1 warning" in caplog.text
+    assert clamp in caplog.text and "`argument input_ids of ClampsInputIds`" in caplog.text
+    assert callback.report is not None and callback.report.codes == ["IPD106"] and no_tracer_left()
+
+
+class FailingCollator:
+    """Stacks the batch like `default_data_collator`, and fails on its third batch: the DataLoader
+    `Trainer` iterates fetches one batch ahead, so that is while step 2's batches are fetched, after
+    the window opened in step 1, outside the calls the callback guards."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.error = ValueError("collator: batch 3 is corrupt")
+        self.watched_when_raised = False
+
+    def __call__(self, features: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        self.batches += 1
+        if self.batches == 3:
+            self.watched_when_raised = watching()
+            raise self.error
+        return transformers.default_data_collator(features)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("where", ["collator", "forward"])
+def test_an_error_inside_the_window_closes_it_and_leaves_train_as_it_was(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, where: str
+) -> None:
+    # The collator raises outside the calls the callback guards, the forward inside one (the
+    # `training_step`); either way the window closes and train() raises the error itself.
+    callback = InplaceDoctorCallback(steps=3)
+    collator = FailingCollator() if where == "collator" else None
+    model = tiny_gpt2(broken="raises_at_step_2" if where == "forward" else "")
+    trainer = trainer_for(model, [callback], tmp_path, collator=collator)
+    with pytest.raises(ValueError, match="is corrupt") as raised, caplog.at_level(logging.INFO, logger="inplace_doctor"):
+        trainer.train()
+    failed = collator if collator is not None else model
+    assert failed.watched_when_raised  # the error came while the tool watched
+    if collator is not None:
+        assert raised.value is collator.error
+    assert type(raised.value) is ValueError and raised.value.__cause__ is None
+    assert not callback._window.is_open and no_tracer_left()
+    assert "training_step" not in vars(trainer)  # the guard undone: the class's method again
+    assert callback.report is not None and callback.report.findings == []
+    assert f"watched 1 training step(s) of Trainer.train of {type(model).__name__}: no finding" in caplog.text

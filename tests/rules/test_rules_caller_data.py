@@ -62,6 +62,18 @@ def test_watch_treats_arguments_of_the_outermost_call_as_the_callers():
     assert f.details["argument"] == "argument 0 of MasksItsInput"
 
 
+@pytest.mark.parametrize("named", [True, False], ids=["watch(model)", "watch()"])
+def test_watch_treats_keyword_arguments_of_the_outermost_call_as_the_callers_too(named):
+    # `model(**batch)`, as Hugging Face's Trainer calls a model: global pre-hooks get no kwargs.
+    model = MasksItsInput()
+    x = torch.randn(3, 6)
+    with ipd.watch(*([model] if named else [])) as session:
+        model(x=x, mask=x > 1)
+    [f] = ipd106(session.findings)
+    assert f.mutation.line == line_of("write:mask")
+    assert f.details["argument"] == "argument x of MasksItsInput"
+
+
 @pytest.mark.parametrize(
     "make",
     [

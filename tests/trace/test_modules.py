@@ -251,16 +251,35 @@ def test_current_module_while_running():
 
 def test_on_top_level_sees_each_outermost_call_and_its_return():
     model = Net()
-    calls: list[tuple[Any, Any]] = []
+    calls: list[tuple[Any, Any, Any]] = []
     paths = ModulePaths()
     paths.add_root(model)
-    paths.on_top_level = lambda module, args: calls.append((module, args))
+    paths.on_top_level = lambda module, args, kwargs: calls.append((module, args, kwargs))
     x = torch.randn(2, 4)
     with paths:
         model(x)
         model.head(x)
-    assert [(m, a is None) for m, a in calls] == [(model, False), (model, True), (model.head, False), (model.head, True)]
-    assert calls[0][1][0] is x
+    assert [(m, a is None) for m, a, _ in calls] == [
+        (model, False), (model, True), (model.head, False), (model.head, True)
+    ]
+    assert calls[0][1][0] is x and calls[0][2] == {} and calls[1][2] is None
+
+
+def test_on_top_level_sees_the_keyword_arguments_global_pre_hooks_are_not_given():
+    class Keywords(nn.Module):
+        def forward(self, x: torch.Tensor, *, scale: torch.Tensor) -> torch.Tensor:
+            return x * scale
+
+    model = Keywords()
+    calls: list[tuple[Any, Any, Any]] = []
+    paths = ModulePaths()
+    paths.on_top_level = lambda module, args, kwargs: calls.append((module, args, kwargs))
+    x, scale = torch.randn(2), torch.randn(2)
+    with paths:
+        model(x, scale=scale)
+        model(x=x, scale=scale)
+    assert calls[0][1][0] is x and list(calls[0][2]) == ["scale"] and calls[0][2]["scale"] is scale
+    assert calls[2][1] == () and calls[2][2]["x"] is x and calls[2][2]["scale"] is scale
 
 
 # --- ModulePaths: names of modules, parameters and buffers ---------------------------------------

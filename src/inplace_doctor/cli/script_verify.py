@@ -20,7 +20,6 @@ flag it flipped left a program that computes what its out-of-place form does.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -30,7 +29,6 @@ import torch
 VERIFIED = "verify: "
 #: the first distinct top-level modules verified; later ones are counted in a note
 LIMIT = 8
-_CALL_IMPL = torch.nn.Module._call_impl.__code__
 
 
 @dataclass
@@ -54,17 +52,17 @@ class ModelCalls:
 
     def observe(self, modules: Any) -> None:
         """Chain onto `modules.on_top_level` (the tracer's ModulePaths), keeping what it did."""
-        inner: Callable[[torch.nn.Module, Any], None] | None = modules.on_top_level
+        inner: Callable[[torch.nn.Module, Any, Any], None] | None = modules.on_top_level
 
-        def on_top_level(module: torch.nn.Module, args: Any) -> None:
+        def on_top_level(module: torch.nn.Module, args: Any, kwargs: dict[str, Any] | None) -> None:
             if inner is not None:
-                inner(module, args)
+                inner(module, args, kwargs)
             if args is not None:
-                self._record(module, args)
+                self._record(module, args, kwargs or {})
 
         modules.on_top_level = on_top_level
 
-    def _record(self, module: torch.nn.Module, args: Any) -> None:
+    def _record(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
         from ..engines.verify.run import clone_inputs
         from ..trace.compiled import uncompiled
 
@@ -74,7 +72,6 @@ class ModelCalls:
         if len(self.calls) >= LIMIT:
             self.skipped += 1
             return
-        kwargs = _call_kwargs(module)
         # verified as the module a wrapper runs: compiled code as its eager meaning, DDP's
         # module without the gradient synchronisation a single process cannot do
         module = uncompiled(module)
@@ -127,17 +124,6 @@ def equivalent(note: str) -> bool:
 def differs(note: str) -> bool:
     """Whether a note of `verify_all` says its module computes something else than its out-of-place form."""
     return note.startswith(VERIFIED) and ": not equivalent:" in note.split("\n", 1)[0]
-
-
-def _call_kwargs(module: torch.nn.Module) -> dict[str, Any]:
-    """The keyword arguments of the call now entering `module`: global forward pre-hooks see only
-    the positional ones, so they are read from `Module._call_impl`'s frame."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code is _CALL_IMPL and frame.f_locals.get("self") is module:
-            return dict(frame.f_locals.get("kwargs") or {})
-        frame = frame.f_back  # type: ignore[assignment]
-    return {}
 
 
 def _label(module: torch.nn.Module, taken: set[str]) -> str:

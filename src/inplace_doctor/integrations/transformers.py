@@ -20,9 +20,14 @@ too (one step is `gradient_accumulation_steps` micro-batches). Evaluation and sa
 `training_step` and its optimizer's `step` are wrapped on the instance (the `Trainer` is the
 caller of the callback handler, found on the stack in `on_train_begin`): an exception inside
 them closes the window first, and an in-place error PyTorch raises at backward leaves `train()`
-as `ipd.InplaceError` naming the write and the save, with no tracer left installed. An error
-elsewhere in the step (gradient clipping, the scheduler) leaves the window open until the next
-`on_train_begin` of this callback; call `callback.close()` after catching it.
+as `ipd.InplaceError` naming the write and the save, with no tracer left installed. For an error
+anywhere else while the window is open (the data collator fetching a later step's batches,
+gradient clipping, the scheduler, another callback), `train` itself is wrapped on the `Trainer`
+instance, once, in `on_init_end`: the exception closes the window on its way out, the report is
+published, and `train()` raises that exception unchanged (an in-place autograd error still becomes
+`ipd.InplaceError`, chained, as in the guarded calls). `on_init_end` runs only for callbacks
+given to `Trainer(callbacks=[...])`; one added later with `trainer.add_callback` is closed by the
+next `on_train_begin` of this callback, or by `callback.close()` after catching the error.
 
 Reports go to the `logging` logger of this module (a warning with the text report when
 something was found, else an info line) and to `state.log_history` (`inplace_doctor/findings`
@@ -35,11 +40,12 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from ..api import Report, Severity
+from ..trace.blame import call_through
 from .window import Selection, StepWindow
 
 __all__ = ["InplaceDoctorCallback"]
@@ -54,6 +60,8 @@ class InplaceDoctorCallback(TrainerCallback):
     `callback.report`; a finding at or above `fail_on` stops `train()` with
     `InplaceHazardsFound` (its message is the report). `fail_on=None` only reports. The watch
     changes no value: weights after training are bit-identical with and without the callback.
+    Given to `Trainer(callbacks=[...])`, it wraps that `Trainer`'s `train` so that any error
+    leaving `train()` closes the window first (the error itself is raised unchanged).
 
     Args:
         steps: optimizer steps to watch (`state.global_step`), from the first.
@@ -85,8 +93,29 @@ class InplaceDoctorCallback(TrainerCallback):
         return self._window.report
 
     def close(self) -> Report | None:
-        """Stop watching now (after catching an error `train()` raised outside the guarded calls)."""
+        """Stop watching now (after catching an error of `train()`, for a callback added with
+        `add_callback`: only one given to `Trainer(callbacks=...)` closes on any error itself)."""
         return self._window.close()
+
+    def on_init_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        trainer = _calling_trainer()
+        if trainer is not None:
+            trainer.train = self._closing_on_error(trainer.train)  # type: ignore[method-assign]
+
+    def _closing_on_error(self, train: Callable[..., Any]) -> Callable[..., Any]:
+        """`train`, closing the window (if open) with any exception it raises, which it then re-raises:
+        the only place that sees an error outside the guarded calls before it leaves the fit."""
+        callback = self
+
+        @functools.wraps(train)
+        def train_closing_the_window(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return call_through(train, args, kwargs)  # the fit's errors are its own
+            except BaseException as exc:  # KeyboardInterrupt too: no tracer outlives the fit
+                callback._window.abandon(exc)
+                raise
+
+        return train_closing_the_window
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         self._window.close()  # a window a failed train() left open

@@ -7,7 +7,8 @@ forward), `close()` once N optimizer steps have finished (after the step and the
 backward and optimizer step: an exception raised inside them closes the window with that
 exception, so PyTorch's in-place error leaves the fit as `ipd.InplaceError` naming both
 lines, and no tracer stays installed when the fit fails (the frameworks re-raise after
-their callbacks ran, and only Lightning tells callbacks at all).
+their callbacks ran, and only Lightning tells callbacks at all). `abandon(exc)` does the same
+for an exception met elsewhere (the Hugging Face callback wraps `Trainer.train` for that).
 """
 
 from __future__ import annotations
@@ -94,15 +95,21 @@ class StepWindow:
             try:
                 return call_through(original, args, kwargs)  # the user's step: its errors are its own
             except Exception as exc:
-                if window.is_open:
-                    try:
-                        window.close(exc)  # raises InplaceError (from exc) for an in-place error
-                    finally:
-                        if window.on_error_close is not None:
-                            window.on_error_close()
+                window.abandon(exc)
                 raise
 
         return guarded
+
+    def abandon(self, exc: BaseException) -> None:
+        """Close the window, if still open, with the exception that stops the fit, then tell
+        `on_error_close`; raises what `close` raises for it (an `InplaceError` from `exc`)."""
+        if not self.is_open:
+            return
+        try:
+            self.close(exc)
+        finally:
+            if self.on_error_close is not None:
+                self.on_error_close()
 
     def close(self, exc: BaseException | None = None) -> Report | None:
         """Stop watching (passing on the exception that stopped the step, if any) and keep the

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import functools
+import sys
 import weakref
 from typing import Any
 
 import torch
 
-from .._compat import current_graph_task_id as _current_graph_task_id
-from .._compat import queue_backward_callback as _queue_callback
+from .. import _compat
 from ..errors import UnsupportedModuleError
 from ..sites import ROOT_LABEL, module_path
 from .compiled import uncompiled, without_compiled_wrappers
@@ -56,8 +56,8 @@ class ModulePaths:
         self.current: ModuleContext | None = None
         self._on_stack: dict[int, int] = {}  # id(module) -> its index in _stack
         self._handles: list[Any] = []
-        #: Called with (module, args) when a module is called from outside any
-        #: module, and with (module, None) when that call returns.
+        #: Called with (module, args, kwargs) when a module is called from outside
+        #: any module, and with (module, None, None) when that call returns.
         self.on_top_level: Any = None
         self._buffer_ids: set[int] | None = None
         # storage key -> (weakref to the parameter or buffer, its qualified name); built when a finding needs it
@@ -184,10 +184,10 @@ class ModulePaths:
 
     def _pre(self, module: torch.nn.Module, args: Any) -> None:
         stack = self._stack
-        task = _current_graph_task_id()
+        task = _compat.current_graph_task_id()
         if task != -1 and task not in self._backward_depths:  # a module run by backward: a recompute
             self._backward_depths[task] = len(stack)
-            _queue_callback(functools.partial(self._end_of_backward, task))
+            _compat.queue_backward_callback(functools.partial(self._end_of_backward, task))
         key = id(module)
         stale = self._on_stack.get(key)
         if stale is not None:
@@ -198,7 +198,7 @@ class ModulePaths:
             self._calls.clear()
             self._buffer_ids = None
             if self.on_top_level is not None:
-                self.on_top_level(module, args)
+                self.on_top_level(module, args, _compat.forward_call_kwargs(module, sys._getframe(1)))
         entry = self._known.get(key)
         if entry is None or entry[0]() is not module:
             entry = self._learn(module)
@@ -215,7 +215,7 @@ class ModulePaths:
         if index is not None:
             self._truncate(index)
             if index == 0 and self.on_top_level is not None:
-                self.on_top_level(module, None)
+                self.on_top_level(module, None, None)
 
     def _truncate(self, index: int) -> None:
         stack = self._stack
@@ -235,7 +235,7 @@ class ModulePaths:
         bottom = self._stack[0][0]
         self._truncate(depth)
         if depth == 0 and self.on_top_level is not None:
-            self.on_top_level(bottom, None)  # as `_post` says when a top-level call returns
+            self.on_top_level(bottom, None, None)  # as `_post` says when a top-level call returns
 
     def clear(self) -> None:
         """Forget modules an exception unwound past (their post hooks never ran)."""
@@ -271,8 +271,6 @@ def unique_label(name: str, taken: set[str]) -> str:
 
 def variable_name(module: torch.nn.Module) -> str | None:
     """The one name the innermost user frame (locals, then globals) binds to `module`, if exactly one."""
-    import sys
-
     from .stacks import is_user_file
 
     frame = sys._getframe(2)

@@ -175,14 +175,14 @@ class WriteRecorder:
             return None
         return entry[0]
 
-    def on_top_level_call(self, module: torch.nn.Module, args: Any) -> None:
+    def on_top_level_call(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any] | None) -> None:
         if not self._track_call_inputs:
             return
         if args is None:  # the call returned: what the caller does next is its own business
             self._inputs = {}
             return
         name = type(module).__name__
-        self.set_caller_inputs([(f"argument {i} of {name}", t) for i, t in _labelled(args)])
+        self.set_caller_inputs([(f"argument {i} of {name}", t) for i, t in _labelled(args, kwargs or {})])
 
     # -- what pending writes did -----------------------------------------
     def settle(self) -> None:
@@ -241,9 +241,11 @@ class WriteRecorder:
         self._forward_state = {}
 
 
-def _labelled(args: Any) -> list[tuple[str, torch.Tensor]]:
-    """Top-level tensors of a call's positional arguments, by position."""
-    return [(str(i), t) for i, t in enumerate(args) if isinstance(t, torch.Tensor)]
+def _labelled(args: Any, kwargs: dict[str, Any]) -> list[tuple[str, torch.Tensor]]:
+    """Top-level tensors of a call's arguments, by position, then by keyword (`model(**batch)`, as
+    `Trainer` calls it, passes them all by keyword)."""
+    by_position = [(str(i), t) for i, t in enumerate(args) if isinstance(t, torch.Tensor)]
+    return by_position + [(name, t) for name, t in kwargs.items() if isinstance(t, torch.Tensor)]
 
 
 def _overlaps(a: tuple[int, int, int], b: tuple[int, int, int] | None) -> bool:
