@@ -110,6 +110,20 @@ top_saved_tensors_hooks: Callable[[bool], Any] = _require(
     _autograd, "_top_saved_tensors_default_hooks", "the saved-tensor hooks query"
 )
 
+#: Whether a tensor is a torch.func wrapper (a vmap BatchedTensor, a grad level's tensor).
+is_functorch_wrapped: Callable[[Any], bool] = _require(
+    torch._C._functorch, "is_functorch_wrapped_tensor", "the torch.func wrapper query"
+)
+#: Take the innermost saved-tensor hooks off the stack / put a pair on it (what
+#: `torch.autograd.graph.saved_tensors_hooks` does on exit / enter).
+pop_saved_tensors_hooks: Callable[[], None] = _require(
+    _autograd, "_pop_saved_tensors_default_hooks", "the saved-tensor hooks stack"
+)
+push_saved_tensors_hooks: Callable[[Any, Any], None] = _require(
+    _autograd, "_push_saved_tensors_default_hooks", "the saved-tensor hooks stack"
+)
+_require(torch.autograd.graph, "disable_saved_tensors_hooks", "torch.func's saved-tensor hooks switch")
+
 import torch.utils.checkpoint as _checkpoint  # noqa: E402
 
 
@@ -186,6 +200,9 @@ __all__ = [
     "checkpoint_region",
     "forward_call_kwargs",
     "top_saved_tensors_hooks",
+    "pop_saved_tensors_hooks",
+    "is_functorch_wrapped",
+    "push_saved_tensors_hooks",
     "gather_traceback",
     "symbolize_tracebacks",
 ]

@@ -147,6 +147,27 @@ def test_augmented_assignment_fix():
     assert "replace `h += 1` with `h = h + 1` at program.py:5" in finding.fix
 
 
+def test_augmented_assignment_fix_keeps_the_right_hand_side_whole():
+    """huggingface/transformers#24525 (OwlViT): `x /= norm + eps` divides by the sum; written out
+    of place without brackets it would be `x / norm + eps`, every gradient different."""
+    program = """
+        import torch
+        torch.manual_seed(0)
+        a = torch.randn(3, 4, requires_grad=True)
+        h = torch.exp(a)
+        h /= torch.linalg.norm(h, dim=-1, keepdim=True) + 1e-6
+        loss = (h * torch.arange(4.0)).sum()
+        loss.backward()
+        result = {"loss": loss.detach(), "grad": a.grad}
+    """
+    intended = program.replace(
+        "h /= torch.linalg.norm(h, dim=-1, keepdim=True) + 1e-6",
+        "h = h / (torch.linalg.norm(h, dim=-1, keepdim=True) + 1e-6)",
+    )
+    finding = check(program, intended, "IPD101")
+    assert "with `h = h / (torch.linalg.norm(h, dim=-1, keepdim=True) + 1e-6)`" in finding.fix
+
+
 def test_inplace_method_statement_fix_rebinds_the_name():
     program = """
         import torch

@@ -173,6 +173,9 @@ def _finish(report: Report, tracer: Tracer, analyzer: Analyzer) -> Report:
     if compiled is not None:
         report.stats["compiled_calls_run_eagerly"] = tracer.compiled.calls
         report.notes.append(compiled)
+    transforms = tracer.transforms.note()
+    if transforms is not None:
+        report.notes.append(transforms)
     scripted = sorted(set(tracer.modules.scripted))
     if scripted:
         names = ", ".join(f"`{name}`" for name in scripted)

@@ -8,7 +8,7 @@ from typing import Any
 from ..events import ChangedGraphTensorReached, GraphTensorChangedOutsideAutograd
 from ..findings import Finding, Severity
 from ..sites import Site
-from .phrasing import tensor_desc, where, without_comment
+from .phrasing import augmented_out_of_place, tensor_desc, where, without_comment
 from .registry import make_finding, rule
 
 _HOW = {
@@ -142,5 +142,5 @@ def _replacement(code: str, how: str, boolean_mask: bool) -> tuple[str, str] | N
     augmented = None if alias else _PLAIN_AUGMENTED.match(code)
     if augmented:
         name = augmented["name"]
-        return name, f"{name} = {name} {augmented['op']} {augmented['value']}"
+        return name, augmented_out_of_place(name, augmented["op"], augmented["value"].strip())
     return None

@@ -170,7 +170,7 @@ def fix_for_write(site: Site, root_label: str) -> str:
     match = _AUGMENTED.match(code)
     if match and "[" not in match["lhs"]:  # `x[i] = x[i] + y` would still write into x: a copy below
         lhs, op, rhs = match["lhs"].strip(), match["op"], match["rhs"].strip()
-        return f"replace `{code}` with `{lhs} = {lhs} {op} {rhs}` at {site.location}"
+        return f"replace `{code}` with `{augmented_out_of_place(lhs, op, rhs)}` at {site.location}"
     statement = _INPLACE_STATEMENT.match(code)
     if statement:  # `x.relu_()` alone: its effect is the mutation, so the out-of-place form must rebind
         target, name = statement["target"], statement["name"]
@@ -200,6 +200,39 @@ def fix_for_write(site: Site, root_label: str) -> str:
     if op.endswith("_"):
         return f"use the out-of-place form of `{op}` (`{op[:-1]}`) at {site.location}, or modify a `.clone()`"
     return f"modify a `.clone()` of the tensor instead at {site.location}"
+
+
+def augmented_out_of_place(lhs: str, op: str, rhs: str) -> str:
+    """`x op= rhs` written out of place, `x = x op (rhs)`: Python evaluates the whole right-hand side
+    first, so it is parenthesised unless it is one operand already (`x /= n + eps` is `x = x / (n +
+    eps)`, not `x / n + eps`; `x += a + b` is `x + (a + b)`, which rounds as the original does)."""
+    return f"{lhs} = {lhs} {op} {rhs if _one_operand(rhs) else f'({rhs})'}"
+
+
+def _one_operand(code: str) -> bool:
+    """Whether `code` is an expression no binary operator can split: a name, attribute, call,
+    subscript, literal, or something already in brackets."""
+    import ast
+
+    code = code.strip()
+    try:
+        node = ast.parse(code, mode="eval").body
+    except SyntaxError:
+        return False
+    if isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant, ast.List)):
+        return True
+    return code.startswith("(") and _closing_bracket(code) == len(code) - 1
+
+
+def _closing_bracket(code: str) -> int:
+    """The index of the bracket closing the one `code` opens with (strings are not looked into)."""
+    depth = 0
+    for i, ch in enumerate(code):
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if depth == 0:
+            return i
+    return -1
 
 
 _WRITTEN_NAME = (

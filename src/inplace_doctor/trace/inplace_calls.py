@@ -248,6 +248,9 @@ class InplaceCalls(TorchFunctionMode):
             or id(target) in self.modules.buffer_ids()
             or target.is_inference()
             or target.numel() == 0
+            # inside torch.func's vmap/grad: a batched or grad-tracking wrapper, whose values
+            # cannot be read (`.item()`, `min()`) to measure the change
+            or _compat.is_functorch_wrapped(target)
         ):
             return call_through(func, args, kwargs)
         snapshot: torch.Tensor | None = None

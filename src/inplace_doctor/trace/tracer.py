@@ -48,6 +48,7 @@ from .origins import ConstructionRecorder
 from .owner import Busy, Sink
 from .pytorch_errors import RaisedErrors, written_here
 from .recompute import RecomputeCheck, RegionCount
+from .transforms import FunctionalTransforms
 from .saved import NodeCreationHook, SavedRecord, SavedTensors
 from .stacks import choose_stack_capture
 from .writes import WriteRecorder
@@ -110,6 +111,8 @@ class Tracer:
         self.compiled = EagerCompiled()
         self._graph = UnrecordedWrites(self.emit, self.modules, self._saved, self._writes.describe)
         self._pack = self._saved.pack  # one bound method: the dispatch mode knows it on top of the hooks
+        #: `torch.func.grad`/`vjp`/`jacrev`/`hessian` run with our saved-tensor hooks set aside
+        self.transforms = FunctionalTransforms(self._pack, self._saved.unpack)
         self._mode = TracingMode(
             self._busy, self._saved, self._writes, self.inplace_calls, self.held, self._raised, self._graph,
             self._recompute, self._pack,
@@ -129,6 +132,7 @@ class Tracer:
             self._enter(self.compiled)
             self._enter(NodeCreationHook(self._saved.on_node))
             self._enter(torch.autograd.graph.saved_tensors_hooks(self._pack, self._saved.unpack))
+            self._enter(self.transforms)
             disable_dynamo_directly()
             self._enter(self._mode)
             self._enter(SubclassConstruction(self._mode))

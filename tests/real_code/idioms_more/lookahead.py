@@ -196,15 +196,16 @@ def train(objs, steps: int = 5):
 
 def train_evaluating_slow_weights_before_backward(objs):
     """Zhang's README evaluation on the slow weights, placed between a training forward and its
-    backward: `p.data.copy_(cached)` then `p.data.copy_(backup)` rewrite weights the forward saved,
-    but put back the very same bytes before backward reads them. The gradients are those of the
-    plain step."""
+    backward (at the second step, where the fast weights have moved away from the slow ones):
+    `p.data.copy_(cached)` then `p.data.copy_(backup)` rewrite weights the forward saved, but put
+    back the very same bytes before backward reads them. The gradients are those of the plain step."""
     model, optimizer = objs["model"], objs["optimizer"]
     for i in range(3):
         model.train()
         x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
         loss = F.cross_entropy(model(x), y)
-        if i == 2:  # log the slow weights' loss on this batch
+        if i == 1:  # log the slow weights' loss on this batch
+            objs["slow_differs"] = any(not torch.equal(p, optimizer.state[p]["cached_params"]) for p in model.parameters())
             model.eval()
             optimizer._backup_and_load_cache()
             with torch.no_grad():
@@ -213,30 +214,34 @@ def train_evaluating_slow_weights_before_backward(objs):
             model.train()
         optimizer.zero_grad()
         loss.backward()
+        objs["grads"] = objs.get("grads", []) + [p.grad.clone() for p in model.parameters()]
         optimizer.step()
         objs["losses"].append(loss.detach().clone())
     return objs["losses"]
 
 
-def train_restoring_after_backward(objs):
+def train_restoring_after_backward(objs, restore_before_backward: bool = False):
     """HAZARD: the same evaluation on the slow weights with `_clear_and_load_backup()` put after
     `loss.backward()`: backward reads the slow weights `_backup_and_load_cache` wrote through
-    `.data` where the forward used the fast ones (silently wrong gradients)."""
+    `.data` where the forward used the fast ones (silently wrong gradients).
+    `restore_before_backward=True` is the correct order, for comparison."""
     model, optimizer = objs["model"], objs["optimizer"]
     for i in range(3):
         model.train()
         x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
         loss = F.cross_entropy(model(x), y)
-        restore = i == 2
-        if restore:
+        evaluate = i == 1
+        if evaluate:
             optimizer._backup_and_load_cache()
             with torch.no_grad():
                 objs["losses"].append(F.cross_entropy(model(x), y))
+            if restore_before_backward:
+                optimizer._clear_and_load_backup()
         optimizer.zero_grad()
         loss.backward()
-        if restore:
+        if evaluate and not restore_before_backward:
             optimizer._clear_and_load_backup()
-        objs["grads"] = [p.grad.clone() for p in model.parameters()]
+        objs["grads"] = objs.get("grads", []) + [p.grad.clone() for p in model.parameters()]
         optimizer.step()
     return objs
 

@@ -106,9 +106,9 @@ class SAMOldP(torch.optim.Optimizer):
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None: continue
-                p.data = self.state[p]["old_p"]  # get back to "w" from "w + e(w)"  # <sam-old-p>
+                p.data = self.state[p]["old_p"]  # get back to "w" from "w + e(w)"
 
-        self.base_optimizer.step()  # do the actual "sharpness-aware" update
+        self.base_optimizer.step()  # do the actual "sharpness-aware" update  # <sam-old-p-base-step>
 
         if zero_grad: self.zero_grad()
 
@@ -143,7 +143,7 @@ class BasicUnit(nn.Module):
             ("2_convolution", nn.Conv2d(channels, channels, (3, 3), stride=1, padding=1, bias=False)),
             ("3_normalization", nn.BatchNorm2d(channels)),
             ("4_activation", nn.ReLU(inplace=True)),
-            ("5_dropout", nn.Dropout(dropout, inplace=True)),
+            ("5_dropout", nn.Dropout(dropout, inplace=True)),  # <wrn-dropout>
             ("6_convolution", nn.Conv2d(channels, channels, (3, 3), stride=1, padding=1, bias=False)),
         ]))
 

@@ -1,0 +1,71 @@
+"""`torch.func` transforms that refuse saved-tensor hooks run, while tracing, with ours set aside.
+
+`torch.func.grad`, `vjp`, `jacrev` and `hessian` wrap their work in
+`torch.autograd.graph.disable_saved_tensors_hooks(message)`, which raises at
+once when any saved-tensor hooks are set: under the tracer, whose hooks are set
+for the whole run, a correct program would stop with "torch.func.{grad, vjp,
+jacrev, hessian} don't yet support saved tensor hooks". So while the tracer
+runs, that function is replaced by one that takes the tracer's hooks off the
+stack when they are its top, lets the original disable (and fail, when the
+user's own hooks are set, exactly as without the tool), and puts them back on
+exit. Inside such a transform, saved tensors are not tracked (PyTorch's own
+version check is then on again, as without the tool); `calls` counts the
+transforms so the report can say so. Undone on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+import torch
+
+from .. import _compat
+
+
+class FunctionalTransforms:
+    """Context manager: `torch.func` transforms run inside it with the tracer's hooks `pack`/`unpack` set aside."""
+
+    def __init__(self, pack: Callable[..., Any], unpack: Callable[..., Any]) -> None:
+        self._pack = pack
+        self._unpack = unpack
+        self.calls = 0
+        self._original: Any = None
+
+    def __enter__(self) -> "FunctionalTransforms":
+        graph = torch.autograd.graph
+        self._original = original = graph.disable_saved_tensors_hooks
+        owner = self
+
+        @contextlib.contextmanager
+        def disable_saved_tensors_hooks(error_message: str) -> Iterator[None]:
+            top = _compat.top_saved_tensors_hooks(False)
+            ours = top is not None and top[0] is owner._pack
+            if ours:
+                _compat.pop_saved_tensors_hooks()
+                owner.calls += 1
+            try:
+                with original(error_message):
+                    yield
+            finally:
+                if ours:
+                    _compat.push_saved_tensors_hooks(owner._pack, owner._unpack)
+
+        disable_saved_tensors_hooks.__doc__ = original.__doc__
+        graph.disable_saved_tensors_hooks = disable_saved_tensors_hooks
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._original is not None:
+            torch.autograd.graph.disable_saved_tensors_hooks = self._original
+            self._original = None
+
+    def note(self) -> str | None:
+        """The report's line about them, if any ran."""
+        if not self.calls:
+            return None
+        return (
+            f"{self.calls} torch.func transform call(s) (grad, vjp, jacrev, hessian) ran with the tool's "
+            "saved-tensor hooks set aside, as those transforms require: the tensors they save are checked by "
+            "PyTorch alone"
+        )

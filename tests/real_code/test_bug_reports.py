@@ -1,0 +1,507 @@
+"""Real in-place bug reports, reproduced as their authors wrote them, diagnosed and fixed by the tool.
+
+Each program under tests/real_code/bug_reports/ is the code of one public report (the URL is in
+its docstring), cut down to a few layers and one or two steps, and ends by binding `result`: the
+losses, outputs and gradients (or parameters after the steps) it computed. Every report has two
+tests:
+
+- `..._names_both_lines`: the program runs under `ipd.watch()` (one under `python -m
+  inplace_doctor run`), and the expected rule must fire naming both lines, `file:line`: the line that
+  overwrote the tensor and the line that saved it for backward (IPD101/IPD104), read it afterwards
+  (IPD105/IPD110), or produced the views PyTorch refuses to let it write (IPD103).
+- `..._fix_...`: the printed `fix` is applied to a copy of the program as printed (the edit the fix
+  names, at the line it names, as tests/rules/test_fixes.py does; a prose fix is applied in its most
+  literal reading, which the test spells out), the fixed program must raise nothing, draw no
+  finding, and compute bit for bit what the intended out-of-place program (the upstream fix, or the
+  one the report's thread proposes) computes.
+
+Where the tool misses, names a wrong line, or prints a fix that does not run or changes the meaning,
+the test is kept and marked xfail(strict=True) with what went wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import runpy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import inplace_doctor as ipd
+from inplace_doctor import Severity
+
+PROGRAMS = Path(__file__).resolve().parent / "bug_reports"
+
+# The fix templates, as tests/rules/test_fixes.py parses them (copied, not imported).
+REPLACE = re.compile(r"replace `(?P<old>.+?)` with `(?P<new>.+?)` at (?P<file>[^\s:`]+):(?P<line>\d+)")
+INSERT = re.compile(r"insert `(?P<new>.+?)` before `(?P<old>.+?)` at (?P<file>[^\s:`]+):(?P<line>\d+)")
+CONSTRUCT = re.compile(r"construct `(?P<ref>.+?)` with inplace=False at (?P<file>[^\s:`]+):(?P<line>\d+)")
+COPY = re.compile(r"write into a copy \(`(?P<new>.+?)` before `(?P<old>.+?)`\).* at (?P<file>[^\s:`]+):(?P<line>\d+)")
+# IPD103's prose fix for a multi-output view; no line of its own: applied at the finding's line.
+CLONE_PIECE = "`.clone()` the piece before modifying it"
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # printed locations are then the bare file names
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# -- helpers (after tests/rules/test_fixes.py) ----------------------------------------------------
+
+
+def program(name: str) -> Path:
+    """A fresh copy of bug_reports/<name>.py in the working directory."""
+    path = Path.cwd() / f"{name}.py"
+    shutil.copyfile(PROGRAMS / f"{name}.py", path)
+    return path
+
+
+def derived(name: str, new_name: str, *edits: tuple[str, str]) -> Path:
+    """bug_reports/<name>.py with each (old, new) replaced in its code (not its docstring, where old
+    must occur exactly once), as <new_name>.py."""
+    source = (PROGRAMS / f"{name}.py").read_text()
+    end = source.index('"""', 3) + 3  # the module docstring, which quotes the buggy lines, stays as is
+    doc, code = source[:end], source[end:]
+    for old, new in edits:
+        assert code.count(old) == 1, (old, code.count(old))
+        code = code.replace(old, new)
+    path = Path.cwd() / f"{new_name}.py"
+    path.write_text(doc + code)
+    return path
+
+
+def marker(path: Path, name: str) -> int:
+    """The 1-based line of `path` ending with the comment `# <name>` (exactly one)."""
+    hits = [i for i, text in enumerate(path.read_text().splitlines(), 1) if text.rstrip().endswith(f"# <{name}>")]
+    assert len(hits) == 1, (name, hits)
+    return hits[0]
+
+
+def run_plain(path: Path) -> dict[str, torch.Tensor]:
+    return runpy.run_path(str(path), run_name="__main__")["result"]
+
+
+def diagnose(path: Path) -> list[ipd.Finding]:
+    """The findings (info left out) of a run of the program under watch(); it may stop at the error."""
+    session = ipd.watch()
+    try:
+        with session:
+            runpy.run_path(str(path), run_name="__main__")
+    except RuntimeError:
+        pass
+    return [f for f in session.report().findings if f.severity is not Severity.INFO]
+
+
+def describe(findings: list[ipd.Finding]) -> str:
+    return "\n".join(
+        f"{f.code} {f.severity} write={f.mutation.location} saved={f.saved.location if f.saved else None} "
+        f"read={f.read.location if f.read else None}\n  fix: {f.fix}"
+        for f in findings
+    ) or "no findings"
+
+
+def naming(findings: list[ipd.Finding], code: str, severity: Severity, write: str, other: str) -> ipd.Finding:
+    """The `code` finding of `severity` whose overwriting site is `write` and whose saving (or
+    reading) site is `other`, both `file:line`."""
+    hits = [
+        f
+        for f in findings
+        if f.code == code
+        and f.severity is severity
+        and f.mutation.location == write
+        and any(site is not None and site.location == other for site in (f.saved, f.read))
+    ]
+    assert hits, f"no {code} {severity} naming {write} and {other}:\n{describe(findings)}"
+    return hits[0]
+
+
+def edit_line(path: Path, line: int, old: str, new: str) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    assert old in lines[line - 1], (lines[line - 1], old)
+    lines[line - 1] = lines[line - 1].replace(old, new, 1)
+    path.write_text("".join(lines))
+
+
+def insert_before(path: Path, line: int, old: str, new: str) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    target = lines[line - 1]
+    assert old in target, (target, old)
+    indent = target[: len(target) - len(target.lstrip())]
+    lines.insert(line - 1, f"{indent}{new}\n")
+    path.write_text("".join(lines))
+
+
+def edit_of(finding: ipd.Finding, path: Path) -> tuple[str, int, str, str] | None:
+    """The first edit the finding's printed fix names: (kind, line, old, new), or None for prose."""
+    fix = finding.fix
+    for kind, pattern in (("insert", INSERT), ("insert", COPY), ("replace", REPLACE)):
+        m = pattern.search(fix)
+        if m:
+            assert Path(m["file"]).name == path.name, (m["file"], path)
+            return kind, int(m["line"]), m["old"], m["new"]
+    m = CONSTRUCT.search(fix)
+    if m:
+        assert Path(m["file"]).name == path.name, (m["file"], path)
+        return "replace", int(m["line"]), "inplace=True", "inplace=False"
+    if fix.startswith(CLONE_PIECE):  # at the write: `x.op_(` becomes `x.clone().op_(`
+        code = path.read_text().splitlines()[finding.mutation.line - 1]
+        m = re.search(r"\b(\w+)\.(\w+_)\(", code)
+        assert m, code
+        return "replace", finding.mutation.line, m[0], f"{m[1]}.clone().{m[2]}("
+    return None
+
+
+def apply_fixes(findings: list[ipd.Finding], path: Path) -> list[tuple[str, int, str, str]]:
+    """Apply the edit each finding's fix names (each distinct edit once, bottom line first)."""
+    edits = sorted({e for f in findings if (e := edit_of(f, path)) is not None}, key=lambda e: -e[1])
+    assert edits, f"no printed fix names an edit:\n{describe(findings)}"
+    for kind, line, old, new in edits:
+        (insert_before if kind == "insert" else edit_line)(path, line, old, new)
+    return edits
+
+
+def assert_same(fixed: dict[str, torch.Tensor], intended: dict[str, torch.Tensor]) -> None:
+    assert fixed.keys() == intended.keys()
+    differ = [k for k in fixed if not torch.equal(fixed[k], intended[k])]
+    assert not differ, differ
+
+
+def check_fix(path: Path, findings: list[ipd.Finding], intended: Path) -> None:
+    """Apply the printed fixes, then: no finding, no exception, and exactly the intended results."""
+    apply_fixes(findings, path)
+    assert diagnose(path) == [], path.read_text()
+    assert_same(run_plain(path), run_plain(intended))
+
+
+# -- 1. hidden state written in place in an RNN loop ------------------------------------------------
+# https://github.com/pytorch/pytorch/issues/165621
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the confirmed IPD101 error names the write as `<unknown write>` at `<unknown location> during "
+    "backward` ('The write happened outside the instrumented code'); the line that wrote it, "
+    "rnn_docstring.py:29 `h_t[layer] = torch.tanh(`, only appears in a second, unconfirmed warning that pairs "
+    "it with the first save (saved version 1) instead of the save backward reached (version 9), and the "
+    "error's fix is 'find the in-place write ... (run it inside watch(fail_fast=True))'",
+)
+def test_rnn_docstring_loop_names_both_lines():
+    path = program("rnn_docstring")
+    findings = diagnose(path)
+    write, saved = f"{path.name}:{marker(path, 'write')}", f"{path.name}:{marker(path, 'saved')}"
+    finding = naming(findings, "IPD101", Severity.ERROR, write, saved)
+    assert finding.confirmed is True
+    assert edit_of(finding, path) is not None, finding.fix
+
+
+def test_rnn_docstring_loop_fix_gives_the_list_based_forward_of_pr_173888():
+    """The fix printed for the finding that names the write (the warning, see the xfail above):
+    `h_t = h_t.clone()` before each `h_t[layer] = ...`. It must equal PR #173888's list form."""
+    path = program("rnn_docstring")
+    findings = [f for f in diagnose(path) if f.code == "IPD101"]
+    assert "write into a copy (`h_t = h_t.clone()` before `h_t[layer] = torch.tanh(`" in " ".join(f.fix for f in findings)
+    intended = PROGRAMS / "rnn_docstring_intended.py"
+    check_fix(path, findings, intended)
+
+
+# -- 2. `x /= x.norm()`: the norm saved its input --------------------------------------------------
+# https://github.com/huggingface/transformers/issues/24525, PR #24529
+
+OWL_INTENDED = (
+    (
+        "image_class_embeds /= torch.linalg.norm(image_class_embeds, dim=-1, keepdim=True) + 1e-6",
+        "image_class_embeds = image_class_embeds / (torch.linalg.norm(image_class_embeds, dim=-1, keepdim=True) + 1e-6)",
+    ),
+    (
+        "query_embeds /= torch.linalg.norm(query_embeds, dim=-1, keepdim=True) + 1e-6",
+        "query_embeds = query_embeds / (torch.linalg.norm(query_embeds, dim=-1, keepdim=True) + 1e-6)",
+    ),
+)
+
+
+def test_owlvit_normalize_names_both_lines():
+    path = program("owlvit_normalize")
+    findings = diagnose(path)
+    # backward reaches the query norm first (the error); the image norm is the same bug, unconfirmed
+    line = marker(path, "write-query")
+    finding = naming(findings, "IPD101", Severity.ERROR, f"{path.name}:{line}", f"{path.name}:{line}")
+    assert finding.saved.op.endswith("linalg_vector_norm") and finding.confirmed is True
+    line = marker(path, "write-image")
+    naming(findings, "IPD101", Severity.WARNING, f"{path.name}:{line}", f"{path.name}:{line}")
+
+
+def test_owlvit_normalize_fix_divides_by_the_whole_right_hand_side():
+    path = program("owlvit_normalize")
+    findings = diagnose(path)
+    check_fix(path, findings, derived("owlvit_normalize", "intended", *OWL_INTENDED))
+
+
+# -- 3. in-place writes into the views `for channel in tensor[0]` unbinds --------------------------
+# https://github.com/haofanwang/Score-CAM/issues/28
+
+SCORECAM_INTENDED = (
+    (
+        "    for channel, mean, std in zip(denormalized[0], means, stds):  # <views>\n"
+        "        channel.mul_(std).add_(mean)  # <write>\n",
+        "    count = 0\n"
+        "    for channel, mean, std in zip(denormalized[0], means, stds):\n"
+        "        denormalized[0][count] = denormalized[0][count].mul(std)\n"
+        "        denormalized[0][count] = denormalized[0][count].add(mean)\n"
+        "        count += 1\n",
+    ),
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the IPD103 finding names only the write (scorecam_denormalize.py:22, op shown as `<in-place op>`); "
+    "the line whose iteration produced the views, `for channel, mean, std in zip(denormalized[0], ...)` at "
+    "scorecam_denormalize.py:21, is named nowhere (saved and read are None, the text says only "
+    "'`unbind`, `split`, `chunk`')",
+)
+def test_scorecam_denormalize_names_both_lines():
+    path = program("scorecam_denormalize")
+    findings = diagnose(path)
+    naming(findings, "IPD103", Severity.ERROR, f"{path.name}:{marker(path, 'write')}", f"{path.name}:{marker(path, 'views')}")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the fix, '`.clone()` the piece before modifying it' (no line), applied at the write as "
+    "`channel.clone().mul_(std).add_(mean)`, runs but drops the denormalization: the clones are discarded and "
+    "`denormalize` returns its input unchanged, so image, loss and gradients differ from the intended program",
+)
+def test_scorecam_denormalize_fix_keeps_the_denormalization():
+    path = program("scorecam_denormalize")
+    findings = diagnose(path)
+    check_fix(path, findings, derived("scorecam_denormalize", "intended", *SCORECAM_INTENDED))
+
+
+# -- 4. `clamp_` on a `chunk` output ---------------------------------------------------------------
+# https://github.com/toshikwa/gail-airl-ppo.pytorch/issues/13
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the IPD103 finding names only the write (gail_chunk_clamp.py:31, op shown as `<in-place op>` "
+    "rather than `clamp_`); the `.chunk(2, dim=-1)` at gail_chunk_clamp.py:30 that returned the views is "
+    "named nowhere",
+)
+def test_gail_chunk_clamp_names_both_lines():
+    path = program("gail_chunk_clamp")
+    findings = diagnose(path)
+    naming(findings, "IPD103", Severity.ERROR, f"{path.name}:{marker(path, 'write')}", f"{path.name}:{marker(path, 'views')}")
+
+
+def test_gail_chunk_clamp_fix_equals_the_reporters_clamp():
+    """'`.clone()` the piece before modifying it', applied at the write: `log_stds.clone().clamp_(-20, 2)`;
+    the reporter's fix was `clamp` out of place."""
+    path = program("gail_chunk_clamp")
+    findings = diagnose(path)
+    assert [f.code for f in findings] == ["IPD103"] and findings[0].fix.startswith(CLONE_PIECE)
+    check_fix(path, findings, derived("gail_chunk_clamp", "intended", ("log_stds.clamp_(-20, 2)", "log_stds.clamp(-20, 2)")))
+
+
+# -- 5. `out += self.bias` after a scatter-max that saved its output (run from the command line) ---
+# https://github.com/pyg-team/pytorch_geometric/issues/8953
+
+
+def test_pyg_bias_after_max_aggregation_names_both_lines_from_the_command_line():
+    path = program("pyg_bias_after_max_aggr")
+    proc = subprocess.run(
+        [sys.executable, "-m", "inplace_doctor", "run", "--format", "json", "--output", "report.json", path.name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "modified by an inplace operation" in proc.stderr  # the script's own traceback is kept
+    report = json.loads(Path("report.json").read_text())
+    hits = [
+        f
+        for f in report["findings"]
+        if f["code"] == "IPD101"
+        and f["severity"] == "error"
+        and (Path(f["mutation"]["file"]).name, f["mutation"]["line"]) == (path.name, marker(path, "write"))
+        and (Path(f["saved"]["file"]).name, f["saved"]["line"]) == (path.name, marker(path, "saved"))
+    ]
+    assert hits, json.dumps(report["findings"], indent=1)
+    assert f"replace `out += self.bias` with `out = out + self.bias` at {path.name}:{marker(path, 'write')}" in hits[0]["fix"]
+
+
+def test_pyg_bias_after_max_aggregation_fix_equals_the_upstream_fix():
+    path = program("pyg_bias_after_max_aggr")
+    findings = diagnose(path)
+    check_fix(path, findings, derived("pyg_bias_after_max_aggr", "intended", ("out += self.bias", "out = out + self.bias")))
+
+
+# -- 6. `logits += bias` in a loss helper, on the output of a sigmoid --------------------------------
+# https://github.com/wutong16/DistributionBalancedLoss/issues/20
+
+
+def test_dbloss_logit_reg_names_both_lines():
+    path = program("dbloss_logit_reg")
+    findings = diagnose(path)
+    finding = naming(
+        findings, "IPD101", Severity.ERROR, f"{path.name}:{marker(path, 'write')}", f"{path.name}:{marker(path, 'saved')}"
+    )
+    assert finding.saved.op.endswith("sigmoid") and finding.saved.module == "model.1"
+
+
+def test_dbloss_logit_reg_fix_computes_the_out_of_place_bias():
+    """The fix keeps the helper's write and hands it a copy (`cls_score = cls_score.clone()` before the
+    call); the intended program adds the bias out of place."""
+    path = program("dbloss_logit_reg")
+    findings = diagnose(path)
+    intended = derived("dbloss_logit_reg", "intended", ("logits += self.neg_bias", "logits = logits + self.neg_bias"))
+    check_fix(path, findings, intended)
+
+
+# -- 7. the generator's step before a second backward through the same `fake` -----------------------
+# https://github.com/tamarott/SinGAN/issues/148
+
+
+def test_singan_generator_steps_names_both_lines():
+    path = program("singan_generator_steps")
+    findings = diagnose(path)
+    finding = naming(
+        findings, "IPD101", Severity.ERROR, f"{path.name}:{marker(path, 'write')}", f"{path.name}:{marker(path, 'saved')}"
+    )
+    assert finding.mutation.api == "Adam.step" and finding.confirmed is True
+    assert finding.places and all(p.startswith("netG.") for p in finding.places), finding.places
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="besides the error, an unconfirmed IPD101 warning blames `optimizerD.step()` "
+    "(singan_generator_steps.py:36) for the weights saved by `output = netD(real)` (:27), a graph that "
+    "`errD_real` merely keeps alive and no backward of the program reaches, with the reason 'backward stopped "
+    "at an earlier in-place error before reaching this tensor' (the failing backward is errG's, whose graph does "
+    "not contain it) and the fix 'move `Adam.step` at :36 after the later backward' (there is none); the fixed "
+    "program shows that graph is harmless (no finding at all)",
+)
+def test_singan_generator_steps_reports_only_the_generator_step():
+    path = program("singan_generator_steps")
+    findings = diagnose(path)
+    assert [(f.code, f.mutation.location) for f in findings] == [("IPD101", f"{path.name}:{marker(path, 'write')}")], describe(findings)
+
+
+def test_singan_generator_steps_fix_regenerates_fake_in_the_generator_loop():
+    """The fix is prose: 'run the forward that the backward at :BACKWARD uses again after `Adam.step` at
+    :STEP'. The forward of that backward that the loop does not re-run is `fake = netG(noise.detach())`;
+    applied literally, it runs again at the top of the generator loop (after the previous step), which is
+    rgb000000's fix in SinGAN PR #117 ("create a new fake here")."""
+    path = program("singan_generator_steps")
+    finding = naming(
+        diagnose(path),
+        "IPD101",
+        Severity.ERROR,
+        f"{path.name}:{marker(path, 'write')}",
+        f"{path.name}:{marker(path, 'saved')}",
+    )
+    assert (
+        f"run the forward that the backward at {path.name}:{marker(path, 'backward')} uses again after "
+        f"`Adam.step` at {path.name}:{marker(path, 'write')}" in finding.fix
+    ), finding.fix
+    insert_before(path, marker(path, "regenerate-before"), "output = netD(fake)", "fake = netG(noise.detach())")
+    assert diagnose(path) == [], path.read_text()
+    intended = derived(
+        "singan_generator_steps",
+        "intended",
+        ("        output = netD(fake)  # <regenerate-before>", "        # create a new fake here\n        fake = netG(noise.detach())\n        output = netD(fake)"),
+    )
+    assert_same(run_plain(path), run_plain(intended))
+
+
+# -- 8. an in-place ReLU first in a residual branch, then `out += input`: silently wrong ------------
+# https://github.com/rosinality/vq-vae-2-pytorch/issues/60
+
+
+def test_vqvae_resblock_names_both_lines():
+    path = program("vqvae_resblock")
+    findings = diagnose(path)
+    finding = naming(
+        findings, "IPD105", Severity.ERROR, f"{path.name}:{marker(path, 'write')}", f"{path.name}:{marker(path, 'read')}"
+    )
+    assert finding.mutation.origin is not None and finding.mutation.origin.line == marker(path, "origin")
+    assert set(finding.places) == {"enc.blocks.1.conv.0", "enc.blocks.2.conv.0"}, finding.places
+
+
+def test_vqvae_resblock_fix_equals_the_upstream_fix():
+    path = program("vqvae_resblock")
+    findings = diagnose(path)
+    intended = derived("vqvae_resblock", "intended", ("nn.ReLU(inplace=True),  # <origin>", "nn.ReLU(),"))
+    check_fix(path, findings, intended)
+    # the bug was silent: the unfixed program runs and computes something else
+    assert not torch.equal(run_plain(program("vqvae_resblock"))["out"], run_plain(intended)["out"])
+
+
+# -- 9. `masked_fill_` on the softmax output --------------------------------------------------------
+# https://github.com/lucidrains/flamingo-pytorch/issues/10
+
+
+def test_flamingo_zero_attention_names_both_lines():
+    path = program("flamingo_zero_attention")
+    findings = diagnose(path)
+    finding = naming(
+        findings, "IPD101", Severity.ERROR, f"{path.name}:{marker(path, 'write')}", f"{path.name}:{marker(path, 'saved')}"
+    )
+    assert finding.saved.op.endswith("_softmax") and finding.confirmed is True
+
+
+def test_flamingo_zero_attention_fix_equals_the_maintainers_fix():
+    path = program("flamingo_zero_attention")
+    findings = diagnose(path)
+    intended = derived(
+        "flamingo_zero_attention",
+        "intended",
+        ("attn.masked_fill_(text_without_media_mask, 0.)", "attn = attn.masked_fill(text_without_media_mask, 0.)"),
+    )
+    check_fix(path, findings, intended)
+
+
+# -- 10. masking through `.data` before the softmax ------------------------------------------------
+# https://github.com/jadore801120/attention-is-all-you-need-pytorch/issues/16
+
+
+def test_aiayn_data_mask_names_both_lines():
+    path = program("aiayn_data_mask")
+    findings = diagnose(path)
+    finding = naming(
+        findings, "IPD110", Severity.WARNING, f"{path.name}:{marker(path, 'write')}", f"{path.name}:{marker(path, 'read')}"
+    )
+    assert finding.confirmed is True
+
+
+def test_aiayn_data_mask_fix_records_the_mask_in_the_graph():
+    path = program("aiayn_data_mask")
+    findings = diagnose(path)
+    intended = derived(
+        "aiayn_data_mask",
+        "intended",
+        ("attn.data.masked_fill_(attn_mask, -float('inf'))", "attn = attn.masked_fill(attn_mask, -float('inf'))"),
+    )
+    check_fix(path, findings, intended)
+
+
+# -- 11. a correct program with `exp_`/`add_`: nothing to report -----------------------------------
+# https://github.com/pytorch/examples/issues/308
+
+
+def test_vae_exp_inplace_is_clean_and_unchanged_by_watching():
+    path = program("vae_exp_")
+    assert diagnose(path) == []
+    plain = run_plain(path)
+    session = ipd.watch()
+    with session:
+        watched = runpy.run_path(str(path), run_name="__main__")["result"]
+    assert_same(watched, plain)
