@@ -86,7 +86,9 @@ class SavedTensorReached:
 @dataclass(frozen=True)
 class SavedTensorFreed:
     """Autograd released a saved tensor that a write had changed, without backward reading it:
-    its graph was freed (never backpropagated, or not through that node). Nothing will raise."""
+    its graph was freed (never backpropagated, or not through that node). Nothing will raise.
+    Also sent when backward reads it holding exactly the bytes it was saved with (a `.data`
+    write undone before backward: Lookahead's backup/restore): nothing wrong is computed."""
 
     key: int
 

@@ -884,13 +884,6 @@ def test_lookahead_slow_weights_and_evaluation_on_them_are_clean(form):
     twin_recorded(lambda: la.build(form), la.train, la.modules)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "IPD104 error 'backward read the new values ... the gradients it computed from them are silently "
-    "wrong' for `.data` writes that put back the saved weights' exact bytes before backward "
-    "(Lookahead's `_backup_and_load_cache()` / `_clear_and_load_backup()` between forward and "
-    "backward), naming as the culprit the restoring `p.data.copy_(param_state['backup_params'])` "
-    "line of `_clear_and_load_backup`: the gradients are bit-identical to those of the step "
-    "without the evaluation"))
 def test_lookahead_slow_weight_evaluation_restored_before_backward_is_clean():
     """Zhang's README evaluation on the slow weights, placed between a training forward and its
     backward (logging the slow weights' loss on the batch): `p.data.copy_(cached)` and then

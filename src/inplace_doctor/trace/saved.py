@@ -20,6 +20,7 @@ from .nodes import record_creation
 from .ops import op_name
 from .owner import Busy, Sink
 from .blame import the_programs_error
+from .fingerprint import fingerprint
 from .pytorch_errors import pytorch_stale_message, written_here
 from .stacks import SAVE_STACK, RawFrame, capture_stack, make_site, resolve_stack, resolve_stacks
 from .storage import storage_key, storage_span
@@ -55,7 +56,7 @@ class SavedRecord:
 
     __slots__ = (
         "tensor", "key", "stack", "module", "in_backward", "version", "node", "field", "op", "read", "used",
-        "overwritten", "fingerprint", "seen", "handout", "written_at", "__weakref__",
+        "overwritten", "fingerprint", "seen", "handout", "written_at", "grad", "bytes_before", "__weakref__",
     )
 
     def __init__(
@@ -79,6 +80,11 @@ class SavedRecord:
         self.seen: Any = None
         self.handout: Any = None
         self.written_at: Any = None
+        #: the saved tensor required grad (a write through an alias that does not is `.data` or
+        #: `.detach()`'s); and the bytes' fingerprint before the first such write, taken by
+        #: `WriteRecorder.before_write_through_alias` so that unpack can tell a change from a restore
+        self.grad = False
+        self.bytes_before: Any = None
 
     def span(self) -> tuple[int, int, int] | None:
         return storage_span(self.tensor)
@@ -146,6 +152,7 @@ class SavedTensors:
         key = self.saves = self.saves + 1
         in_backward = _compat.current_autograd_node() is not None
         record = SavedRecord(alias, key, capture_stack(), self._modules.current, in_backward, t._version)
+        record.grad = t.requires_grad
         ptr = storage_key(alias)
         if ptr:
             ref = weakref.ref(record, self._on_release)
@@ -181,7 +188,10 @@ class SavedTensors:
             record.overwritten = False
             self._overwritten_keys.discard(record.key)
             if t._version == record.version:  # changed without a version bump: backward reads the new values
-                self._emit(SavedTensorReached(record.key))
+                if record.bytes_before is not None and fingerprint(t) == record.bytes_before:
+                    self._emit(SavedTensorFreed(record.key))  # ... unless they are the saved ones, put back
+                else:
+                    self._emit(SavedTensorReached(record.key))
         version = t._version
         if version != record.version:
             node = _compat.current_autograd_node()

@@ -23,6 +23,7 @@ from ..events import (
     WriteInfo,
 )
 from .aliases import HeldTensors
+from .fingerprint import fingerprint
 from .modules import ModulePaths
 from .ops import op_name, writes_bytes
 from .owner import Busy
@@ -90,6 +91,26 @@ class WriteRecorder:
         with self._busy:
             for t in written:
                 self.before_write(t)
+
+    def before_write_through_alias(self, written: list[torch.Tensor]) -> None:
+        """Before an op writes `written`: for each saved tensor that required grad on the memory of
+        one that does not (a `.data` or `.detach()` alias, whose write `.data`'s leaves unseen by
+        autograd's version check), fingerprint the bytes as saved, once. Unpack then tells a change
+        (IPD104, confirmed) from the same bytes put back before backward (Lookahead and SAM's
+        evaluate-then-restore of `p.data`), which computes nothing wrong."""
+        by_storage = self._saved.by_storage
+        for t in written:
+            if t.requires_grad:
+                continue
+            span = storage_span(t)
+            bucket = by_storage.get(span[0]) if span is not None else None
+            if not bucket:
+                continue
+            for ref in list(bucket.values()):
+                record = ref()
+                if record is not None and record.grad and record.bytes_before is None and not record.overwritten:
+                    with self._busy:
+                        record.bytes_before = fingerprint(record.tensor)
 
     def record(self, func: Any, written: list[torch.Tensor], values_unchanged: bool = False) -> None:
         """`values_unchanged`: the op copied a tensor onto its own memory (`load_state_dict` loading a
