@@ -103,6 +103,9 @@ class InplaceErrorRaised:
     #: raised inside backward: the failing node (`CopySlices`) and where forward created it
     node: str | None = None
     created: Site | None = None
+    #: raised at an in-place call autograd refused: where the written tensor's autograd node was
+    #: created (the `unbind`/`chunk`/`split` that returned it, among several views)
+    target_created: Site | None = None
 
 
 @dataclass(frozen=True)

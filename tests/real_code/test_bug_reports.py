@@ -261,41 +261,32 @@ SCORECAM_INTENDED = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the IPD103 finding names only the write (scorecam_denormalize.py:22, op shown as `<in-place op>`); "
-    "the line whose iteration produced the views, `for channel, mean, std in zip(denormalized[0], ...)` at "
-    "scorecam_denormalize.py:21, is named nowhere (saved and read are None, the text says only "
-    "'`unbind`, `split`, `chunk`')",
-)
 def test_scorecam_denormalize_names_both_lines():
     path = program("scorecam_denormalize")
     findings = diagnose(path)
     naming(findings, "IPD103", Severity.ERROR, f"{path.name}:{marker(path, 'write')}", f"{path.name}:{marker(path, 'views')}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the fix, '`.clone()` the piece before modifying it' (no line), applied at the write as "
-    "`channel.clone().mul_(std).add_(mean)`, runs but drops the denormalization: the clones are discarded and "
-    "`denormalize` returns its input unchanged, so image, loss and gradients differ from the intended program",
-)
-def test_scorecam_denormalize_fix_keeps_the_denormalization():
+def test_scorecam_denormalize_fix_offers_the_write_by_index_and_warns_that_a_cloned_piece_loses_it():
+    """The loop means to change `denormalized` channel by channel: of the two choices the fix
+    names, the second (write into the tensor by index) is the thread's fix; the first (rebind the
+    piece) would not change `denormalized`, and the fix says so. A clone of the piece, written,
+    loses the write (what the old fix, "`.clone()` the piece", led to): it says that too."""
     path = program("scorecam_denormalize")
-    findings = diagnose(path)
-    check_fix(path, findings, derived("scorecam_denormalize", "intended", *SCORECAM_INTENDED))
+    [finding] = [f for f in diagnose(path) if f.code == "IPD103"]
+    fix = finding.fix
+    assert not fix.startswith(CLONE_PIECE)
+    assert "the tensor it came from keeps its old values" in fix
+    assert "write into that tensor by index, one piece at a time (`t[i] = t[i].op(...)`" in fix
+    assert "Writing a `.clone()` of the piece changes neither: the write is lost" in fix
+    # the chained write is not rewritten as one half in place: no `channel = channel.mul(std).add_(mean)`
+    assert "channel = channel.mul(" not in fix
 
 
 # -- 4. `clamp_` on a `chunk` output ---------------------------------------------------------------
 # https://github.com/toshikwa/gail-airl-ppo.pytorch/issues/13
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the IPD103 finding names only the write (gail_chunk_clamp.py:31, op shown as `<in-place op>` "
-    "rather than `clamp_`); the `.chunk(2, dim=-1)` at gail_chunk_clamp.py:30 that returned the views is "
-    "named nowhere",
-)
 def test_gail_chunk_clamp_names_both_lines():
     path = program("gail_chunk_clamp")
     findings = diagnose(path)
@@ -303,11 +294,12 @@ def test_gail_chunk_clamp_names_both_lines():
 
 
 def test_gail_chunk_clamp_fix_equals_the_reporters_clamp():
-    """'`.clone()` the piece before modifying it', applied at the write: `log_stds.clone().clamp_(-20, 2)`;
-    the reporter's fix was `clamp` out of place."""
+    """The fix's first choice, the piece alone (`log_stds` is not read again): `clamp` out of place
+    where its result is used, which is the reporter's fix."""
     path = program("gail_chunk_clamp")
     findings = diagnose(path)
-    assert [f.code for f in findings] == ["IPD103"] and findings[0].fix.startswith(CLONE_PIECE)
+    assert [f.code for f in findings] == ["IPD103"]
+    assert "Only this piece: use the out-of-place op where its result is used" in findings[0].fix
     check_fix(path, findings, derived("gail_chunk_clamp", "intended", ("log_stds.clamp_(-20, 2)", "log_stds.clamp(-20, 2)")))
 
 

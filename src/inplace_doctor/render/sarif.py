@@ -170,7 +170,8 @@ def _related(finding: Finding, root: str, root_label: str) -> list[JSONDict]:
     """The saving site ("saved for backward here") and the reading site ("read here"), when known."""
     related: list[JSONDict] = []
     overwrote = finding.mutation if _origin_site(finding) is not None else None
-    for site, text in ((overwrote, "overwrote here"), (finding.saved, "saved for backward here"), (finding.read, "read here")):
+    read_text = "views made here" if "read_label" in finding.details else "read here"
+    for site, text in ((overwrote, "overwrote here"), (finding.saved, "saved for backward here"), (finding.read, read_text)):
         if site is None:
             continue
         location = _location(site, root, root_label)

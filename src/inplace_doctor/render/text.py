@@ -49,18 +49,20 @@ def _site_line(
 
 def finding_lines(f: Finding, root_label: str = ROOT_LABEL, stack: int = 2) -> list[tuple[str, str]]:
     """(text, style) lines for one finding."""
-    raised_at_op = f.saved is None and f.read is None
+    # PyTorch refused the op itself (IPD103): its other line, if any, is where the tensor came from
+    raised_at_op = f.saved is None and (f.read is None or "read_label" in f.details)
     confirmed = "  [PyTorch raised]" if raised_at_op else "  [confirmed by backward]"
     status = {True: confirmed, False: "  [unconfirmed]", None: ""}[f.confirmed]
     count = f"  (x{f.count})" if f.count > 1 else ""
     out = [(f"{f.severity.value:<8}{f.code}  {f.title}{status}{count}", _STYLE[f.severity])]
-    label = "overwritten" if f.saved or f.read else "at"
+    label = "at" if raised_at_op else "overwritten"
     callers: set[tuple[str, int]] = set()  # a caller line shared by the sites is printed once
     out += [(line, "") for line in _site_line(label, f.mutation, root_label, stack=stack, shown=callers)]
     if f.saved is not None:
         out += [(line, "") for line in _site_line("saved", f.saved, root_label, f.details.get("slot"), stack, callers)]
     if f.read is not None:
-        out += [(line, "") for line in _site_line("read by", f.read, root_label, stack=stack, shown=callers)]
+        read_label = str(f.details.get("read_label", "read by"))
+        out += [(line, "") for line in _site_line(read_label, f.read, root_label, stack=stack, shown=callers)]
     if len(f.places) > 1 or (f.places and f.details.get("target")):
         listed = ", ".join(f.places[:_PLACES_SHOWN])
         more = f" and {len(f.places) - _PLACES_SHOWN} more" if len(f.places) > _PLACES_SHOWN else ""

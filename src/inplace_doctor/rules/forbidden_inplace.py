@@ -84,6 +84,13 @@ def forbidden_inplace(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
         m.bn1.register_full_backward_hook(hook)
         m(torch.randn(1, 3, 64, 64))   # IPD103 at the ReLU(inplace=True) after bn1
 
+    For one of several views returned together, the finding also names the
+    line that made the views (`unbind` when iterating a tensor, `split` for
+    ``chunk``), and its fix names both meanings: the piece alone (out of
+    place, rebound) or the tensor it came from too (written by index, or
+    rebuilt with ``torch.stack``/``cat``); a written ``.clone()`` of the piece
+    would lose the write.
+
     Fix: out-of-place op or a ``.clone()`` before the write, as the finding says.
     """
     text = str(event.error)
@@ -101,6 +108,12 @@ def forbidden_inplace(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
         )
         site = event.created
     ref = module_ref(site, ctx.root_label)
+    views = event.target_created if pattern is _MULTIPLE_VIEWS else None
+    details: dict[str, Any] = {}
+    if pattern is _MULTIPLE_VIEWS:
+        what, fix = _multiple_views(site, views)
+        if views is not None:
+            details["read_label"] = "views from"  # the other line: where the views were made
     if ref is not None and site.module_inplace:
         fix = f"set `{ref}.inplace = False`; in general, {fix}"
     first = text.strip().splitlines()[0] if text.strip() else type(event.error).__name__
@@ -110,6 +123,58 @@ def forbidden_inplace(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
         why=f"{why}; PyTorch raised: \"{textwrap.shorten(first, 400, placeholder=' ...')}\"",
         fix=fix,
         mutation=site,
+        read=views,
         confirmed=True,
         kind=what,
+        **details,
     )
+
+
+_MULTIPLE_VIEWS = _FORWARD_ERRORS[2][0]
+_CALL_START = re.compile(r"\b[A-Za-z_]\w*\.[a-z][a-z0-9_]*?_\(")
+
+
+def _first_inplace_call(code: str) -> str | None:
+    """`x.clamp_(-1, 1)` in `return f(x.clamp_(-1, 1))`: the first in-place method call, whole."""
+    start = _CALL_START.search(code)
+    if start is None:
+        return None
+    depth = 0
+    for i in range(start.end() - 1, len(code)):
+        depth += code[i] == "("
+        depth -= code[i] == ")"
+        if depth == 0:
+            return code[start.start() : i + 1]
+    return None
+_STATEMENT = re.compile(r"^(?P<name>[A-Za-z_]\w*)\.(?P<op>[a-z][a-z0-9_]*?)_\((?P<args>.*)\)$")
+
+
+def _multiple_views(site: Any, views: Any) -> tuple[str, str]:
+    """What happened and the fix, for a write into one of several views returned together. The
+    fix names both choices, since which tensor was meant to change is the program's: the piece
+    alone (rebind it out of place), or the tensor it came from too (write that one). A `.clone()`
+    of the piece, written, changes neither: the write is lost."""
+    made = f" by `{views.op.removeprefix('aten.')}` at {views.location}" if views is not None else ""
+    what = f"modifies one of several views returned together{made} (`unbind`, iterating a tensor, `split`, `chunk`)"
+    code = (site.code or "").split("  #", 1)[0].strip()
+    statement = _STATEMENT.match(code)
+    call = _first_inplace_call(code)
+    if statement and not re.search(r"\)\s*\.", statement["args"]):  # one call, not `c.mul_(s).add_(m)`
+        name, op, args = statement["name"], statement["op"], statement["args"]
+        piece = f"rebind it out of place: replace `{code}` with `{name} = {name}.{op}({args})` at {site.location}"
+    elif call is not None and not statement and not code.startswith(call):  # its result is used: `f(x.clamp_(a, b))`
+        name = call.split(".", 1)[0]
+        out_of_place = call.replace("_(", "(", 1)
+        piece = (
+            f"use the out-of-place op where its result is used: replace `{call}` with `{out_of_place}` at "
+            f"{site.location} (`{name}` itself then keeps its old values)"
+        )
+    else:
+        piece = f"compute it out of place and bind the result to a new name at {site.location}"
+    fix = (
+        f"decide which tensor is meant to change. Only this piece: {piece} (the tensor it came from keeps its "
+        "old values). The tensor it came from too: write into that tensor by index, one piece at a time "
+        "(`t[i] = t[i].op(...)` instead of the views), or build it out of place (`torch.stack`/`torch.cat` of "
+        "the changed pieces). Writing a `.clone()` of the piece changes neither: the write is lost"
+    )
+    return what, fix

@@ -233,7 +233,12 @@ class InplaceCalls(TorchFunctionMode):
                 # its caller relies on the mutation, which is the function's whole point.
                 if is_user_file(caller.f_code.co_filename) and _augmented_target(caller) is False:
                     kind = "augmented"
-        out = call_through(func, args, kwargs) if kind is None else self._inplace_call(func, args, kwargs, kind)
+        try:
+            out = call_through(func, args, kwargs) if kind is None else self._inplace_call(func, args, kwargs, kind)
+        except RuntimeError as exc:
+            if args and isinstance(args[0], torch.Tensor) and not owner.busy:
+                owner.call_raised(exc, func, args[0])
+            raise
         if func in HAND_OUTS and self.on_hand_out is not None and args and not owner.busy:
             self.on_hand_out(args[0], HAND_OUTS[func])
         owner.user_call_returned()

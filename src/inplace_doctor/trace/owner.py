@@ -7,7 +7,7 @@ way `torch.utils.flop_counter`'s private mode calls back into its owner.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from ..events import Event
 
@@ -29,6 +29,11 @@ class TraceOwner(Protocol):
 
     def user_call_returned(self) -> None:
         """A user-level torch call returned: with fail-fast, its writes are settled now."""
+        ...
+
+    def call_raised(self, exc: BaseException, func: Any, target: Any) -> None:
+        """A user-level torch call on `target` raised `exc` before the dispatcher saw an op (autograd's
+        view and leaf checks): note which call, and where `target`'s autograd node was created."""
         ...
 
 

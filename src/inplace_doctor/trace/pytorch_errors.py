@@ -8,9 +8,17 @@ import torch
 
 from ..events import InplaceErrorRaised
 from .modules import ModuleContext
-from .nodes import NodeOrigin, custom_backward_in_traceback
+from .nodes import NodeOrigin, custom_backward_in_traceback, origin_of
 from .ops import op_name
 from .stacks import checkpoint_in_traceback, frames_from_traceback, inplace_op_in_traceback, make_site
+
+
+# What Python's augmented assignment calls on a tensor, by the in-place op it is.
+_AUGMENTED_METHODS = {
+    "__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_", "__itruediv__": "div_",
+    "__ifloordiv__": "floor_divide_", "__imod__": "remainder_", "__ipow__": "pow_",
+    "__iand__": "bitwise_and_", "__ior__": "bitwise_or_", "__ixor__": "bitwise_xor_",
+}
 
 
 class RaisedErrors:
@@ -21,7 +29,7 @@ class RaisedErrors:
     gc cannot see.
     """
 
-    __slots__ = ("failed_op", "error_module", "failed_node", "last_node")
+    __slots__ = ("failed_op", "error_module", "failed_node", "last_node", "failed_call")
 
     def __init__(self) -> None:
         #: (id of the exception, the op that raised it), set by the dispatch mode
@@ -30,16 +38,28 @@ class RaisedErrors:
         self.failed_node: tuple[int, NodeOrigin | None] | None = None
         #: the node whose backward ran the last op the dispatch mode saw in backward
         self.last_node: NodeOrigin | None = None
+        #: (id of the exception, the method called, where its tensor's autograd node was created):
+        #: a call autograd refused before any op (a view's in-place check), set by the function mode
+        self.failed_call: tuple[int, str, NodeOrigin | None] | None = None
         #: (id of the exception, the module running when it left the tracer), set on exit
         self.error_module: tuple[int, ModuleContext | None] | None = None
+
+    def call_raised(self, exc: BaseException, func: Any, target: torch.Tensor) -> None:
+        """See `TraceOwner.call_raised`; kept only for an in-place method (`mul_`, `clamp_`)."""
+        name = getattr(func, "__name__", "")
+        if not (name.endswith("_") and not name.endswith("__")) and name not in _AUGMENTED_METHODS:
+            return
+        node = target.grad_fn if target.requires_grad else None
+        self.failed_call = (id(exc), _AUGMENTED_METHODS.get(name, name), origin_of(node) if node is not None else None)
 
     def describe(self, exc: BaseException, current_module: ModuleContext | None) -> InplaceErrorRaised:
         """Where `exc`, raised inside the traced code, happened; `current_module` is the module stack's top now."""
         frames, api = frames_from_traceback(exc.__traceback__)
+        call = self.failed_call if self.failed_call is not None and self.failed_call[0] == id(exc) else None
         if self.failed_op is not None and self.failed_op[0] == id(exc):
             op = op_name(self.failed_op[1])
         else:  # raised above the dispatcher (autograd's view and leaf checks)
-            op = inplace_op_in_traceback(exc.__traceback__) or "<in-place op>"
+            op = inplace_op_in_traceback(exc.__traceback__) or (call[1] if call else None) or "<in-place op>"
         if self.error_module is not None and self.error_module[0] == id(exc):
             module = self.error_module[1]
         else:  # still inside the run: the module stack is as the error left it
@@ -51,6 +71,7 @@ class RaisedErrors:
             exc, site, checkpoint_in_traceback(exc.__traceback__),
             node=node.name if node is not None else None,
             created=node.site() if node is not None else None,
+            target_created=call[2].site() if call is not None and call[2] is not None else None,
         )
 
     def _failing_node(self, exc: BaseException) -> NodeOrigin | None:

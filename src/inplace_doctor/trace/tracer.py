@@ -201,6 +201,9 @@ class Tracer:
             raise error from written
         raise error
 
+    def call_raised(self, exc: BaseException, func: Any, target: Any) -> None:
+        self._raised.call_raised(exc, func, target)
+
     def user_call_returned(self) -> None:
         if self._writes.pending and not self._busy.on and self._fail_fast:
             self._writes.settle()
