@@ -186,14 +186,6 @@ def check_fix(path: Path, findings: list[ipd.Finding], intended: Path) -> None:
 # https://github.com/pytorch/pytorch/issues/165621
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the confirmed IPD101 error names the write as `<unknown write>` at `<unknown location> during "
-    "backward` ('The write happened outside the instrumented code'); the line that wrote it, "
-    "rnn_docstring.py:29 `h_t[layer] = torch.tanh(`, only appears in a second, unconfirmed warning that pairs "
-    "it with the first save (saved version 1) instead of the save backward reached (version 9), and the "
-    "error's fix is 'find the in-place write ... (run it inside watch(fail_fast=True))'",
-)
 def test_rnn_docstring_loop_names_both_lines():
     path = program("rnn_docstring")
     findings = diagnose(path)

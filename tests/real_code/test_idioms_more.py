@@ -137,12 +137,6 @@ def test_sam_restoring_the_weights_before_the_second_backward_is_flagged():
                for f in hits), describe(hits)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "two in-place writes to a saved weight before backward (`p.sub_(e_w)` in SAM.second_step, then "
-    "the base SGD step): IPD101 names only the last one (`add_` (via SGD.step) at sam.py:60, 'the "
-    "tensor was at version 4, autograd saved version 2') and its fix says to move SGD.step after "
-    "the backward, which alone leaves the `p.sub_` at sam.py:58 breaking backward; the first write "
-    "is named nowhere"))
 def test_sam_restoring_the_weights_before_the_second_backward_names_the_restoring_write():
     """The same hazard: the write that first made the saved weights stale (version 2 -> 3) is the
     `p.sub_(e_w)` line; the finding must name it (moving the SGD step alone does not fix the program)."""

@@ -124,9 +124,10 @@ class Analyzer:
             isinstance(event, SavedTensorChangedOutside) and event.reached
         )
         predicted_key = _predicted_key(event)
+        settled: list[Finding] = []  # what was predicted for the tensor backward reached now
         if isinstance(event, _REACHED) or (isinstance(event, SavedTensorChangedOutside) and confirming):
             key = _settled_key(event)
-            self.pending.pop(key, None)
+            settled = self.pending.pop(key, None) or []
             if key in self._suppressed_saved:
                 self._suppressed_error = isinstance(event, StaleSavedTensorUsed)
                 self.suppressed += 1
@@ -148,14 +149,31 @@ class Analyzer:
                 continue
             finding = self._placed(finding)
             if predicted_key is not None:
+                # Each write that changed the tensor is kept (`p.sub_()` under no_grad, then `opt.step()`:
+                # both must move); the same write again replaces its prediction.
                 predicted = self.pending.setdefault(predicted_key, [])
-                predicted[:] = [f for f in predicted if f.code != finding.code] + [finding]
+                predicted[:] = [f for f in predicted if f.dedupe_key != finding.dedupe_key] + [finding]
                 produced.append(finding)
                 continue
             recorded = self._record(finding, confirming)
             if confirming and finding.confirmed:
                 recorded = self._fold_pending(recorded)
             produced.append(recorded)
+        if settled and any(p.code == "IPD101" for p in produced):
+            # The rule names the last write before backward; each earlier one predicted for the same
+            # tensor bumped its version too (all must move for backward to run), and backward reached
+            # it: confirmed, at its own line. One per line (`h[:, 0] += 1` writes twice).
+            last = next(p for p in produced if p.code == "IPD101")
+            named = {(p.mutation.file, p.mutation.line) for p in produced}
+            for f in settled:
+                if f.code == "IPD101" and (f.mutation.file, f.mutation.line) not in named:
+                    named.add((f.mutation.file, f.mutation.line))
+                    why = (
+                        f"This write changed the tensor too, before the write at {last.mutation.location}; "
+                        f"each must be moved or made out of place for backward to run. {last.why}"
+                    )
+                    confirmed = f.with_(confirmed=True, unconfirmed_reason="", why=why)
+                    produced.append(self._record(confirmed, confirming=True))
         return produced
 
     def _placed(self, finding: Finding) -> Finding:

@@ -56,7 +56,7 @@ class SavedRecord:
 
     __slots__ = (
         "tensor", "key", "stack", "module", "in_backward", "version", "node", "field", "op", "read", "used",
-        "overwritten", "fingerprint", "seen", "handout", "written_at", "grad", "bytes_before", "__weakref__",
+        "overwritten", "fingerprint", "seen", "handout", "written_at", "grad", "bytes_before", "node_serial", "__weakref__",
     )
 
     def __init__(
@@ -69,6 +69,7 @@ class SavedRecord:
         self.in_backward = in_backward
         self.version = version
         self.node: str | None = None
+        self.node_serial = 0  # which node saved it (one number per node), once `node` is known
         self.field: str | None = None
         self.op: str | None = None
         self.read = True
@@ -135,6 +136,7 @@ class SavedTensors:
         self._on_release = self._release  # one bound method for every weakref callback
         #: (node, the op run before it was created), not yet named
         self.pending_nodes: list[tuple[Any, Any]] = []
+        self._nodes_seen = 0  # nodes whose saved tensors were flushed: the records' `node_serial`
         #: the last op the dispatch mode ran: the op of the next node created
         self.last_op: Any = None
         # keys of saved tensors a write changed: backward reaching them, or their release, settles it
@@ -261,6 +263,7 @@ class SavedTensors:
                 continue
             node_name = op = None
             custom = False
+            self._nodes_seen += 1
             for attr, field in attrs:
                 try:
                     raw = getattr(node, attr)
@@ -283,6 +286,7 @@ class SavedTensors:
                     if custom:
                         field = "saved_tensors"  # what the user's backward reads: ctx.saved_tensors
                     record.node = node_name
+                    record.node_serial = self._nodes_seen
                     record.field = f"{field}[{i}]" if many else field
                     record.op = op
                     record.read = saved_field_is_read(node, node_name, record.field)

@@ -230,7 +230,8 @@ class WriteRecorder:
                 ):
                     continue
                 frames = record.where()[0]
-                node_key = (record.node, frames[-1:])
+                # one node, not one line: an RNN loop's `h[0] @ w` saves h in a new node each step
+                node_key = (record.node, record.node_serial, frames[-1:])
                 if record.node is not None and node_key in reported:
                     continue
                 reported.add(node_key)
