@@ -47,6 +47,23 @@ def one_thread():
 # ---------------------------------------------------------------------------
 
 
+def load_program(folder: Path, name: str) -> Any:
+    """Import `folder/<name>.py` (plain files, no package) once, as a module of its own."""
+    key = f"_ipd_{folder.name}_{name}"
+    if key in sys.modules:
+        return sys.modules[key]
+    spec = importlib.util.spec_from_file_location(key, folder / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[key] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def has_error(findings, code: str) -> bool:
+    return any(f.code == code and f.severity is Severity.ERROR for f in findings)
+
+
 def line_of(tag: str) -> int:
     """The line of this file carrying the comment `# <<tag>>` (exactly one)."""
     needle = "# <<" + tag + ">>"

@@ -17,7 +17,6 @@ A handful of idioms live in tests/real_code/idioms/*.py and also run as scripts 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import itertools
 import math
 import os
@@ -36,39 +35,21 @@ from torch import nn
 
 import inplace_doctor as ipd
 from inplace_doctor import Severity
-from test_idioms import assert_clean, twin
+from test_idioms import one_thread  # noqa: F401  (its autouse fixture, for these tests too)
+from test_idioms import has_error, load_program, assert_clean, twin
 
 HERE = Path(__file__).resolve()
 IDIOMS = HERE.parent / "idioms"
 REPO = HERE.parents[2]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def load(name: str) -> ModuleType:
     """Import tests/real_code/idioms/<name>.py (plain files, no package)."""
-    key = f"_ipd_idiom_{name}"
-    if key in sys.modules:
-        return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, IDIOMS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[key] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_program(IDIOMS, name)
 
 
 def describe(findings) -> str:
     return "\n\n".join(f"{f.code} {f.severity}: {f.message}" for f in findings)
-
-
-def has_error(findings, code: str) -> bool:
-    return any(f.code == code and f.severity is Severity.ERROR for f in findings)
 
 
 # ---------------------------------------------------------------------------
