@@ -127,7 +127,7 @@ class Analyzer:
         settled: list[Finding] = []  # what was predicted for the tensor backward reached now
         if isinstance(event, _REACHED) or (isinstance(event, SavedTensorChangedOutside) and confirming):
             key = _settled_key(event)
-            settled = self.pending.pop(key, None) or []
+            settled = self.pending.pop(key, [])
             if key in self._suppressed_saved:
                 self._suppressed_error = isinstance(event, StaleSavedTensorUsed)
                 self.suppressed += 1
