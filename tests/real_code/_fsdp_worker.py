@@ -12,7 +12,9 @@ asserts that no finding comes from it):
   all-gathered shards are copied into the unsharded parameters. Between the two, FSDP2 frees the
   unsharded storage (`untyped_storage().resize_(0)`, no dispatch op) and the copy before backward
   writes back exactly the values forward used: the optimizer updates only the sharded DTensor
-  parameters, after backward. The version counter is left as autograd saved it.
+  parameters, after backward. The version counter is left as autograd saved it. The tool skips
+  the `fsdp::` ops' writes as FSDP's own: when the allocator gave the refilled storage the same
+  address, the copy looked like a `.data` write to the weights forward saved (IPD104, flaky).
 - `fsdp.chunk_cat` and `copy_` in the post-backward reduce-scatter: fresh gradient buffers and
   the sharded `.grad`, which no graph saved.
 - `add_` on `DTensor`s in `opt.step()`: the local shards of the sharded parameters, which no

@@ -118,6 +118,13 @@ class WriteRecorder:
         self.writes += 1
         if in_ddp_state_sync():  # DDP's deliberate, version-preserving sync: not the user's write
             return
+        if getattr(func, "namespace", None) == "fsdp":
+            # FSDP2's own parameter management (`fsdp.split_with_sizes_copy` refills the unsharded
+            # parameters before backward with the values forward used, after freeing them with a
+            # storage resize no op shows; `fsdp.chunk_cat` fills gradient buffers): not the user's
+            # write. When the allocator hands the refilled storage the same address, it was taken
+            # for a `.data`-like write to the weights forward saved (IPD104 on a clean job).
+            return
         for t in written:
             self._record_written_tensor(func, t, values_unchanged)
 
