@@ -232,6 +232,25 @@ def test_indexed_augmented_assignment_fix_writes_into_a_copy_not_back_into_the_s
     assert "h[:, 0] = h[:, 0] + 1" not in finding.fix
 
 
+def test_a_chunk_piece_held_in_an_attribute_is_rebound_not_left_unchanged():
+    """IPD103 on one of the views `chunk` returned, written as a whole statement through an
+    attribute: the piece-alone choice rebinds `s.hi`, it does not drop the write."""
+    program = """
+        import torch
+        torch.manual_seed(0)
+        class State: pass
+        s = State()
+        a = torch.randn(4, requires_grad=True)
+        s.lo, s.hi = (a * 2).chunk(2)
+        s.hi.clamp_(-1, 1)
+        loss = s.lo.sum() + s.hi.pow(2).sum()
+        loss.backward()
+        result = {"loss": loss.detach(), "grad": a.grad}
+    """
+    finding = check(program, program.replace("s.hi.clamp_(-1, 1)", "s.hi = s.hi.clamp(-1, 1)"), "IPD103")
+    assert "rebind it out of place: replace `s.hi.clamp_(-1, 1)` with `s.hi = s.hi.clamp(-1, 1)`" in finding.fix
+
+
 def test_a_helper_that_mutates_its_argument_gets_a_copy_at_the_call_not_a_dropped_write():
     program = """
         import torch

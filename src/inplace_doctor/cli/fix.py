@@ -91,8 +91,6 @@ def command(ns: argparse.Namespace) -> int:
             return status or 1
         if suggestions:
             break
-    else:
-        suggestions = []
     remaining = [f for f in findings if f.get("severity") in ("error", "warning")]
     if not edited:
         _suggest(suggestions)

@@ -12,7 +12,7 @@ from typing import Any
 from ..events import InplaceErrorRaised
 from ..findings import Finding, Severity
 from ..sites import module_ref
-from .phrasing import where
+from .phrasing import first_inplace_call, inplace_statement, where, without_comment
 from .registry import make_finding, rule
 
 _FORWARD_ERRORS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
@@ -131,22 +131,6 @@ def forbidden_inplace(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
 
 
 _MULTIPLE_VIEWS = _FORWARD_ERRORS[2][0]
-_CALL_START = re.compile(r"\b[A-Za-z_]\w*\.[a-z][a-z0-9_]*?_\(")
-
-
-def _first_inplace_call(code: str) -> str | None:
-    """`x.clamp_(-1, 1)` in `return f(x.clamp_(-1, 1))`: the first in-place method call, whole."""
-    start = _CALL_START.search(code)
-    if start is None:
-        return None
-    depth = 0
-    for i in range(start.end() - 1, len(code)):
-        depth += code[i] == "("
-        depth -= code[i] == ")"
-        if depth == 0:
-            return code[start.start() : i + 1]
-    return None
-_STATEMENT = re.compile(r"^(?P<name>[A-Za-z_]\w*)\.(?P<op>[a-z][a-z0-9_]*?)_\((?P<args>.*)\)$")
 
 
 def _multiple_views(site: Any, views: Any) -> tuple[str, str]:
@@ -156,18 +140,18 @@ def _multiple_views(site: Any, views: Any) -> tuple[str, str]:
     of the piece, written, changes neither: the write is lost."""
     made = f" by `{views.op.removeprefix('aten.')}` at {views.location}" if views is not None else ""
     what = f"modifies one of several views returned together{made} (`unbind`, iterating a tensor, `split`, `chunk`)"
-    code = (site.code or "").split("  #", 1)[0].strip()
-    statement = _STATEMENT.match(code)
-    call = _first_inplace_call(code)
-    if statement and not re.search(r"\)\s*\.", statement["args"]):  # one call, not `c.mul_(s).add_(m)`
-        name, op, args = statement["name"], statement["op"], statement["args"]
-        piece = f"rebind it out of place: replace `{code}` with `{name} = {name}.{op}({args})` at {site.location}"
-    elif call is not None and not statement and not code.startswith(call):  # its result is used: `f(x.clamp_(a, b))`
-        name = call.split(".", 1)[0]
-        out_of_place = call.replace("_(", "(", 1)
+    code = without_comment(site.code or "")
+    statement = inplace_statement(code)
+    call = first_inplace_call(code)
+    if statement and call is not None and call[0] == code:  # one call alone, not `c.mul_(s).add_(m)`
+        target, name = statement["target"], statement["name"]
+        fixed = f"{target} = {code.replace(f'.{name}_(', f'.{name}(', 1)}"
+        piece = f"rebind it out of place: replace `{code}` with `{fixed}` at {site.location}"
+    elif call is not None and not statement:  # its result is used: `f(x.clamp_(a, b))`
+        out_of_place = call[0].replace("_(", "(", 1)
         piece = (
-            f"use the out-of-place op where its result is used: replace `{call}` with `{out_of_place}` at "
-            f"{site.location} (`{name}` itself then keeps its old values)"
+            f"use the out-of-place op where its result is used: replace `{call[0]}` with `{out_of_place}` at "
+            f"{site.location} (`{call[1]}` itself then keeps its old values)"
         )
     else:
         piece = f"compute it out of place and bind the result to a new name at {site.location}"

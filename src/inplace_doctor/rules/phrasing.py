@@ -224,6 +224,22 @@ def _one_operand(code: str) -> bool:
     return code.startswith("(") and _closing_bracket(code) == len(code) - 1
 
 
+def inplace_statement(code: str) -> re.Match[str] | None:
+    """`x.relu_()` or `self.h.clamp_(a, b)` as the whole statement (`target`, `name` groups): its
+    effect is the mutation, so an out-of-place form must rebind the target."""
+    return _INPLACE_STATEMENT.match(code)
+
+
+def first_inplace_call(code: str) -> tuple[str, str] | None:
+    """(the first in-place method call in `code`, whole; its receiver): `self.x.clamp_(-1, 1)` and
+    `self.x` in `return f(self.x.clamp_(-1, 1))`."""
+    start = _RECEIVER.search(code)
+    if start is None:
+        return None
+    close = _closing_bracket(code[start.end() - 1 :])
+    return (code[start.start() : start.end() + close], start["name"]) if close >= 0 else None
+
+
 def _closing_bracket(code: str) -> int:
     """The index of the bracket closing the one `code` opens with (strings are not looked into)."""
     depth = 0

@@ -47,10 +47,11 @@ class RaisedErrors:
     def call_raised(self, exc: BaseException, func: Any, target: torch.Tensor) -> None:
         """See `TraceOwner.call_raised`; kept only for an in-place method (`mul_`, `clamp_`)."""
         name = getattr(func, "__name__", "")
-        if not (name.endswith("_") and not name.endswith("__")) and name not in _AUGMENTED_METHODS:
+        op = _AUGMENTED_METHODS.get(name) or (name if name.endswith("_") and not name.startswith("__") else None)
+        if op is None:
             return
         node = target.grad_fn if target.requires_grad else None
-        self.failed_call = (id(exc), _AUGMENTED_METHODS.get(name, name), origin_of(node) if node is not None else None)
+        self.failed_call = (id(exc), op, origin_of(node) if node is not None else None)
 
     def describe(self, exc: BaseException, current_module: ModuleContext | None) -> InplaceErrorRaised:
         """Where `exc`, raised inside the traced code, happened; `current_module` is the module stack's top now."""
