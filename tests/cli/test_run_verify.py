@@ -113,3 +113,36 @@ def test_in_a_process_group_nothing_is_run_and_the_note_says_why() -> None:
     [note] = models.verify_all(rank=1)
     assert "not run: the script trained in a process group (rank 1)" in note
     assert models.calls == []
+
+
+def test_submodules_train_eval_flags_are_used_as_at_the_call_and_put_back_as_the_script_left_them(tmp_path: Path) -> None:
+    """A training model with a frozen BatchNorm (eval inside train): verified in those flags, and
+    afterwards every submodule's flag is the script's again, not the root's copied down."""
+    (tmp_path / "train.py").write_text(textwrap.dedent(
+        """\
+        import torch
+        from torch import nn
+
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.ReLU(inplace=True), nn.Linear(4, 1))
+        model.train()
+        model[1].eval()  # frozen statistics, as fine-tuning recipes do
+        model(torch.randn(8, 4)).sum().backward()
+        model.eval()
+        model[3].train()  # the script's last word on the flags
+        """
+    ))
+    models = ModelCalls()
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        status, _, _ = run_script("train.py", [], models=models)
+    finally:
+        os.chdir(cwd)
+    assert status == 0
+    [call] = models.calls
+    model = call.module
+    assert [flag for _, flag in call.modes] == [True, True, False, True, True]
+    [note] = models.verify_all()
+    assert equivalent(note) and "(train mode," in note
+    assert [m.training for m in model.modules()] == [False, False, False, False, True]

@@ -3,8 +3,9 @@
 While the script is watched, the first call of each top-level module (a module
 called from outside any module's forward: the model, a discriminator, a loss
 module) is recorded: the module itself, a detached copy of its arguments (as
-`verify` clones them) and its train/eval mode. After the script has ended,
-`verify()` runs each recorded module on those arguments, in that mode, as
+`verify` clones them) and each of its submodules' train/eval flags (put back
+exactly as the script left them once verified). After the script has ended,
+`verify()` runs each recorded module on those arguments, in those modes, as
 configured and with every module `inplace` flag and functional `inplace=True`
 call forced off, each on a deep copy, and compares outputs, loss (the sum of
 the floating outputs), gradients, buffers and inputs. The weights verified are
@@ -39,7 +40,12 @@ class ModelCall:
     module: torch.nn.Module
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    training: bool
+    #: each submodule's train/eval flag at the call (a frozen BatchNorm in a training model stays eval)
+    modes: list[tuple[torch.nn.Module, bool]]
+
+    @property
+    def training(self) -> bool:
+        return self.modes[0][1]
 
 
 class ModelCalls:
@@ -80,7 +86,7 @@ class ModelCalls:
         with torch.no_grad():
             copied_args, copied_kwargs = clone_inputs((tuple(args), kwargs))
         label = _label(module, {c.label for c in self.calls})
-        self.calls.append(ModelCall(label, module, copied_args, copied_kwargs, module.training))
+        self.calls.append(ModelCall(label, module, copied_args, copied_kwargs, _modes(module)))
 
     def verify_all(self, rank: int | None = None) -> list[str]:
         """One note per recorded module: equivalent, or how it differs (or why it could not be run).
@@ -95,16 +101,16 @@ class ModelCalls:
                     "verify the model in one process (inplace-doctor verify MODULE:FACTORY)"]
         notes = []
         for call in self.calls:
-            was = call.module.training
+            now = _modes(call.module)  # the flags the script left, put back exactly after
             try:
-                call.module.train(call.training)
+                _set_modes(call.modes)
                 result = verify(call.module, *call.args, **call.kwargs)
             except Exception as e:  # a model verify cannot copy or run (DDP, a non-differentiable output)
                 first = str(e).splitlines()[0] if str(e) else ""
                 notes.append(f"{VERIFIED}`{call.label}` could not be verified: {type(e).__name__}: {first}")
                 continue
             finally:
-                call.module.train(was)
+                _set_modes(now)
             text = str(result).splitlines()
             mode = "train" if call.training else "eval"
             head = f"{VERIFIED}`{call.label}` ({mode} mode, on the arguments of its first call): {text[0]}"
@@ -124,6 +130,16 @@ def equivalent(note: str) -> bool:
 def differs(note: str) -> bool:
     """Whether a note of `verify_all` says its module computes something else than its out-of-place form."""
     return note.startswith(VERIFIED) and ": not equivalent:" in note.split("\n", 1)[0]
+
+
+def _modes(module: torch.nn.Module) -> list[tuple[torch.nn.Module, bool]]:
+    return [(m, m.training) for m in module.modules()]
+
+
+def _set_modes(modes: list[tuple[torch.nn.Module, bool]]) -> None:
+    for m, flag in modes:
+        if m.training is not flag:
+            m.training = flag
 
 
 def _label(module: torch.nn.Module, taken: set[str]) -> str:

@@ -70,7 +70,7 @@ class TracingMode(_compat.TorchDispatchMode):
         if written and writes.before_write is not None:
             writes.call_before_write(written)
         if written and saved.by_storage:
-            writes.before_write_through_alias(written)
+            writes.before_write_through_alias(func, written)
         node = _compat.current_autograd_node()  # not None inside backward: the node running
         if self.inplace_calls.overwritten and node is None:
             self.inplace_calls.check_reads(func, args, kwargs)  # before the op: the values it reads

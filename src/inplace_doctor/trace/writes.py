@@ -92,12 +92,14 @@ class WriteRecorder:
             for t in written:
                 self.before_write(t)
 
-    def before_write_through_alias(self, written: list[torch.Tensor]) -> None:
-        """Before an op writes `written`: for each saved tensor that required grad on the memory of
-        one that does not (a `.data` or `.detach()` alias, whose write `.data`'s leaves unseen by
-        autograd's version check), fingerprint the bytes as saved, once. Unpack then tells a change
+    def before_write_through_alias(self, func: Any, written: list[torch.Tensor]) -> None:
+        """Before `func` writes `written`: for each saved tensor that required grad on the memory of
+        one that does not (a `.data` or `.detach()` alias; a write through `.data` is one autograd's
+        version check cannot see), fingerprint the bytes as saved, once. Unpack then tells a change
         (IPD104, confirmed) from the same bytes put back before backward (Lookahead and SAM's
         evaluate-then-restore of `p.data`), which computes nothing wrong."""
+        if _frameworks_own(func):
+            return  # not recorded either: nothing to compare
         by_storage = self._saved.by_storage
         for t in written:
             if t.requires_grad:
@@ -116,14 +118,7 @@ class WriteRecorder:
         """`values_unchanged`: the op copied a tensor onto its own memory (`load_state_dict` loading a
         `state_dict()` alias back): the version still moves, but no held alias now holds other values."""
         self.writes += 1
-        if in_ddp_state_sync():  # DDP's deliberate, version-preserving sync: not the user's write
-            return
-        if getattr(func, "namespace", None) == "fsdp":
-            # FSDP2's own parameter management (`fsdp.split_with_sizes_copy` refills the unsharded
-            # parameters before backward with the values forward used, after freeing them with a
-            # storage resize no op shows; `fsdp.chunk_cat` fills gradient buffers): not the user's
-            # write. When the allocator hands the refilled storage the same address, it was taken
-            # for a `.data`-like write to the weights forward saved (IPD104 on a clean job).
+        if _frameworks_own(func):
             return
         for t in written:
             self._record_written_tensor(func, t, values_unchanged)
@@ -268,6 +263,16 @@ class WriteRecorder:
         self.pending.clear()
         self._inputs = {}
         self._forward_state = {}
+
+
+def _frameworks_own(func: Any) -> bool:
+    """A write that is a framework's parameter management, not the user's: DDP's deliberate,
+    version-preserving state sync, and FSDP2's `fsdp::` ops (`fsdp.split_with_sizes_copy` refills
+    the unsharded parameters before backward with the values forward used, after freeing them with
+    a storage resize no op shows; `fsdp.chunk_cat` fills gradient buffers). When the allocator gave
+    the refilled storage the same address, the refill was taken for a `.data`-like write to the
+    weights forward saved (IPD104 on a clean job)."""
+    return in_ddp_state_sync() or getattr(func, "namespace", None) == "fsdp"
 
 
 def _labelled(args: Any, kwargs: dict[str, Any]) -> list[tuple[str, torch.Tensor]]:
