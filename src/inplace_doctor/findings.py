@@ -9,6 +9,101 @@ from typing import Any
 from .sites import Site, caller_frame
 
 
+class Applicability(enum.StrEnum):
+    """How far a fix may be trusted, as ruff's `Applicability`: decided by checking it, never by its wording.
+
+    `proven`: its edits were applied to a scratch copy of the user's program, which then ran
+    with the finding gone, no new finding, and forward values, gradients and state equal bit
+    for bit to the intended program's (`inplace-doctor fix` applies it). `unsafe`: edits exist
+    but are not (or could not be) proven; applied only with `--unsafe-fixes`. `manual`: no edit
+    can be made from the source (a change of design); shown, never applied.
+    """
+
+    PROVEN = "proven"
+    UNSAFE = "unsafe"
+    MANUAL = "manual"
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """A place in a source file: 1-based line, 0-based column counted in characters of the decoded line."""
+
+    line: int
+    column: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"line": self.line, "column": self.column}
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the text from `start` to `end` (exclusive) of `path`, which reads `old`, by `new`.
+
+    An insertion has `start == end` and `old == ""`. `path` is the file as the finding's sites
+    name it (relative to the working directory the run started in, or absolute). Built from the
+    source at the site (never from a sentence); applied by splicing, so every other byte of the
+    file (line endings, BOM, encoding) stays as it was.
+    """
+
+    path: str
+    start: Position
+    end: Position
+    old: str
+    new: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "start": self.start.to_dict(), "end": self.end.to_dict(), "old": self.old, "new": self.new}
+
+
+class FixKind(enum.StrEnum):
+    """What a fix does to the program; its English is made in render/ from this and its edits."""
+
+    CLONE_BEFORE_WRITE = "clone-before-write"      # `h = h.clone()` before the writing statement
+    OUT_OF_PLACE = "out-of-place"                  # `x += y` -> `x = x + y`
+    REBIND = "rebind"                              # `x.relu_()` -> `x = x.relu()`
+    FLAG_OFF_AT_CONSTRUCTOR = "flag-off-at-constructor"  # `nn.ReLU(inplace=True)` -> `inplace=False`
+    FLAG_OFF_AT_CALL = "flag-off-at-call"          # `F.relu(h, inplace=True)` -> `inplace=False`
+    MOVE_STATEMENT = "move-statement"              # an optimizer step moved after the backward that reads
+    OTHER = "other"                                # a change no edit expresses (manual)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What checking a fix on the user's program found: `checked` is False when it was not run."""
+
+    checked: bool = False
+    equal: bool = False          # forward values, gradients and state equal the intended program's, bit for bit
+    finding_gone: bool = False   # the finding (and its siblings) no longer reported
+    new_findings: tuple[str, ...] = ()  # codes of errors/warnings the edited program reports that the original did not
+    steps: int = 0               # training steps compared
+    first_difference: str = ""   # which value differed first (display only; nothing reads it back)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "checked": self.checked, "equal": self.equal, "finding_gone": self.finding_gone,
+            "new_findings": list(self.new_findings), "steps": self.steps, "first_difference": self.first_difference,
+        }
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One way to fix a finding: its kind, the edits that make it (none for a manual fix), how far
+    it may be trusted, and the evidence for that."""
+
+    kind: FixKind
+    edits: tuple[Edit, ...] = ()
+    applicability: Applicability = Applicability.MANUAL
+    evidence: Evidence = Evidence()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": str(self.kind),
+            "applicability": str(self.applicability),
+            "edits": [e.to_dict() for e in self.edits],
+            "evidence": self.evidence.to_dict(),
+        }
+
+
 class Severity(enum.StrEnum):
     ERROR = "error"
     WARNING = "warning"
@@ -46,6 +141,7 @@ class Finding:
     places: tuple[str, ...] = ()
     why: str = ""
     unconfirmed_reason: str = ""
+    fixes: tuple[Fix, ...] = ()  # the fix as data; `fix` above is its sentence
     details: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -93,6 +189,7 @@ class Finding:
             "mutation": self.mutation.to_dict(),
             "saved": self.saved.to_dict() if self.saved else None,
             "read": self.read.to_dict() if self.read else None,
+            "fixes": [x.to_dict() for x in self.fixes],
             "details": dict(self.details),
         }
 
