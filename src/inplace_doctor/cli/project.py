@@ -8,7 +8,8 @@
 
 Command-line flags override the file: `--select`/`--ignore` replace its lists,
 `--fail-on` its threshold. Unknown keys and codes are a UsageError naming the
-closest valid one.
+closest valid one; a value of the wrong type (`tool = "x"`, `inplace-doctor = 5`,
+`fail-on = 5`) one naming the key and the type it needs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..engines.optimize.toml_config import read_toml
+from ..engines.optimize.toml_config import read_toml, toml_type
 from ..errors import UsageError
 from ..findings import Severity
 
@@ -60,7 +61,7 @@ def _code_list(value: Any, key: str, where: str) -> list[str]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise UsageError(f"{where}: {key} must be a list of rule codes, e.g. [\"IPD105\"]")
+        raise UsageError(f"{where}: {key} must be a list of rule codes, e.g. [\"IPD105\"], not {toml_type(value)}")
     try:
         select_rules(value)
     except UsageError as e:
@@ -74,7 +75,7 @@ def load_project_config(start: str | os.PathLike[str] | None = None) -> ProjectC
     if path is None:
         return ProjectConfig()
     data = read_toml(path, "project file")
-    table = data.get("tool", {}).get("inplace-doctor")
+    table = _tool_table(data, path)
     if table is None:
         return ProjectConfig(path=str(path))
     where = f"{path} [tool.inplace-doctor]"
@@ -87,18 +88,39 @@ def load_project_config(start: str | os.PathLike[str] | None = None) -> ProjectC
     if "ignore" in table:
         config.ignore = _code_list(table["ignore"], "ignore", where)
     if "fail-on" in table:
-        value = str(table["fail-on"]).lower()
+        if not isinstance(table["fail-on"], str):
+            raise UsageError(f"{where}: fail-on must be one of the strings {', '.join(FAIL_ON)}, not {toml_type(table['fail-on'])}")
+        value = table["fail-on"].lower()
         if value not in FAIL_ON:
             raise UsageError(f"{where}: fail-on = {table['fail-on']!r}; {_did_you_mean(value, FAIL_ON)}")
         config.fail_on = value
     if "per-module-ignores" in table:
         pmi = table["per-module-ignores"]
         if not isinstance(pmi, dict):
-            raise UsageError(f"{where}: per-module-ignores must be a table of \"module.glob\" = [codes]")
+            raise UsageError(
+                f"{where}: per-module-ignores must be a table of \"module.glob\" = [codes], not {toml_type(pmi)}"
+            )
         config.per_module_ignores = {
             str(glob): _code_list(codes, f"per-module-ignores[{glob!r}]", where) for glob, codes in pmi.items()
         }
     return config
+
+
+def _tool_table(data: dict[str, Any], path: Path) -> dict[str, Any] | None:
+    """`[tool.inplace-doctor]` of a parsed pyproject.toml (None without one); UsageError naming
+    the key when `tool` or `inplace-doctor` is not a table (`tool = "x"`, `inplace-doctor = 5`)."""
+    tool = data.get("tool")
+    if tool is None:
+        return None
+    if not isinstance(tool, dict):
+        raise UsageError(f"{path}: tool must be a table ([tool.inplace-doctor] and other tools' settings), not {toml_type(tool)}")
+    table = tool.get("inplace-doctor")
+    if table is not None and not isinstance(table, dict):
+        raise UsageError(
+            f"{path}: tool.inplace-doctor must be a table, [tool.inplace-doctor] with keys such as "
+            f"ignore = [\"IPD104\"], not {toml_type(table)}"
+        )
+    return table
 
 
 def merged(config: ProjectConfig, select: list[str] | None, ignore: list[str] | None, fail_on: str | None) -> ProjectConfig:

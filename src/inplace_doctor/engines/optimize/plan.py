@@ -19,7 +19,7 @@ from ...findings import Finding
 from ...printing import Printable, fmt_bytes
 from ..memory import MemoryReport
 from ..verify import VerifyResult
-from .toml_config import HEADER_TABLE, apply_config, compress, toml_string
+from .toml_config import HEADER_TABLE, apply_config, compress, toml_comment, toml_string
 
 
 @dataclass
@@ -120,8 +120,8 @@ class Plan(Printable):
             "# `inplace-doctor verify SPEC --config FILE` (or audit).",
             f"# Derived {datetime.date.today().isoformat()} from one traced training step; re-derive when the",
             "# model, its inputs or its mode change.",
-            f"# Peak memory: shipped {_bytes_or(self.peak_shipped, self.shipped_error)}, "
-            f"planned {fmt_bytes(self.peak_planned)}.",
+            toml_comment(f"# Peak memory: shipped {_bytes_or(self.peak_shipped, self.shipped_error)}, "
+                         f"planned {fmt_bytes(self.peak_planned)}."),
             "",
             f"[{HEADER_TABLE}]",
             f"target = {toml_string(self.target)}",
@@ -139,13 +139,13 @@ class Plan(Printable):
         for pattern, flag, members in compress(self.config(), self.all_paths):
             d = reasons[members[0]]
             note = d.reason if len(members) == 1 else f"{len(members)} modules: {d.reason}"
-            lines.append(f"{toml_string(pattern)} = {'true' if flag else 'false'}  # {note}")
+            lines.append(f"{toml_string(pattern)} = {'true' if flag else 'false'}  # {toml_comment(note)}")
         calls = [d for d in self.decisions if d.kind == "call"]
         if calls:
             lines.append("")
             lines.append("# Functional inplace=True calls (change the line itself):")
             for d in calls:
-                lines.append(f"#   {d.site}: {'keep' if d.inplace else 'change to inplace=False'} ({d.reason})")
+                lines.append(toml_comment(f"#   {d.site}: {'keep' if d.inplace else 'change to inplace=False'} ({d.reason})"))
         return "\n".join(lines) + "\n"
 
     def _peak_shipped_lines(self) -> list[str]:
@@ -153,7 +153,7 @@ class Plan(Printable):
         measurement, so the key is left out (never a sentinel) and a comment says why."""
         if self.peak_shipped is not None:
             return [f"peak-shipped-bytes = {self.peak_shipped}"]
-        return [f"# peak-shipped-bytes: not measured, the shipped configuration raises ({self.shipped_error})"]
+        return [toml_comment(f"# peak-shipped-bytes: not measured, the shipped configuration raises ({self.shipped_error})")]
 
     def write(self, path: str | os.PathLike[str], *, force: bool = False) -> str | None:
         """Write the config to `path`. An existing file (people edit these by hand) is replaced

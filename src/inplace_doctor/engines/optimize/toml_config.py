@@ -11,9 +11,12 @@
     "features.3" = false     # unsafe: IPD101 ...
 
 Patterns are `fnmatch` globs over `named_modules()` paths (`*` also crosses
-dots); later entries override earlier ones. `apply_config` refuses a pattern
-that matches no module with an `inplace` option, and warns when it sets a
-module the traced run never executed (its decision rests on no evidence).
+dots); later entries override earlier ones. A module whose name holds a glob
+character is named with it bracketed (`"blocks[[]0]"` is `blocks[0]`), as
+`optimize --write` writes it. `apply_config` refuses, before changing anything,
+a pattern that matches no module with an `inplace` option and a value that is
+not a boolean (file or mapping alike), and warns when it sets a module the
+traced run never executed (its decision rests on no evidence).
 """
 
 from __future__ import annotations
@@ -61,23 +64,74 @@ def read_toml(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
         raise UsageError(f"cannot read {what} {name}: {e.strerror or e}") from None
 
 
+# The header keys `optimize --write` writes, and the type each must have (the header records what
+# the config was derived from; only `never-executed` is read back, but every known key is checked
+# so that a hand-mangled header is named, not half-trusted).
+HEADER_KEYS: dict[str, tuple[str, str]] = {
+    "target": ("str", "a string"),
+    "inputs": ("list[str]", "an array of strings"),
+    "mode": ("str", "a string"),
+    "optimizer": ("str", "a string"),
+    "torch": ("str", "a string"),
+    "peak-shipped-bytes": ("int", "an integer"),
+    "peak-planned-bytes": ("int", "an integer"),
+    "verified": ("bool", "true or false"),
+    "never-executed": ("list[str]", "an array of module paths (strings)"),
+}
+
+
+def toml_type(value: Any) -> str:
+    """What a parsed TOML value is, in TOML's words, with the value: `an integer (5)`."""
+    names = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "an array", dict: "a table"}
+    name = names.get(type(value), f"a {type(value).__name__}")
+    shown = repr(value) if not isinstance(value, (dict, list)) or len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    return f"{name} ({shown})"
+
+
+def _has_type(value: Any, kind: str) -> bool:
+    if kind == "list[str]":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    return type(value) is {"str": str, "int": int, "bool": bool}[kind]  # `is`: true is not an integer here
+
+
 def load_config(path: str | os.PathLike[str]) -> tuple[dict[str, bool], dict[str, Any]]:
-    """(pattern -> flag, header) from a config file; UsageError on a file that is not one."""
+    """(pattern -> flag, header) from a config file; UsageError naming the key and the type it
+    needs on a file that is not one."""
     data = read_toml(path, "config file")
+    where = f"config file {os.fspath(path)!r}"
     unknown = sorted(set(data) - {"inplace", HEADER_TABLE})
     if unknown:
         close = difflib.get_close_matches(unknown[0], ["inplace", HEADER_TABLE], n=1)
         hint = f"; did you mean [{close[0]}]?" if close else f"; expected [inplace] and [{HEADER_TABLE}]"
-        raise UsageError(f"config file {os.fspath(path)!r}: unknown table [{unknown[0]}]{hint}")
+        raise UsageError(f"{where}: unknown table [{unknown[0]}]{hint}")
     table = data.get("inplace", {})
     if not isinstance(table, dict):
-        raise UsageError(f"config file {os.fspath(path)!r}: [inplace] must be a table of \"module.path\" = true/false")
+        raise UsageError(
+            f"{where}: inplace must be a table, [inplace] with \"module.path\" = true/false, not {toml_type(table)}"
+        )
+    header = data.get(HEADER_TABLE, {})
+    if not isinstance(header, dict):
+        raise UsageError(
+            f"{where}: {HEADER_TABLE} must be a table, [{HEADER_TABLE}] as optimize --write writes it, "
+            f"not {toml_type(header)}"
+        )
+    for key, (kind, words) in HEADER_KEYS.items():
+        if key in header and not _has_type(header[key], kind):
+            raise UsageError(f"{where}: [{HEADER_TABLE}] {key} must be {words}, not {toml_type(header[key])}")
+    return checked_flags(table, where), dict(header)
+
+
+def checked_flags(table: Mapping[Any, Any], where: str) -> dict[str, bool]:
+    """`table` as module pattern -> flag; UsageError on the first key that is not a string or
+    value that is not a bool (the string "false" is truthy: it would turn the flag on)."""
     for key, value in table.items():
+        if not isinstance(key, str):
+            raise UsageError(f"{where}: key {key!r} is {toml_type(key)}; keys are module paths (strings), e.g. 'layer1.0.relu'")
         if not isinstance(value, bool):
             raise UsageError(
-                f"config file {os.fspath(path)!r}: {key!r} = {value!r}; each entry must be true or false"
+                f"{where}: {key!r} is {toml_type(value)}; each entry must be true or false (True or False in Python)"
             )
-    return dict(table), dict(data.get(HEADER_TABLE, {}))
+    return dict(table)
 
 
 def apply_config(
@@ -94,7 +148,7 @@ def apply_config(
     """
     header: dict[str, Any] = {}
     if isinstance(config, Mapping):
-        table = dict(config)
+        table = checked_flags(config, "apply_config mapping")
     elif isinstance(config, (str, os.PathLike)):
         table, header = load_config(config)
     else:  # an int would be opened as a file descriptor (and closed): refuse anything else by name
@@ -131,6 +185,11 @@ def apply_config(
 
 def _no_match(pattern: str, model: torch.nn.Module, modules: dict[str, torch.nn.Module]) -> str:
     everything = [name for name, _ in model.named_modules() if name]
+    if pattern in modules:  # a name with glob characters, written as it is: its brackets are a set
+        return (
+            f"config entry {pattern!r} matches no module of {type(model).__name__}: `*`, `?` and `[` are glob "
+            f"characters; to name the module {pattern!r} itself write {glob_escape(pattern)!r}"
+        )
     if any(fnmatch.fnmatchcase(name, pattern) for name in everything):
         return (
             f"config entry {pattern!r} matches only modules without an `inplace` option; "
@@ -149,8 +208,17 @@ def _no_match(pattern: str, model: torch.nn.Module, modules: dict[str, torch.nn.
     return f"config entry {pattern!r} matches no module of {type(model).__name__}{hint}"
 
 
+GLOB_CHARACTERS = "*?["
+
+
+def glob_escape(path: str) -> str:
+    """`blocks[0]` -> `blocks[[]0]`: a pattern that matches exactly the module named `path`
+    (`*`, `?` and `[` bracketed; `]` outside brackets is already literal)."""
+    return "".join(f"[{ch}]" if ch in GLOB_CHARACTERS else ch for ch in path)
+
+
 def _glob_of(path: str) -> str:
-    """`layer1.0.relu` -> `layer*.*.relu`: numbers become wildcards."""
+    """`layer1.0.relu` -> `layer*.*.relu`: numbers become wildcards, glob characters are escaped."""
     out, digits = [], False
     for ch in path:
         if ch.isdigit():
@@ -158,7 +226,7 @@ def _glob_of(path: str) -> str:
                 out.append("*")
             digits = True
         else:
-            out.append(ch)
+            out.append(glob_escape(ch))
             digits = False
     return "".join(out)
 
@@ -166,7 +234,8 @@ def _glob_of(path: str) -> str:
 def compress(decisions: Mapping[str, bool], all_paths: list[str]) -> list[tuple[str, bool, list[str]]]:
     """Group paths under a numeric glob when every module it matches gets the same flag.
 
-    Returns (pattern, flag, the paths it stands for), in first-path order.
+    Returns (pattern, flag, the paths it stands for), in first-path order; a path left alone
+    comes back as a pattern matching exactly it (`glob_escape`).
     """
     groups: dict[str, list[str]] = {}
     for path in decisions:
@@ -184,10 +253,30 @@ def compress(decisions: Mapping[str, bool], all_paths: list[str]) -> list[tuple[
             out.append((pattern, decisions[path], members))
             done.update(members)
         else:
-            out.append((path, decisions[path], [path]))
+            out.append((glob_escape(path), decisions[path], [path]))
             done.add(path)
     return out
 
 
+# TOML basic strings take no control character but tab; these have short escapes, the rest \uXXXX.
+_SHORT_ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
 def toml_string(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """`value` as a TOML basic string that reads back as exactly `value` (newlines and other
+    control characters escaped)."""
+    out = []
+    for ch in value:
+        if ch in _SHORT_ESCAPES:
+            out.append(_SHORT_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def toml_comment(text: str) -> str:
+    """`text` on one comment line: a newline or other control character would end the comment
+    and leave the rest as (invalid) TOML."""
+    return "".join(" " if ord(ch) < 0x20 or ord(ch) == 0x7F else ch for ch in text)
