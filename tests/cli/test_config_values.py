@@ -95,3 +95,88 @@ def test_an_inplace_toml_value_of_the_wrong_type_is_one_usage_line(capsys, tmp_p
     config.write_text(body)
     line = one_usage_line(capsys, "verify", SPEC, "--config", str(config))
     assert expected in line and "inplace.toml" in line
+
+
+# --- item 14: a tolerance must be finite ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--atol", "inf", "--rtol", "inf"], ("argument --atol: inf is not finite, and with it verify calls any two "
+                                             "results equal; give a finite tolerance of at least 0, e.g. --atol 1e-6")),
+        (["--rtol", "inf"], "argument --rtol: inf is not finite"),
+        (["--atol", "nan"], "argument --atol: nan is not a number"),
+        (["--rtol=-inf"], "argument --rtol: -inf is negative"),
+        (["--atol=-1e-3"], "argument --atol: -1e-3 is negative"),
+        (["--atol", "tight"], "argument --atol: invalid tolerance: 'tight'"),
+    ],
+)
+def test_a_tolerance_that_is_not_finite_or_is_negative_is_one_usage_line(capsys, argv, expected) -> None:
+    assert expected in one_usage_line(capsys, "verify", SPEC, *argv)
+
+
+def test_a_zero_tolerance_is_an_exact_comparison_and_accepted(capsys) -> None:
+    assert main(["verify", SPEC, "--atol", "0", "--rtol", "0"]) == 1  # residual_relu differs
+    assert "act" in capsys.readouterr().out
+
+
+# --- item 13: RFC 8259 JSON -----------------------------------------------------------------------
+
+
+FACTORY = '''
+import torch
+from inplace_doctor.examples import ResidualReLU
+
+
+def with_infinity():
+    x = torch.randn(4, 8)
+    x[0, 0] = float("-inf")
+    x[1, 1] = float("nan")
+    return ResidualReLU(), (x,)
+'''
+
+
+def strict_json(text: str):
+    """`json.loads` as RFC 8259 (and `JSON.parse`) reads: NaN and Infinity are not JSON."""
+    def refuse(constant: str):
+        raise AssertionError(f"{constant} in the JSON output: not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.fixture
+def infinite_factory(tmp_path, monkeypatch) -> str:
+    (tmp_path / "ipd_infinite_factory.py").write_text(FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "ipd_infinite_factory", raising=False)
+    return "ipd_infinite_factory:with_infinity"
+
+
+def test_a_report_measuring_a_non_finite_difference_is_json(capsys, infinite_factory) -> None:
+    assert main(["audit", infinite_factory, "--format", "json"]) == 1
+    report = strict_json(capsys.readouterr().out)
+    [finding] = [f for f in report["findings"] if f["code"] == "IPD105"]
+    assert finding["details"]["max_difference"] in ("NaN", "Infinity")
+    jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text())).validate(report)
+
+
+def test_a_sarif_log_with_non_finite_details_is_json(capsys, infinite_factory) -> None:
+    assert main(["audit", infinite_factory, "--format", "sarif"]) == 1
+    assert strict_json(capsys.readouterr().out)["version"] == "2.1.0"
+
+
+def test_every_non_finite_float_is_named_and_everything_else_kept() -> None:
+    from inplace_doctor.render.json import dump
+
+    stream = io.StringIO()
+    dump({"a": [float("nan"), float("inf"), (float("-inf"), 1.5)], "b": {"c": 0.0, "d": 3, "e": None}}, stream)
+    assert strict_json(stream.getvalue()) == {
+        "a": ["NaN", "Infinity", ["-Infinity", 1.5]], "b": {"c": 0.0, "d": 3, "e": None},
+    }
+
+
+def test_a_plan_and_a_memory_report_print_json(capsys) -> None:
+    code = main(["memory", SPEC, "--format", "json"])
+    assert code == 0, capsys.readouterr().err
+    assert strict_json(capsys.readouterr().out)

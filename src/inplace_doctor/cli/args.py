@@ -10,7 +10,8 @@ between subcommands, the caller passes it.
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any, NoReturn, Sequence
+import math
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence
 
 from .errors import EXIT_FINDINGS, EXIT_OK, CliUsageError
 
@@ -68,6 +69,27 @@ def learning_rate(text: str) -> float:
     if value < 0:
         raise argparse.ArgumentTypeError(f"--sgd {text} is negative; torch.optim.SGD needs a learning rate of at least 0, e.g. 0.1")
     return value
+
+
+def tolerance(option: str, example: str) -> Callable[[str], float]:
+    """`--atol X` / `--rtol X`: a finite number of at least 0. An infinite tolerance calls any two
+    results equal, and NaN decides nothing, so either is a usage error, not a comparison."""
+
+    def parse(text: str) -> float:
+        fix = f"give a finite tolerance of at least 0, e.g. {option} {example}"
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid tolerance: {text!r}; {fix}") from None
+        if math.isnan(value):
+            raise argparse.ArgumentTypeError(f"{text} is not a number; {fix}")
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{text} is negative; {fix}")
+        if math.isinf(value):
+            raise argparse.ArgumentTypeError(f"{text} is not finite, and with it verify calls any two results equal; {fix}")
+        return value
+
+    return parse
 
 
 def add_format(parser: argparse.ArgumentParser, help: str) -> None:

@@ -73,9 +73,9 @@ def write_report(path: str, renderer: Callable[[Any, TextIO], None], report: Any
 def print_result(ns: argparse.Namespace, result: Any) -> None:
     """A memory report or a plan on stdout: its text, or its `to_dict()` as JSON."""
     if ns.format == "json":
-        import json
+        from ..render.json import dump
 
-        json.dump(result.to_dict(), sys.stdout, indent=2, sort_keys=False)
+        dump(result.to_dict(), sys.stdout, indent=2, sort_keys=False)
         sys.stdout.write("\n")
     else:
         print(result, end="")

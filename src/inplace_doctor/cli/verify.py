@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from .args import add_config, add_model, add_seed, learning_rate
+from .args import add_config, add_model, add_seed, learning_rate, tolerance
 from .errors import EXIT_FINDINGS, EXIT_OK, model_raises
 from .model import apply_config_option, build_model
 
@@ -19,8 +19,8 @@ def add_parser(sub: "Subcommands") -> None:
     add_model(check, eval_help="verify in eval mode (default: train mode)")
     check.add_argument("--steps", type=int, default=1, help="training steps per run (default 1)")
     check.add_argument("--sgd", type=learning_rate, metavar="LR", help="also take SGD steps with this learning rate and compare parameters")
-    check.add_argument("--atol", type=float, default=1e-6)
-    check.add_argument("--rtol", type=float, default=1e-5)
+    check.add_argument("--atol", type=tolerance("--atol", "1e-6"), default=1e-6, help="absolute tolerance: finite, at least 0 (default 1e-6)")
+    check.add_argument("--rtol", type=tolerance("--rtol", "1e-5"), default=1e-5, help="relative tolerance: finite, at least 0 (default 1e-5)")
     add_seed(check)
     add_config(check)
     check.set_defaults(handler=command)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 import re
 import subprocess
@@ -24,6 +23,7 @@ from ..findings import Finding, Severity
 from ..report import Report
 from ..rules import RULES, Rule
 from ..sites import Frame, Site, module_ref
+from .json import dump
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SARIF_VERSION = "2.1.0"
@@ -38,7 +38,7 @@ JSONDict = dict[str, Any]
 
 def render(report: Report, stream: TextIO) -> None:
     """Write `report` as a SARIF 2.1.0 log."""
-    json.dump(to_sarif(report), stream, indent=2, ensure_ascii=False)
+    dump(to_sarif(report), stream, indent=2, ensure_ascii=False)
     stream.write("\n")
 
 
