@@ -37,9 +37,10 @@ def audit(
 ) -> Report:
     """Run `model(*args, **kwargs)` (and backward) once under the tracer; return a Report.
 
-    The model is left exactly as found: parameters, buffers (running stats,
-    `num_batches_tracked`), `.grad` (None stays None), train/eval flags, the
-    global RNG state and the caller's inputs.
+    The model's state is left exactly as found: parameters, buffers (running stats,
+    `num_batches_tracked`), `.grad` (None stays None), `requires_grad` of parameters
+    and leaf inputs, train/eval flags, the global RNG state and the caller's inputs.
+    Not its structure: submodules, hooks or attributes forward adds stay.
 
     Args:
         model: an `nn.Module`; a `torch.compile`d one runs eagerly for the audit (not TorchScript).

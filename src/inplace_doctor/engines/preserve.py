@@ -148,7 +148,9 @@ class Preserved:
     running statistics without any visible write); existing `.grad` tensors
     are set aside and put back (None stays None); parameters and inputs are
     snapshotted just before the first write the tracer sees to them, and
-    written back only then; train/eval flags and RNG state are restored.
+    written back only then; train/eval flags, each parameter's and leaf input's
+    `requires_grad`, and RNG state are restored. Not restored: the module
+    structure (submodules, hooks or attributes forward adds or removes).
     """
 
     def __init__(
@@ -171,9 +173,14 @@ class Preserved:
         leaves: list[torch.Tensor] = list({id(p): p for _, _, p in self._parameters}.values())
         known = {id(p) for p in leaves}
         leaves += [t for t in self.inputs if t.is_leaf and t.requires_grad and id(t) not in known]
-        self._grads = [(t, t.grad) for t in leaves]
-        for t, _ in self._grads:
-            t.grad = None
+        # forward may freeze or unfreeze (`p.requires_grad_(False)`, `x.requires_grad_()`): each
+        # parameter and leaf input gets its flag back, and its `.grad` (a non-leaf's flag is fixed)
+        without_grad = [t for t in self.inputs if t.is_leaf and not t.requires_grad and id(t) not in known]
+        self._requires_grad = [(t, t.requires_grad) for t in leaves + without_grad]
+        self._grads = [(t, t.grad) for t in leaves + without_grad]
+        for t, grad in self._grads:
+            if grad is not None:
+                t.grad = None
         self._buffers: list[tuple[torch.nn.Module, str, torch.Tensor]] = []
         clones: dict[int, torch.Tensor] = {}
         for module in modules:
@@ -229,7 +236,11 @@ class Preserved:
         for module, name, buf in self._buffers:
             module._buffers[name] = buf
         for t, grad in self._grads:
-            t.grad = grad
+            if t.grad is not grad:
+                t.grad = grad
+        for t, flag in self._requires_grad:
+            if t.requires_grad is not flag:
+                t.requires_grad_(flag)
         for m, flag in self._training:
             if m.training is not flag:  # Module.__setattr__ is slow: only where it changed
                 m.training = flag
