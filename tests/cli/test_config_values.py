@@ -88,6 +88,8 @@ def test_a_pyproject_value_of_the_wrong_type_is_one_usage_line(capsys, tmp_path,
         ("[inplace-doctor]\ninputs = \"2x8\"\n", "[inplace-doctor] inputs must be an array of strings"),
         ("[inplace-doctor]\npeak-planned-bytes = true\n", "peak-planned-bytes must be an integer, not a boolean (True)"),
         ('[inplace]\nact = "false"\n', "'act' is a string ('false'); each entry must be true or false"),
+        ("[inplace]\nlayer1.relu = false\n", ("'layer1' is a table: TOML reads an unquoted dotted key as nested "
+                                              "tables; quote the module path: \"layer1.relu\" = false")),
     ],
 )
 def test_an_inplace_toml_value_of_the_wrong_type_is_one_usage_line(capsys, tmp_path, body, expected) -> None:

@@ -127,6 +127,12 @@ def checked_flags(table: Mapping[Any, Any], where: str) -> dict[str, bool]:
     for key, value in table.items():
         if not isinstance(key, str):
             raise UsageError(f"{where}: key {key!r} is {toml_type(key)}; keys are module paths (strings), e.g. 'layer1.0.relu'")
+        if isinstance(value, dict) and value:  # `layer1.relu = true`: TOML reads a dotted key as tables
+            inner, flag = _first_leaf(key, value)
+            raise UsageError(
+                f"{where}: {key!r} is a table: TOML reads an unquoted dotted key as nested tables; quote the "
+                f"module path: {toml_string(inner)} = {toml_value(flag)}"
+            )
         if not isinstance(value, bool):
             raise UsageError(
                 f"{where}: {key!r} is {toml_type(value)}; each entry must be true or false (True or False in Python)"
@@ -206,6 +212,20 @@ def _no_match(pattern: str, model: torch.nn.Module, modules: dict[str, torch.nn.
     else:
         hint = "; no module of it has an `inplace` option, so there is nothing to configure"
     return f"config entry {pattern!r} matches no module of {type(model).__name__}{hint}"
+
+
+def _first_leaf(path: str, table: dict[str, Any]) -> tuple[str, Any]:
+    """(`layer1.relu`, True) from {"relu": True} under `layer1`: the first dotted path down to a value."""
+    key, value = next(iter(table.items()))
+    path = f"{path}.{key}"
+    return _first_leaf(path, value) if isinstance(value, dict) and value else (path, value)
+
+
+def toml_value(value: Any) -> str:
+    """A parsed TOML scalar written back: true, 5, "text"."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return toml_string(value) if isinstance(value, str) else repr(value)
 
 
 GLOB_CHARACTERS = "*?["
