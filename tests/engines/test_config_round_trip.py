@@ -78,10 +78,10 @@ def test_a_name_with_a_newline_reads_back(real_plan: ipd.Plan) -> None:
 
 
 def test_names_with_glob_characters_are_written_as_literal_patterns(real_plan: ipd.Plan) -> None:
-    names = ["blocks[0]", "blocks0", "a*", "ab", "x?", "xy", "[!a]", "b"]
+    names = ["blocks[0]", "blocks0", "a*", "ab", "x?", "xy", "[!a]", "b", "[]", "]"]
     model = model_of({}, names, shipped=True)
     wanted = {"blocks[0]": False, "blocks0": True, "a*": False, "ab": True, "x?": False, "xy": True,
-              "[!a]": False, "b": True}
+              "[!a]": False, "b": True, "[]": False, "]": True}
     flags, data = written_and_applied(planned(real_plan, model, wanted, "r"), model)
     assert flags == wanted
     assert data["inplace"]["blocks[[]0]"] is False and data["inplace"]["a[*]"] is False
