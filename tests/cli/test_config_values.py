@@ -5,12 +5,14 @@ RFC 8259 JSON whatever the floats it holds."""
 from __future__ import annotations
 
 import io
+import math
 import json
 import sys
 from pathlib import Path
 
 import jsonschema
 import pytest
+import torch
 
 import inplace_doctor as ipd
 from inplace_doctor.cli.main import main
@@ -182,3 +184,14 @@ def test_a_plan_and_a_memory_report_print_json(capsys) -> None:
     code = main(["memory", SPEC, "--format", "json"])
     assert code == 0, capsys.readouterr().err
     assert strict_json(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("atol, rtol", [(math.inf, 0.0), (0.0, math.nan), (-1.0, 0.0)])
+def test_python_verify_refuses_a_tolerance_that_is_not_finite(atol, rtol):
+    """The Python API holds the same line as the command line: ipd.verify(atol=inf) would call a
+    differing model equivalent."""
+    import inplace_doctor as ipd
+    from inplace_doctor.examples import ResidualReLU
+
+    with pytest.raises(ipd.UsageError, match="not a finite number >= 0"):
+        ipd.verify(ResidualReLU(), torch.randn(4, 8), atol=atol, rtol=rtol)

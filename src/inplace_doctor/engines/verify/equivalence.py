@@ -12,6 +12,7 @@ the responsible in-place sites are found by group testing (localize.py).
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable, Iterator, Mapping
 
 import torch
@@ -59,10 +60,25 @@ def verify(
         >>> bool(result), [str(c) for c in result.culprits]
         (False, ['module act (inplace=True)'])
     """
+    _check_tolerance("atol", atol)
+    _check_tolerance("rtol", rtol)
     return verify_configuration(
         model, args, kwargs, loss_fn=loss_fn, steps=steps, optimizer=optimizer, atol=atol, rtol=rtol,
         localize=localize, inplace_calls_off=inplace_calls_off, flags=None,
     )
+
+
+def _check_tolerance(name: str, value: float) -> None:
+    """A tolerance is a finite number >= 0: an infinite one calls any two runs equivalent."""
+    try:
+        finite = math.isfinite(value) and value >= 0
+    except TypeError:
+        finite = False
+    if not finite:
+        raise UsageError(
+            f"verify's {name}={value!r} is not a finite number >= 0 (an infinite or NaN tolerance calls any two "
+            f"runs equivalent); pass e.g. {name}={ATOL if name == 'atol' else RTOL}"
+        )
 
 
 def verify_configuration(
