@@ -191,8 +191,9 @@ def build_model(spec: str, input_specs: Sequence[str], seed: int) -> tuple[Any, 
     from ..trace.origins import ConstructionRecorder
 
     try:
-        with ConstructionRecorder(), cwd_importable(), _argv_of(_file_of(factory)):  # ConstructionRecorder: where each
-            made = factory()  # inplace=True module is built, the line a flag fix edits
+        # ConstructionRecorder: where each inplace=True module is built, the line a flag fix edits
+        with ConstructionRecorder(), cwd_importable(), _argv_of(_file_of(factory)):
+            made = factory()
     except SystemExit as e:
         raise FactoryError(
             f"calling {spec} ended in {exited(e)}: a factory must return the model (or (model, inputs)), and "
