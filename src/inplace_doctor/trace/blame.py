@@ -116,7 +116,8 @@ def exception_text(exc: BaseException) -> str:
 # (`inner`): a module nested in a module costs 4 frames instead of 3, a third more. `copy.deepcopy`
 # (verify, memory, optimize copy the model) takes 6 frames a nesting level where forward takes 3.
 # On top, the tool's own frames below the model's call (the command line, the engine, runpy under
-# `run`) and above its ops (the dispatch and function modes, the hooks): under 60, 100 given.
+# `run`) and above its ops (the dispatch and function modes, the hooks): 11 (audit, run) to 24
+# (optimize) measured on a forward recursing in plain Python; 100 given.
 _TOOL_FRAMES = 100
 _user_limits: list[int] = []  # the user's own limit, while the tool's headroom is on
 
