@@ -23,6 +23,7 @@ from .args import (
     report_formats,
     rule_config,
 )
+from .errors import model_raises
 from .model import apply_config_option, build_model
 from .output import check_writable, write_report, writing
 
@@ -58,8 +59,9 @@ def command(ns: argparse.Namespace) -> int:
     model, args, kwargs = build_model(ns.spec, ns.input, ns.seed)
     apply_config_option(model, ns.config)
     model.train(not ns.eval)
-    report = audit(model, *args, backward=not ns.no_backward, select=config.select, ignore=config.ignore,
-                   per_module_ignores=config.per_module_ignores, check_contents=ns.check_contents, **kwargs)
+    with model_raises(model, lambda: "during audit"):  # its own errors audit words itself; this is sys.exit
+        report = audit(model, *args, backward=not ns.no_backward, select=config.select, ignore=config.ignore,
+                       per_module_ignores=config.per_module_ignores, check_contents=ns.check_contents, **kwargs)
     report.target = ns.spec
     report.stack = ns.stack
     if ns.output:

@@ -1,18 +1,21 @@
 """Exit codes of `inplace-doctor`, and the exceptions `main` turns into them.
 
 Exit codes: 0 no finding of severity error/warning; 1 such findings; 2 usage
-error (one line on stderr); 3 the user's model or factory itself raised; 4 inplace-doctor
-itself crashed (its traceback, then one line with the versions); 130 interrupted (Ctrl-C).
+error (one line on stderr); 3 the user's model, factory or module itself raised, or called
+`sys.exit` (its traceback without the tool's frames, then one line); 4 inplace-doctor itself
+crashed (its traceback, then one line with the versions); 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import InplaceDoctorError, ModelError, UsageError
-from ..trace.blame import internal_error, raised_by_the_tool
+from ..trace.blame import exception_text, internal_error, raised_by_the_tool
+from .tracebacks import print_script_error
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_MODEL_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 
@@ -22,21 +25,56 @@ class CliUsageError(UsageError):
 
 
 class FactoryError(InplaceDoctorError):
-    """The user's model factory raised (chained as `__cause__`): its traceback, one line, exit 3."""
+    """The user's model factory (or the module it is in) raised (chained as `__cause__`): its
+    traceback, one line, exit 3."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of `exc`'s message ("" when it has none, or when its `__str__` raises)."""
+    text = exception_text(exc)
+    return text.splitlines()[0] if text else ""
+
+
+def exited(exc: SystemExit) -> str:
+    """What a `SystemExit` raised by the user's code did, in the words that call it:
+    `sys.exit(0)`, `sys.exit(2) from argparse, which parsed sys.argv`."""
+    code = exc.code
+    tb = exc.__traceback__
+    argparse = False
+    while tb is not None:
+        argparse = argparse or tb.tb_frame.f_globals.get("__name__") == "argparse"
+        tb = tb.tb_next
+    called = f"sys.exit({code!r})" if code is not None else "sys.exit()"
+    return f"{called} from argparse, which parsed sys.argv" if argparse else called
 
 
 @contextlib.contextmanager
 def model_raises(model: Any, where: Callable[[], str]) -> Iterator[None]:
     """Run the user's model: an exception it raises (not the tool's own errors) becomes a
     `ModelError` chained to it, which `main` shows as audit does: its traceback, then one line
-    naming the exception and how far the tool got (`where()`, e.g. "during verify (...)"), exit 3."""
+    naming the exception and how far the tool got (`where()`, e.g. "during verify (...)"), exit 3.
+    A model that calls `sys.exit` gets the same: it ended the run, which checked nothing."""
     try:
         yield
     except InplaceDoctorError:
         raise
+    except SystemExit as e:
+        raise ModelError(
+            f"{type(model).__name__} called {exited(e)} {where()}: the run ended before the check did, so "
+            "nothing is reported clean; return or raise instead of exiting"
+        ) from e
     except Exception as e:
         if raised_by_the_tool(e):
             raise internal_error(e) from e
-        text = str(e).strip()
-        first = text.splitlines()[0] if text else ""
+        first = first_line(e)
         raise ModelError(f"{type(model).__name__} raised {type(e).__name__} {where()}" + (f": {first}" if first else "")) from e
+
+
+def report_user_error(error: BaseException) -> int:
+    """Print the user's exception behind `error` (its `__cause__`) as python would, without the
+    tool's frames, then `error`'s one line; return exit 3."""
+    cause = error.__cause__
+    if cause is not None:
+        print_script_error(cause, sys.stderr)
+    print(f"inplace-doctor: {error}", file=sys.stderr)
+    return EXIT_MODEL_ERROR

@@ -59,9 +59,10 @@ def command(ns: argparse.Namespace) -> int:
     except ImportError:
         raise CliUsageError("fix edits source with libcst, which is not installed: pip install 'inplace-doctor[fix]'")
     status, findings, stderr, _ = _run(script, args, ns.steps)
-    if findings is None:
-        sys.stderr.write(stderr)
-        print(f"inplace-doctor: the script's run under inplace-doctor gave no report (exit {status})", file=sys.stderr)
+    if findings is None or (status and not any(f.get("severity") in ("error", "warning") for f in findings)):
+        sys.stderr.write(stderr)  # with a report, the script failed on its own (its error as python prints it)
+        if findings is None:
+            print(f"inplace-doctor: the script's run under inplace-doctor gave no report (exit {status})", file=sys.stderr)
         return status or 1
     edited: set[str] = set()  # files this command changed: later rounds may change them again
     flipped: list[dict[str, Any]] = []  # the findings whose flag fix was applied, in any round

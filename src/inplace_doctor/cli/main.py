@@ -6,14 +6,16 @@ crashed, 130 interrupted).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import traceback
 from typing import NoReturn, Sequence
 
 from . import audit, fix, memory, myths, optimize, rules, run_command, verify
 from .args import Parser
-from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_MODEL_ERROR, EXIT_USAGE, CliUsageError, FactoryError
-from .model import build_model
+from ..trace.blame import recursion_headroom
+from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, CliUsageError, FactoryError, exited, report_user_error
+from .model import build_model, cwd_importable
 from .run_command import split_run
 
 # `CliUsageError` and `build_model` are imported from here by tests and users' scripts.
@@ -41,16 +43,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns = _parser().parse_args(argv)
         if script_args is not None:
             ns.target = ns.target + script_args
-        return ns.handler(ns)
+        try:  # the current directory stays importable while a model spec's code runs, as under `python -c`
+            with cwd_importable() if hasattr(ns, "spec") else contextlib.nullcontext(), recursion_headroom():
+                return ns.handler(ns)
+        except SystemExit as e:  # the user's code exited (the parser's --help exits before the handler)
+            raise ModelError(f"the model called {exited(e)} before the check finished: nothing is reported "
+                             "clean; return or raise instead of exiting") from e
     except (CliUsageError, UsageError) as e:
         print(f"inplace-doctor: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except (ModelError, FactoryError) as e:
-        cause = e.__cause__
-        if cause is not None:
-            traceback.print_exception(cause, file=sys.stderr)
-        print(f"inplace-doctor: {e}", file=sys.stderr)
-        return EXIT_MODEL_ERROR
+        return report_user_error(e)
     except KeyboardInterrupt:
         print("inplace-doctor: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -1,19 +1,26 @@
 """The model a subcommand runs: `PKG.MODULE:FACTORY` imported and called, `--input SHAPE[:DTYPE]`
 made into seeded tensors, `--config FILE` applied to it. Mistakes are `CliUsageError`s naming the
-closest valid choice; a factory that raises is a `FactoryError`.
+closest valid choice; a module that raises as it is imported, and a factory that raises or exits,
+are `FactoryError`s (exit 3, with their traceback).
+
+The factory runs as it would under `python -c "import m; m.build()"`: the current directory stays
+importable while it runs (a factory may import lazily), and `sys.argv` holds only the module's file,
+not the tool's arguments (a factory that parses it with argparse sees no options of the tool's).
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import math
 import pkgutil
 import re
 import sys
+from collections.abc import Iterator
 from typing import Any, Sequence
 
-from .errors import CliUsageError, FactoryError
+from .errors import CliUsageError, FactoryError, exited, first_line
 
 _DTYPES = {
     "float32": "float32", "float": "float32", "f32": "float32",
@@ -102,24 +109,25 @@ def load_factory(spec: str) -> Any:
             f"model spec {spec!r} needs the form PKG.MODULE:FACTORY, e.g. torchvision.models:resnet18 "
             "or inplace_doctor.examples:sigmoid_then_relu"
         )
-    sys.path.insert(0, "")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        missing = e.name or module_name
-        named = module_name.startswith(missing)  # else the module exists, and one it imports is missing
-        close = _closest_module(missing) if named else None
-        if close:
-            close = close + module_name[len(missing) :]
-        hint = f"; did you mean {close!r}?" if close else ""
-        if named and not close:
-            hint = (f"; no importable module has a name close to {missing!r}: check the spelling, and run "
-                    "from the folder that holds it (the current directory is searched) or install its package")
-        raise CliUsageError(f"cannot import module {module_name!r} ({e}){hint}") from None
-    except Exception as e:
-        raise CliUsageError(f"importing {module_name!r} raised {type(e).__name__}: {e}") from None
-    finally:
-        sys.path.pop(0)
+    with cwd_importable():  # also while the hint looks for the closest name
+        try:
+            with _argv_of(module_name):
+                module = importlib.import_module(module_name)
+        except SystemExit as e:
+            raise FactoryError(f"importing {module_name!r} ended in {exited(e)}: nothing was checked") from e
+        except ModuleNotFoundError as e:
+            missing = e.name or module_name
+            if not (module_name == missing or module_name.startswith(f"{missing}.")):
+                raise _import_raised(module_name, e) from e  # the module exists; an import in its code failed
+            close = _closest_module(missing)
+            if close:
+                close = close + module_name[len(missing) :]
+            hint = f"; did you mean {close!r}?" if close else (
+                f"; no importable module has a name close to {missing!r}: check the spelling, and run "
+                "from the folder that holds it (the current directory is searched) or install its package")
+            raise CliUsageError(f"cannot import module {module_name!r} ({e}){hint}") from None
+        except Exception as e:  # the module's own code raised (or does not compile): the user's traceback, exit 3
+            raise _import_raised(module_name, e) from e
     obj: Any = module
     walked = module_name
     for part in attr_path.split("."):
@@ -135,6 +143,44 @@ def load_factory(spec: str) -> Any:
     return obj
 
 
+def _import_raised(module_name: str, e: BaseException) -> FactoryError:
+    first = first_line(e)
+    return FactoryError(f"importing {module_name!r} raised {type(e).__name__}" + (f": {first}" if first else ""))
+
+
+@contextlib.contextmanager
+def cwd_importable() -> Iterator[None]:
+    """The current directory first on `sys.path` (as `python -c` has it), then taken off again."""
+    if sys.path[:1] == [""]:
+        yield
+        return
+    sys.path.insert(0, "")
+    try:
+        yield
+    finally:
+        if sys.path[:1] == [""]:
+            del sys.path[0]
+        elif "" in sys.path:  # the user's code put entries in front of it
+            sys.path.remove("")
+
+
+def _file_of(factory: Any) -> str:
+    module_name = getattr(factory, "__module__", None) or ""
+    return getattr(sys.modules.get(module_name), "__file__", None) or module_name or "-c"
+
+
+@contextlib.contextmanager
+def _argv_of(program: str) -> Iterator[None]:
+    """`sys.argv` as the user's own program would have it: its name, no arguments (the tool's are
+    not the program's)."""
+    saved = sys.argv
+    sys.argv = [program]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
 def build_model(spec: str, input_specs: Sequence[str], seed: int) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
     """Call the factory; return (model, args, kwargs)."""
     import torch
@@ -145,10 +191,17 @@ def build_model(spec: str, input_specs: Sequence[str], seed: int) -> tuple[Any, 
     from ..trace.origins import ConstructionRecorder
 
     try:
-        with ConstructionRecorder():  # where each inplace=True module is built: the line a flag fix edits
+        # ConstructionRecorder: where each inplace=True module is built, the line a flag fix edits
+        with ConstructionRecorder(), cwd_importable(), _argv_of(_file_of(factory)):
             made = factory()
+    except SystemExit as e:
+        raise FactoryError(
+            f"calling {spec} ended in {exited(e)}: a factory must return the model (or (model, inputs)), and "
+            "nothing was checked; give its options defaults, or take them as parameters of the factory"
+        ) from e
     except Exception as e:
-        raise FactoryError(f"calling {spec} raised {type(e).__name__}: {e}") from e
+        first = first_line(e)
+        raise FactoryError(f"calling {spec} raised {type(e).__name__}" + (f": {first}" if first else "")) from e
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = {}
     if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module):

@@ -26,6 +26,9 @@
   (without the tool's frames; where the tool turned PyTorch's in-place error
   into `InplaceError`, PyTorch's error), then one line with the diagnosis;
   the report follows.
+- A script that does not compile (a `SyntaxError`, a bad encoding) gets
+  python's message and exit 1, as under `python`: the error is the file's it
+  names, not the tool's that compiled it.
 - A script that fails after the watched window ended gets a last line saying
   so, with the `--steps` that would watch the step it failed in.
 

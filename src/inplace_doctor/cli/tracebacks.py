@@ -1,5 +1,6 @@
-"""The traceback of a script run by `inplace-doctor run`, printed as python would print it:
-without the tool's own frames and exceptions, and with PyTorch's error where the tool replaced it."""
+"""The traceback of a script run by `inplace-doctor run`, or of a model, factory or module that
+raised under the other commands, printed as python would print it: without the tool's own frames
+(nor runpy's and importlib's) and exceptions, and with PyTorch's error where the tool replaced it."""
 
 from __future__ import annotations
 
@@ -62,9 +63,15 @@ def _is_tool_exception(te: traceback.TracebackException) -> bool:
     return str(module).startswith("inplace_doctor.") and name != "WrittenHere"
 
 
+# The import system's own frames: python hides them from an `import` statement's traceback, and the
+# tool's `importlib.import_module` of a model spec's module shows them.
+_IMPORT_FRAMES = ("<frozen runpy>", "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
+_IMPORTLIB_INIT = os.path.join("importlib", "__init__.py")
+
+
 def _is_tool_frame(frame: traceback.FrameSummary) -> bool:
     filename = os.path.abspath(frame.filename) if not frame.filename.startswith("<") else frame.filename
-    if filename in ("<frozen runpy>",) or os.path.basename(filename) == "runpy.py":
+    if filename in _IMPORT_FRAMES or os.path.basename(filename) == "runpy.py" or filename.endswith(_IMPORTLIB_INIT):
         return True
     return filename.startswith(_PACKAGE_DIR + os.sep) and not filename.startswith(_EXAMPLES_DIR + os.sep)
 

@@ -14,7 +14,7 @@ from ..rules import select_rules
 from ..rules.dispatch import Analyzer
 from ..rules.phrasing import raised_in_backward
 from ..sites import ROOT_LABEL
-from ..trace.blame import internal_error, passed_through, raised_by_the_tool
+from ..trace.blame import UNPRINTABLE, exception_text, internal_error, passed_through, raised_by_the_tool
 from ..trace.modules import refuse_opaque, unique_label, variable_name
 from ..trace.tracer import Tracer
 from .preserve import Preserved, labelled_tensors, private_inputs, refuse_meta, tensors_in
@@ -203,6 +203,9 @@ def _classify_or_raise(
 ) -> None:
     if raised_by_the_tool(exc):
         raise internal_error(exc) from exc
+    text = exception_text(exc)
+    if text == UNPRINTABLE:  # a user's exception class whose __str__ raises: no rule reads it
+        raise ModelError(f"{type(model).__name__} raised {type(exc).__name__} during {stage} ({tracer.progress()}): {text}") from exc
     event = tracer.describe_exception(exc)
     if analyzer.handle(event):
         report.notes.append(f"{stage} stopped: PyTorch raised {type(exc).__name__} at the op")
@@ -222,7 +225,7 @@ def _classify_or_raise(
     if in_backward is not None:  # the forward line that created the failing node, as anomaly mode names it
         raise ModelError(f"{type(model).__name__} raised {type(exc).__name__} during {stage}: {in_backward}") from exc
     raise ModelError(
-        f"{type(model).__name__} raised {type(exc).__name__} during {stage} ({tracer.progress()}): {exc}"
+        f"{type(model).__name__} raised {type(exc).__name__} during {stage} ({tracer.progress()}): {text}"
     ) from exc
 
 
@@ -344,6 +347,8 @@ class watch:
             return False
         if raised_by_the_tool(exc):
             raise internal_error(exc) from exc
+        if exception_text(exc) == UNPRINTABLE:  # a user's exception class whose __str__ raises: no rule reads it
+            return False
         event = self._tracer.describe_exception(exc)
         produced = self._analyzer.handle(event)
         if produced:

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Mapping
 import torch
 
 from ..errors import UsageError
-from ..trace.blame import call_through
+from ..trace.blame import call_through, exception_text, raised_by_the_tool, recursion_headroom
 from .preserve import tensors_in
 
 LossFn = Callable[[Any], torch.Tensor]
@@ -85,16 +85,61 @@ def copy_for_training(
     parameters (memory measures what a running optimizer holds); with `fresh_optimizer` a new
     one of its type is built from its `defaults` instead (verify's runs start from no state).
     """
-    if isinstance(optimizer, torch.optim.Optimizer) and not fresh_optimizer:
-        model, optimizer = call_through(copy.deepcopy, ((model, optimizer),), {})
-    else:
-        model = call_through(copy.deepcopy, (model,), {})
+    original = model
+    with_optimizer = isinstance(optimizer, torch.optim.Optimizer) and not fresh_optimizer
+    try:
+        with recursion_headroom(copying=True):
+            if with_optimizer:
+                model, optimizer = call_through(copy.deepcopy, ((model, optimizer),), {})
+            else:
+                model = call_through(copy.deepcopy, (model,), {})
+    except Exception as e:
+        if raised_by_the_tool(e):
+            raise
+        raise _cannot_copy(original, optimizer if with_optimizer else None, e) from e
+    if not with_optimizer:
         optimizer = _new_optimizer(optimizer, model.parameters())
     if flags:
         for name, m in model.named_modules():
             if name in flags:
                 m.inplace = flags[name]
     return model, optimizer
+
+
+def _cannot_copy(model: torch.nn.Module, optimizer: Any, error: Exception) -> UsageError:
+    """Why the model (or the optimizer) cannot be deep-copied, naming the attribute that refuses."""
+    culprit, where = type(model).__name__, _uncopyable_attribute(model)
+    if where is None and optimizer is not None and _copies(model):
+        culprit, where = f"the optimizer ({type(optimizer).__name__})", None
+    found = f"; {where} is what refuses" if where else ""
+    text = exception_text(error).splitlines()[0] if exception_text(error) else ""
+    return UsageError(
+        f"{culprit} cannot be copied: copy.deepcopy raised {type(error).__name__}" + (f" ({text})" if text else "")
+        + f"{found}. verify, memory and optimize run on a deep copy of the model and its optimizer, so that "
+        "yours are never stepped (audit needs no copy); keep such objects (locks, files, sockets, threads) "
+        "outside the module, or give its class a __deepcopy__ that makes new ones for the copy"
+    )
+
+
+def _copies(obj: Any) -> bool:
+    try:
+        copy.deepcopy(obj)
+    except Exception:
+        return False
+    return True
+
+
+def _uncopyable_attribute(model: torch.nn.Module) -> str | None:
+    """`path.attribute` (its type) of the first attribute of a submodule that deep-copy refuses."""
+    internal = set(vars(torch.nn.Module()))
+    for name, module in model.named_modules():
+        for attribute, value in vars(module).items():
+            if attribute not in internal and not isinstance(value, torch.nn.Module) and not _copies(value):
+                path = f"{name}.{attribute}" if name else f"{type(model).__name__}.{attribute}"
+                kind = type(value).__qualname__
+                kind = kind if type(value).__module__ == "builtins" else f"{type(value).__module__}.{kind}"
+                return f"`{path}` (a {kind})"
+    return None
 
 
 def _new_optimizer(optimizer: Any, params: Any) -> Any:
@@ -132,7 +177,8 @@ def step_phases(
         else:
             call_through(model.zero_grad, (), {"set_to_none": True})
     yield StepPhase.FORWARD
-    output = call_through(model, args, kwargs)
+    with recursion_headroom():  # the engine's frames below the model's call
+        output = call_through(model, args, kwargs)
     loss = call_through(compute_loss, (output, loss_fn), {})
     if require_grad:
         if loss is None or not isinstance(loss, torch.Tensor) or not loss.requires_grad:

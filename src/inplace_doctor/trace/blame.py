@@ -8,12 +8,20 @@ where the tool only passed a call on (its dispatch mode running the user's op,
 an engine calling the model): there `passed_through` records, as the exception
 crosses, that the error came from below, before an outer frame of the tool can
 look like its origin.
+
+A compile error (`SyntaxError`, a bad source encoding) belongs to the file it
+names: the user's script or module, whichever of the tool's frames compiled it.
+
+The tool's frames also take room on the stack the user's program would have
+had: `recursion_headroom` gives it back while the tool runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
@@ -79,7 +87,57 @@ def raised_by_the_tool(exc: BaseException) -> bool:
     verdict = getattr(exc, _VERDICT, None)
     if verdict is not None:
         return bool(verdict)
+    if isinstance(exc, SyntaxError) and _names_a_file_of_the_user(exc.filename):
+        return False  # runpy or importlib, called by the tool, compiled the user's file
     return _is_tool_file(_innermost_deciding_file(exc.__traceback__))
+
+
+def _names_a_file_of_the_user(filename: Any) -> bool:
+    if not isinstance(filename, str) or not os.path.isfile(filename):
+        return False  # "<unknown>": source text the tool itself compiled
+    return not _is_tool_file(os.path.abspath(filename))
+
+
+UNPRINTABLE = "<exception str() failed>"  # what Python's traceback prints for it
+
+
+def exception_text(exc: BaseException) -> str:
+    """`str(exc)`, stripped, or `UNPRINTABLE` when the exception's `__str__` itself raises: a user's
+    exception class must not turn its error into the tool's crash. (PyTorch's errors all print.)"""
+    try:
+        return str(exc).strip()
+    except Exception:
+        return UNPRINTABLE
+
+
+# How many more frames the user's program needs under the tool than without it, measured
+# (tests/cli/test_user_errors.py holds a model to each): with the tracer's global module hooks on,
+# torch's `Module._call_impl` takes its slow path, which calls forward through one more frame
+# (`inner`): a module nested in a module costs 4 frames instead of 3, a third more. `copy.deepcopy`
+# (verify, memory, optimize copy the model) takes 6 frames a nesting level where forward takes 3.
+# On top, the tool's own frames below the model's call (the command line, the engine, runpy under
+# `run`) and above its ops (the dispatch and function modes, the hooks): 11 (audit, run) to 24
+# (optimize) measured on a forward recursing in plain Python; 100 given.
+_TOOL_FRAMES = 100
+_user_limits: list[int] = []  # the user's own limit, while the tool's headroom is on
+
+
+@contextlib.contextmanager
+def recursion_headroom(*, copying: bool = False) -> Iterator[None]:
+    """Raise the recursion limit, while the tool runs the user's program, by the frames the tool
+    adds (with `copying`, what deep-copying the model needs); restored after, unless the program
+    set a limit of its own meanwhile. Nested uses scale the user's limit, not each other's."""
+    before = sys.getrecursionlimit()
+    user = _user_limits[-1] if _user_limits else before
+    wanted = max(before, (2 * user if copying else user + user // 3) + _TOOL_FRAMES)
+    _user_limits.append(user)
+    sys.setrecursionlimit(wanted)
+    try:
+        yield
+    finally:
+        _user_limits.pop()
+        if sys.getrecursionlimit() == wanted:
+            sys.setrecursionlimit(before)
 
 
 def internal_error(exc: BaseException) -> InternalError:
@@ -88,7 +146,7 @@ def internal_error(exc: BaseException) -> InternalError:
 
     import textwrap
 
-    text = str(exc).strip()
+    text = exception_text(exc)
     first = textwrap.shorten(text.splitlines()[0], 300, placeholder=" ...") if text else ""
     python = ".".join(map(str, sys.version_info[:3]))
     return InternalError(

@@ -38,6 +38,7 @@ import torch
 
 from ..events import CheckpointRecomputeDiffers, Event, InplaceErrorRaised
 from .aliases import HeldTensors
+from .blame import recursion_headroom
 from .compiled import EagerCompiled
 from .contents import ContentChecks
 from .dispatch_mode import SubclassConstruction, TracingMode, disable_dynamo_directly
@@ -129,6 +130,7 @@ class Tracer:
         self.modules.__enter__()
         self._contexts = [self.modules]
         try:
+            self._enter(recursion_headroom())  # the frames the hooks and modes add, given back to the program
             self._enter(self.compiled)
             self._enter(NodeCreationHook(self._saved.on_node))
             self._enter(torch.autograd.graph.saved_tensors_hooks(self._pack, self._saved.unpack))
