@@ -189,8 +189,8 @@ class Analyzer:
             for f in self.pending[saved_key]:
                 if f.dedupe_key == key:
                     # One cause, one fix; a flag fix differs per module, and each is kept.
-                    fix = f.fix if f.mutation.module_inplace else confirmed.fix
-                    confirmed = self._record(f.with_(confirmed=True, fix=fix), confirming=False)
+                    own = f if f.mutation.module_inplace else confirmed
+                    confirmed = self._record(f.with_(confirmed=True, fix=own.fix, fixes=own.fixes), confirming=False)
                 else:
                     rest.append(f)
             if rest:
@@ -219,13 +219,15 @@ class Analyzer:
         if finding.fix and finding.fix not in fixes and len(fixes) < _FIXES_SHOWN:
             fixes.append(finding.fix)
         details = {**old.details, "fixes": fixes} if len(fixes) > 1 else old.details
+        # a flag fix differs per module folded in: each is kept, once
+        records = old.fixes + tuple(x for x in finding.fixes if x not in old.fixes)[: max(0, _FIXES_SHOWN - len(old.fixes))]
         if confirming and not old.confirmed:
             merged = old.with_(
                 confirmed=True, severity=finding.severity, what=finding.what, why=finding.why,
-                places=places, details=details, unconfirmed_reason="",
+                places=places, details=details, unconfirmed_reason="", fixes=records,
             )
         else:
-            merged = old.with_(count=old.count + 1, places=places, details=details)
+            merged = old.with_(count=old.count + 1, places=places, details=details, fixes=records)
         self.findings[index] = merged
         return merged
 
