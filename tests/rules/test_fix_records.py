@@ -300,3 +300,56 @@ def test_a_fix_without_a_literal_flag_is_manual():
     assert [(f.kind, f.applicability, f.edits) for f in finding.fixes] == [
         (FixKind.FLAG_OFF_AT_CONSTRUCTOR, Applicability.MANUAL, ())
     ]
+
+
+def test_two_writes_to_one_saved_tensor_offer_one_fix_per_write_as_alternatives():
+    """Issue 23, item 4: the first write made out of place already keeps the second off the saved
+    tensor; the findings say so and carry one fix per write, earliest first, never "each must change"."""
+    program = """
+        import torch
+        torch.manual_seed(0)
+        a = torch.randn(5, requires_grad=True)
+        h = torch.sigmoid(a)
+        h.mul_(2)
+        h.add_(1)
+        loss = h.pow(2).sum()
+        loss.backward()
+        result = {"loss": loss.detach(), "grad": a.grad}
+    """
+    path = write("program.py", program)
+    findings = [f for f in diagnose(path) if f.code == "IPD101"]
+    assert sorted(f.mutation.line for f in findings) == [5, 6]
+    for f in findings:
+        assert [(x.kind, x.edits[0].start.line) for x in f.fixes] == [(FixKind.REBIND, 5), (FixKind.REBIND, 6)]
+    first = next(f for f in findings if f.mutation.line == 5)
+    assert "each must" not in first.why and "changing one write can be enough" in first.why
+    apply(first.fixes[0])  # the first write alone
+    assert diagnose(path) == [], path.read_text()
+    intended = program.replace("h.mul_(2)\n", "h = h.mul(2)\n")
+    assert_same(run_plain(path), run_plain(write("intended.py", intended)))
+
+
+def test_a_parameter_update_under_no_grad_moves_with_its_block():
+    program = """
+        import torch
+        from torch import nn
+        torch.manual_seed(0)
+        lin = nn.Linear(4, 4)
+        x = torch.randn(2, 4, requires_grad=True)
+        y = torch.sigmoid(lin(x))
+        with torch.no_grad():
+            lin.weight.mul_(0.5)
+        y.sum().backward()
+        result = {"x.grad": x.grad, "w": lin.weight.detach().clone(), "w.grad": lin.weight.grad}
+    """
+    path = write("update.py", program)
+    finding = only(diagnose(path), "IPD101")
+    move = next(f for f in finding.fixes if f.kind is FixKind.MOVE_STATEMENT)
+    assert move.edits[0].old == "with torch.no_grad():\n    lin.weight.mul_(0.5)\n"
+    apply(move)
+    assert diagnose(path) == []
+    intended = textwrap.dedent(program).replace(
+        "with torch.no_grad():\n    lin.weight.mul_(0.5)\ny.sum().backward()\n",
+        "y.sum().backward()\nwith torch.no_grad():\n    lin.weight.mul_(0.5)\n",
+    )
+    assert_same(run_plain(path), run_plain(write("intended.py", intended)))

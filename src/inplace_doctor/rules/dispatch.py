@@ -34,7 +34,7 @@ from ..events import (
     SavedTensorReached,
     StaleSavedTensorUsed,
 )
-from ..findings import Finding, Severity
+from ..findings import Finding, Fix, FixKind, Severity
 from ..sites import Site, source_line
 from . import Rule
 from .phrasing import place_of
@@ -165,15 +165,28 @@ class Analyzer:
             # it: confirmed, at its own line. One per line (`h[:, 0] += 1` writes twice).
             last = next(p for p in produced if p.code == "IPD101")
             named = {(p.mutation.file, p.mutation.line) for p in produced}
+            earlier = []
             for f in settled:
                 if f.code == "IPD101" and (f.mutation.file, f.mutation.line) not in named:
                     named.add((f.mutation.file, f.mutation.line))
-                    why = (
-                        f"This write changed the tensor too, before the write at {last.mutation.location}; "
-                        f"each must be moved or made out of place for backward to run. {last.why}"
-                    )
-                    confirmed = f.with_(confirmed=True, unconfirmed_reason="", why=why)
-                    produced.append(self._record(confirmed, confirming=True))
+                    earlier.append(f)
+            alternatives = _alternatives([*earlier, last])
+            if _updates([*earlier, last]):  # parameter updates: no write can go to a copy instead
+                rest = "each must be moved after backward, or the forward run again after the last, for backward to run"
+            else:
+                rest = (
+                    "changing one write can be enough: once the first goes to a copy (or a new tensor bound to the "
+                    "same name), the later ones write that instead of the saved tensor. The fixes, one per write, "
+                    "are alternatives"
+                )
+            for f in earlier:
+                why = f"This write changed the tensor too, before the write at {last.mutation.location}; {rest}. {last.why}"
+                confirmed = f.with_(confirmed=True, unconfirmed_reason="", why=why, fixes=alternatives or f.fixes)
+                produced.append(self._record(confirmed, confirming=True))
+            if earlier and alternatives:
+                index = self._index[last.dedupe_key]
+                self.findings[index] = self.findings[index].with_(fixes=alternatives)
+                produced = [self.findings[index] if p is last else p for p in produced]
         return produced
 
     def _placed(self, finding: Finding) -> Finding:
@@ -255,6 +268,21 @@ class Analyzer:
             "again to confirm this.",
             Severity.WARNING,
         )
+
+
+def _alternatives(writes: list[Finding]) -> tuple[Fix, ...]:
+    """The fixes of several writes to one saved tensor, earliest write first, as alternatives (one
+    Fix per write); empty when the writes are updates of parameters (which move, all of them)."""
+    if _updates(writes):
+        return ()
+    out: list[Fix] = []
+    for w in writes:
+        out += [x for x in w.fixes if x not in out]
+    return tuple(out)
+
+
+def _updates(writes: list[Finding]) -> bool:
+    return any(x.kind in (FixKind.RECOMPUTE, FixKind.MOVE_STATEMENT) for w in writes for x in w.fixes)
 
 
 def _predicted_key(event: Event) -> int | None:
