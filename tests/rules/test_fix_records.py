@@ -353,3 +353,29 @@ def test_a_parameter_update_under_no_grad_moves_with_its_block():
         "y.sum().backward()\nwith torch.no_grad():\n    lin.weight.mul_(0.5)\n",
     )
     assert_same(run_plain(path), run_plain(write("intended.py", intended)))
+
+
+@pytest.mark.parametrize(
+    ("statement", "code"),
+    [
+        ("h[h > 0.5] = 0.5", "IPD101"),
+        ("h += 1", "IPD101"),
+        ("h.mul_(2)", "IPD101"),
+        ("h = torch.nn.functional.hardtanh(h, 0.0, 0.6, inplace=True)", "IPD101"),
+    ],
+)
+def test_the_printed_fix_is_made_from_the_record_and_reads_as_the_rule_says(statement: str, code: str):
+    from inplace_doctor.render.fix_text import fix_lines
+
+    program = f"""
+        import torch
+        torch.manual_seed(0)
+        a = torch.randn(6, requires_grad=True)
+        h = torch.sigmoid(a)
+        {statement}  # the write
+        h.sum().backward()
+    """
+    finding = only(diagnose(write("program.py", program)), code)
+    assert fix_lines(finding, "model") == [f"fix: {finding.fix}"]
+    proven = finding.with_(fixes=tuple(x.__class__(x.kind, x.edits, Applicability.PROVEN) for x in finding.fixes))
+    assert fix_lines(proven, "model")[0].endswith("(proven on this program: `inplace-doctor fix` applies it)")

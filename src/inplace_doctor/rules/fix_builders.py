@@ -202,8 +202,12 @@ def compute_then_write(source: Source, located: Located, name: str) -> Fix:
     if indent is None or not isinstance(value, ast.expr):
         return Fix(FixKind.COMPUTE_THEN_WRITE)
     fresh = _fresh_name(source, "value")
-    target = getattr(stmt, "targets", [None])[0] if isinstance(stmt, ast.Assign) else getattr(stmt, "target")
-    op = f"{_OPS[type(stmt.op)]}=" if isinstance(stmt, ast.AugAssign) else "="
+    if isinstance(stmt, ast.Assign):
+        target, op = stmt.targets[0], "="
+    elif isinstance(stmt, (ast.AugAssign, ast.AnnAssign)):
+        target, op = stmt.target, (f"{_OPS[type(stmt.op)]}=" if isinstance(stmt, ast.AugAssign) else "=")
+    else:
+        return Fix(FixKind.COMPUTE_THEN_WRITE)
     lines = (
         f"{fresh} = {source.segment(value)}",
         f"{name} = {name}.clone()",

@@ -25,6 +25,8 @@ _COMPOUND = (
     ast.AsyncFunctionDef, ast.ClassDef, ast.Match, ast.TryStar,
 )
 
+Node = ast.expr | ast.stmt  # what has a position
+
 
 @dataclass(frozen=True)
 class Source:
@@ -35,16 +37,15 @@ class Source:
     lines: tuple[str, ...]
     tree: ast.Module
 
-    def segment(self, node: ast.AST) -> str:
+    def segment(self, node: Node) -> str:
         return ast.get_source_segment(self.text, node) or ""
 
-    def start(self, node: ast.AST) -> Position:
-        line = getattr(node, "lineno")
-        return Position(line, _chars(self.lines[line - 1], getattr(node, "col_offset")))
+    def start(self, node: Node) -> Position:
+        return Position(node.lineno, _chars(self.lines[node.lineno - 1], node.col_offset))
 
-    def end(self, node: ast.AST) -> Position:
-        line = getattr(node, "end_lineno")
-        return Position(line, _chars(self.lines[line - 1], getattr(node, "end_col_offset")))
+    def end(self, node: Node) -> Position:
+        line = node.end_lineno or node.lineno
+        return Position(line, _chars(self.lines[line - 1], node.end_col_offset or node.col_offset))
 
     def line_text(self, line: int) -> str:
         """The line without its line ending."""
@@ -56,7 +57,7 @@ class Source:
         before = self.line_text(start.line)[: start.column]
         return before if not before.strip() else None
 
-    def replace(self, node: ast.AST, new: str) -> Edit:
+    def replace(self, node: Node, new: str) -> Edit:
         """An edit replacing `node`'s text by `new`."""
         return Edit(self.path, self.start(node), self.end(node), self.segment(node), new)
 
