@@ -379,3 +379,17 @@ def test_the_printed_fix_is_made_from_the_record_and_reads_as_the_rule_says(stat
     assert fix_lines(finding, "model") == [f"fix: {finding.fix}"]
     proven = finding.with_(fixes=tuple(x.__class__(x.kind, x.edits, Applicability.PROVEN) for x in finding.fixes))
     assert fix_lines(proven, "model")[0].endswith("(proven on this program: `inplace-doctor fix` applies it)")
+
+
+def test_the_rules_own_sentence_never_offers_the_clone_that_cannot_help():
+    """Issue 23, item 2, in the message too (the JSON's `fix`, the error's text): no `buf = buf.clone()`
+    before a statement whose value reads `buf`."""
+    program = """
+        import torch
+        x = torch.randn(5, requires_grad=True)
+        buf = x * 1
+        buf[4] = torch.mul(buf[2], buf[3])
+        buf.pow(2).sum().backward()
+    """
+    finding = only(diagnose(write("program.py", program)), "IPD101")
+    assert "before `buf[4]" not in finding.fix and "compute the value first" in finding.fix

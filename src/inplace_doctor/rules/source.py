@@ -28,9 +28,10 @@ _COMPOUND = (
 Node = ast.expr | ast.stmt  # what has a position
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Source:
-    """One file's text, its lines and its syntax tree."""
+    """One file's text, its lines and its syntax tree (one object per content: `read` caches it,
+    so what is looked up in it is cached by identity)."""
 
     path: str
     text: str
@@ -109,6 +110,7 @@ class Located:
     owner: ast.AST
 
 
+@functools.lru_cache(maxsize=1024)
 def statement_at(source: Source, line: int | None) -> Located | None:
     """The innermost simple (not compound) statement whose lines include `line`."""
     if line is None:
@@ -155,9 +157,10 @@ def _own_blocks(node: ast.AST) -> list[tuple[ast.AST, list[ast.stmt]]]:
     return out
 
 
-def _blocks(tree: ast.AST) -> list[tuple[ast.AST, list[ast.stmt]]]:
+@functools.lru_cache(maxsize=64)
+def _blocks(tree: ast.AST) -> tuple[tuple[ast.AST, list[ast.stmt]], ...]:
     """Every block of statements in the tree, with the node that owns it."""
     out: list[tuple[ast.AST, list[ast.stmt]]] = []
     for node in ast.walk(tree):
         out.extend(_own_blocks(node))
-    return out
+    return tuple(out)
