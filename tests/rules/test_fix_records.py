@@ -393,3 +393,42 @@ def test_the_rules_own_sentence_never_offers_the_clone_that_cannot_help():
     """
     finding = only(diagnose(write("program.py", program)), "IPD101")
     assert "before `buf[4]" not in finding.fix and "compute the value first" in finding.fix
+
+
+def test_numpy_memory_is_copied_where_it_is_handed_out():
+    program = """
+        import torch
+        torch.manual_seed(0)
+        w = torch.randn(6, requires_grad=True)
+        s = torch.sigmoid(w * 3)
+        a = s.detach().numpy()
+        a *= 0.5
+        s.sum().backward()
+        result = {"s": s.detach().clone(), "a": torch.from_numpy(a.copy()), "w.grad": w.grad}
+    """
+    intended = program.replace("s.detach().numpy()", "s.detach().clone().numpy()")
+    finding = check(program, intended, "IPD109", FixKind.COPY_AT_HANDOUT)
+    assert finding.fixes[0].edits[0].new == "s.detach().numpy().copy()"
+
+
+@pytest.mark.parametrize("imports", ["import copy\n        ", ""])
+def test_a_state_dict_snapshot_is_copied_where_it_is_taken(imports: str):
+    program = f"""
+        {imports}import torch
+        from torch import nn
+        torch.manual_seed(0)
+        model = nn.Linear(4, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(torch.randn(3, 4)).sum().backward()
+        best = model.state_dict()
+        opt.step()
+        model.load_state_dict(best)
+        result = {{k: v.detach().clone() for k, v in model.state_dict().items()}}
+    """
+    intended = (
+        textwrap.dedent(program).replace("opt.step()\n", "").replace("best = model.state_dict()\n", "")
+        .replace("model.load_state_dict(best)\n", "")
+    )
+    finding = check(program, intended, "IPD107", FixKind.COPY_AT_HANDOUT)
+    new = finding.fixes[0].edits[0].new
+    assert new == ("copy.deepcopy(model.state_dict())" if imports else "{k_1: v_1.detach().clone() for k_1, v_1 in model.state_dict().items()}")

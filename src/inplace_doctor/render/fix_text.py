@@ -110,6 +110,16 @@ def _method(code: str) -> str:
     return func.attr if isinstance(func, ast.Attribute) else "op"
 
 
+def _copy_at_handout(fix: Fix, finding: Finding, root_label: str) -> str:
+    edit = fix.edits[0]
+    if finding.code == "IPD107":
+        return f"take a real snapshot at {_at(edit)}: replace `{edit.old}` with `{edit.new}`"
+    return (
+        f"hand out a copy: replace `{edit.old}` with `{edit.new}` at {_at(edit)}: the array then owns its memory "
+        "and the saved tensor keeps its values; to change the tensor itself, do it in PyTorch so autograd sees it"
+    )
+
+
 def _flag_at_constructor(fix: Fix, finding: Finding, root_label: str) -> str:
     edit = fix.edits[0]
     ref = module_ref(finding.mutation, root_label) or "the module"
@@ -192,6 +202,7 @@ _EDITED = {
     FixKind.FLAG_OFF_AT_CONSTRUCTOR: _flag_at_constructor,
     FixKind.FLAG_OFF_AT_CALL: _flag_at_call,
     FixKind.MOVE_STATEMENT: _move,
+    FixKind.COPY_AT_HANDOUT: _copy_at_handout,
 }
 _MANUAL = {
     FixKind.FLAG_OFF_AT_CONSTRUCTOR: _flag_manual,
