@@ -103,3 +103,35 @@ def test_sarif_groups_a_moves_two_edits_by_file_and_an_insertion_is_an_empty_reg
     assert [c["artifactLocation"]["uri"].rsplit("/", 1)[-1] for c in changes] == ["train.py", "loop.py"]
     assert changes[0]["replacements"][0]["deletedRegion"] == {"startLine": 3, "startColumn": 1, "endLine": 4, "endColumn": 1}
     assert changes[1]["replacements"][0]["deletedRegion"] == {"startLine": 9, "startColumn": 16, "endLine": 9, "endColumn": 16}
+
+
+def test_run_writes_the_fix_as_edits_into_the_json_report(tmp_path: Path) -> None:
+    """What `inplace-doctor fix` reads: `run --format json`, each edit naming the script it edits,
+    at the written statement, whatever a string on that line says."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "x = torch.randn(5, requires_grad=True)\n"
+        "h = torch.sigmoid(x)\n"
+        'h[h > 0.5] = len("resumed at epoch:10 at other.py:2") * 0.0\n'
+        "h.sum().backward()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "inplace_doctor", "run", "--format", "json", "--output", "report.json", "train.py"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert done.returncode == 1, done.stderr
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert list(_validator(REPORT_SCHEMA, jsonschema.Draft202012Validator).iter_errors(data)) == []
+    (finding,) = data["findings"]
+    (fix,) = finding["fixes"]
+    (edit,) = fix["edits"]
+    assert fix["kind"] == "clone-before-write" and fix["applicability"] == "unsafe"
+    assert (tmp_path / edit["path"]).resolve() == script.resolve()
+    assert (edit["start"], edit["end"], edit["old"], edit["new"]) == (
+        {"line": 4, "column": 0}, {"line": 4, "column": 0}, "", "h = h.clone()\n"
+    )

@@ -432,3 +432,29 @@ def test_a_state_dict_snapshot_is_copied_where_it_is_taken(imports: str):
     finding = check(program, intended, "IPD107", FixKind.COPY_AT_HANDOUT)
     new = finding.fixes[0].edits[0].new
     assert new == ("copy.deepcopy(model.state_dict())" if imports else "{k_1: v_1.detach().clone() for k_1, v_1 in model.state_dict().items()}")
+
+
+@pytest.mark.parametrize(
+    ("name", "encoding", "newline", "head"),
+    [
+        ("crlf.py", "utf-8", "\r\n", ""),
+        ("bom.py", "utf-8-sig", "\n", ""),
+        ("latin1.py", "latin-1", "\n", "# -*- coding: latin-1 -*-\n"),
+    ],
+)
+def test_edit_columns_count_characters_of_the_decoded_line(name: str, encoding: str, newline: str, head: str):
+    """A BOM, a PEP 263 encoding or CRLF line endings move no edit: columns are characters of the
+    decoded line (ast's are UTF-8 bytes), lines as Python counts them."""
+    from inplace_doctor.rules.fix_builders import write_fixes
+    from inplace_doctor.sites import Site
+
+    source = head + 'import torch.nn.functional as F\nh = F.hardtanh(h, len("été") - 3.0, 0.6, inplace=True)\nh += 1\n'
+    path = Path.cwd() / name
+    path.write_bytes(source.replace("\n", newline).encode(encoding))
+    first = 2 + bool(head)
+    decoded = source.splitlines()
+    (flag,) = write_fixes(Site(op="aten.hardtanh_", file=str(path), line=first))
+    (edit,) = flag.edits
+    assert decoded[edit.start.line - 1][edit.start.column : edit.end.column] == "True" == edit.old
+    (augmented,) = write_fixes(Site(op="aten.add_", file=str(path), line=first + 1))
+    assert augmented.edits[0].start == Position(first + 1, 0) and augmented.edits[0].new == "h = h + 1"
