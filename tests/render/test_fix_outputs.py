@@ -122,7 +122,7 @@ def test_run_writes_the_fix_as_edits_into_the_json_report(tmp_path: Path) -> Non
     )
     done = subprocess.run(
         [sys.executable, "-m", "inplace_doctor", "run", "--format", "json", "--output", "report.json", "train.py"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "NO_COLOR": "1"},
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "NO_COLOR": "1"}, check=False,
     )
     assert done.returncode == 1, done.stderr
     data = json.loads((tmp_path / "report.json").read_text())
