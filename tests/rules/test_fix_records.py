@@ -458,3 +458,18 @@ def test_edit_columns_count_characters_of_the_decoded_line(name: str, encoding: 
     assert decoded[edit.start.line - 1][edit.start.column : edit.end.column] == "True" == edit.old
     (augmented,) = write_fixes(Site(op="aten.add_", file=str(path), line=first + 1))
     assert augmented.edits[0].start == Position(first + 1, 0) and augmented.edits[0].new == "h = h + 1"
+
+
+def test_a_write_inside_an_installed_package_gets_no_edit():
+    """torchvision's `out += identity` runs in site-packages: the fix there is the user's to decide
+    (the module's flag, a copy of its input), never an edit of the library."""
+    import inspect
+
+    import torchvision
+
+    from inplace_doctor.rules.fix_builders import write_fixes
+    from inplace_doctor.sites import Site
+
+    path = inspect.getfile(torchvision.models.resnet)
+    line = next(i for i, text in enumerate(Path(path).read_text().splitlines(), 1) if "out += identity" in text)
+    assert write_fixes(Site(op="aten.add_", file=path, line=line)) == ()

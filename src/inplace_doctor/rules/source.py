@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import functools
 import linecache
+import os
 from dataclasses import dataclass
 
 from ..findings import Edit, Position
@@ -83,9 +84,13 @@ def _chars(line: str, byte_column: int) -> int:
     return len(line.encode("utf-8")[:byte_column].decode("utf-8", errors="ignore"))
 
 
+_INSTALLED = tuple(f"{os.sep}{d}{os.sep}" for d in ("site-packages", "dist-packages"))
+
+
 def read(path: str | None) -> Source | None:
-    """The file at `path`, parsed; None when it cannot be read or does not parse."""
-    if not path:
+    """The file at `path`, parsed; None when it cannot be read or does not parse, and for an installed
+    package's file (torchvision's `out += identity`): a fix never edits a library in place."""
+    if not path or any(marker in path for marker in _INSTALLED):
         return None
     lines = tuple(linecache.getlines(path))
     return _parse(path, lines) if lines else None
