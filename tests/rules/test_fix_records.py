@@ -473,3 +473,24 @@ def test_a_write_inside_an_installed_package_gets_no_edit():
     path = inspect.getfile(torchvision.models.resnet)
     line = next(i for i, text in enumerate(Path(path).read_text().splitlines(), 1) if "out += identity" in text)
     assert write_fixes(Site(op="aten.add_", file=path, line=line)) == ()
+
+
+def test_an_inplace_function_of_a_module_is_not_rebound_as_if_it_were_a_method():
+    """`torch.nn.init.zeros_(w)` is no tensor's method: `torch.nn.init = torch.nn.init.zeros(w)` would be
+    nonsense, and `init` has no `zeros`: a module's in-place function gets no edit."""
+    from inplace_doctor.rules.fix_builders import write_fixes
+    from inplace_doctor.sites import Site
+
+    path = write("program.py", """
+        import torch
+        from torch.nn import init
+        import torch.nn.functional as F
+        torch.nn.init.zeros_(w)
+        init.ones_(w)
+        F.relu_(h)
+        y = F.relu_(h)
+        h.relu_()
+    """)
+    fixes = {line: write_fixes(Site(op="aten.zero_", file=str(path), line=line)) for line in range(4, 9)}
+    assert fixes[4] == fixes[5] == fixes[6] == fixes[7] == ()  # which function is the twin is not known
+    assert [e.new for e in fixes[8][0].edits] == ["h = h.relu()"]

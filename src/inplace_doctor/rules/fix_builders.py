@@ -61,6 +61,8 @@ def write_fixes(site: Site, saved: Site | None = None) -> tuple[Fix, ...]:
     if rebound is not None:
         return (made(FixKind.REBIND, source.replace(stmt, rebound)),)
     call = _inplace_method_call(stmt)
+    if call is not None and (isinstance(stmt, ast.Expr) or _on_a_module(source, call)):
+        call = None  # its result unused: out of place would drop the write; `init.zeros_(w)` has no twin
     if call is not None:  # `y = x.add_(1)`: the out-of-place method (x then keeps its values)
         func = call.func
         assert isinstance(func, ast.Attribute)
@@ -106,6 +108,8 @@ def _rebound(source: Source, stmt: ast.stmt) -> str | None:
     func = call.func
     if not (isinstance(func, ast.Attribute) and _is_inplace_name(func.attr) and _is_reference(func.value)):
         return None
+    if _on_a_module(source, call):
+        return None  # `torch.nn.init.zeros_(w)`, `F.relu_(h)`: a function, not a method of the tensor
     receiver = func.value
     if isinstance(receiver, ast.Attribute) and receiver.attr == "data" and _is_reference(receiver.value):
         receiver = receiver.value
@@ -124,6 +128,14 @@ def _renamed_call(source: Source, call: ast.Call, name: str) -> str:
     func = call.func
     assert isinstance(func, ast.Attribute)
     return f"{source.segment(func.value)}.{name}{_arguments(source, call, func)}"
+
+
+def _on_a_module(source: Source, call: ast.Call) -> bool:
+    """Whether the call's receiver is an imported module (`torch.relu_`, `init.zeros_`), not a tensor."""
+    node = call.func.value if isinstance(call.func, ast.Attribute) else call.func
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name) and node.id in _imported(source)
 
 
 def _is_inplace_name(name: str) -> bool:
@@ -373,7 +385,9 @@ def copy_at_handout(site: Site | None, method: str) -> tuple[Fix, ...]:
 
 
 def _imported(source: Source) -> set[str]:
-    """Module names the file imports whole (`import copy`)."""
+    """Names the file's imports bind (`import copy`, `import torch.nn.functional as F`: `F`; `from
+    torch.nn import init`: `init`)."""
     return {
-        (a.asname or a.name) for n in ast.walk(source.tree) if isinstance(n, ast.Import) for a in n.names
+        (a.asname or a.name).split(".")[0]
+        for n in ast.walk(source.tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names
     }
