@@ -494,3 +494,46 @@ def test_an_inplace_function_of_a_module_is_not_rebound_as_if_it_were_a_method()
     fixes = {line: write_fixes(Site(op="aten.zero_", file=str(path), line=line)) for line in range(4, 9)}
     assert fixes[4] == fixes[5] == fixes[6] == fixes[7] == ()  # which function is the twin is not known
     assert [e.new for e in fixes[8][0].edits] == ["h = h.relu()"]
+
+
+POLYAK = """
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+    critic, target, actor = nn.Linear(3, 1), nn.Linear(3, 1), nn.Linear(3, 3)
+    target.load_state_dict(critic.state_dict())
+    opt_c = torch.optim.SGD(critic.parameters(), lr=0.1)
+    s = torch.randn(4, 3)
+    q = critic(torch.tanh(actor(s)))
+    critic_loss = (critic(s) - 1).pow(2).mean()
+    opt_c.zero_grad()
+    critic_loss.backward()
+    opt_c.step()
+    with torch.no_grad():
+        for p, tp in zip(critic.parameters(), target.parameters()):
+            tp.mul_(0.5).add_(0.5 * p)
+    actor_loss = -q.mean()
+    actor_loss.backward()
+    result = {"target.weight": target.weight.detach().clone(), "actor.grad": actor.weight.grad}
+"""
+
+
+def test_moving_a_step_past_code_that_reads_the_stepped_parameters_is_offered_unsafe_and_differs():
+    """Issue 23, item 3, the builder's side: the step move is built as edits but never called safe.
+    Moved past the Polyak update, that update reads the weights before the step, so the target net
+    differs from the program as it ran (its saved tensors copied at save: what the user meant)."""
+    path = write("polyak.py", POLYAK)
+    finding = only(diagnose(path), "IPD101")
+    move = next(f for f in finding.fixes if f.kind is FixKind.MOVE_STATEMENT)
+    assert move.applicability is Applicability.UNSAFE and [e.old for e in move.edits] == ["opt_c.step()\n", ""]
+    assert finding.fixes[0].kind is FixKind.RECOMPUTE and finding.fixes[0].applicability is Applicability.MANUAL
+    from inplace_doctor.render.fix_text import fix_lines
+
+    assert "code between the two that reads the parameters reads them before the update" in fix_lines(finding, "model")[1]
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t.clone(), lambda t: t):
+        intended = run_plain(path)  # every saved tensor copied at save: the forward as it ran
+    apply(move)
+    assert diagnose(path) == []  # the finding is gone ...
+    moved = run_plain(path)
+    assert torch.equal(moved["actor.grad"], intended["actor.grad"])
+    assert not torch.equal(moved["target.weight"], intended["target.weight"])  # ... and training changed
