@@ -537,3 +537,38 @@ def test_moving_a_step_past_code_that_reads_the_stepped_parameters_is_offered_un
     moved = run_plain(path)
     assert torch.equal(moved["actor.grad"], intended["actor.grad"])
     assert not torch.equal(moved["target.weight"], intended["target.weight"])  # ... and training changed
+
+
+_MASKED = """
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+    fc, head = nn.Linear(8, 8), nn.Linear(8, 1)
+    h = fc(torch.randn(4, 8))
+    h.detach()[h < 0] = 0
+    loss = head(h).sum()
+    loss.backward()
+    result = {"loss": loss.detach(), "fc.grad": fc.weight.grad, "head.grad": head.weight.grad}
+"""
+
+
+@pytest.mark.parametrize(
+    ("statement", "new", "intended"),
+    [
+        ("h.detach()[h < 0] = 0", "h = h.masked_fill(h < 0, 0)", "h = torch.where(h < 0, torch.zeros_like(h), h)"),
+        ("h.detach()[:, 0] = 0", "h = h.clone()\nh[:, 0] = 0", "h = torch.cat([torch.zeros_like(h[:, :1]), h[:, 1:]], 1)"),
+        ("h.detach().mul_(2)", "h = h.mul(2)", "h = h * 2"),
+        ("h.data.mul_(2)", "h = h.mul(2)", "h = h * 2"),
+    ],
+)
+def test_a_write_autograd_did_not_record_is_made_on_the_tensor_itself(statement: str, new: str, intended: str):
+    program = _MASKED.replace("h.detach()[h < 0] = 0", statement)
+    finding = check(program, program.replace(statement, intended), "IPD110", finding_kind(new))
+    assert finding.fixes[0].edits[0].new == new
+    from inplace_doctor.render.fix_text import fix_lines
+
+    assert "so autograd records the change" in fix_lines(finding, "model")[0]
+
+
+def finding_kind(new: str) -> FixKind:
+    return FixKind.REBIND if ".mul(" in new else FixKind.OUT_OF_PLACE
