@@ -1,4 +1,5 @@
-"""JSON output: `Report.to_dict()`, findings in stable order, as RFC 8259 JSON.
+"""JSON output: `Report.to_dict()`, findings in stable order, as RFC 8259 JSON; each fix
+with its sentence (`message`), made from its record.
 
 JSON has no NaN or infinity (Python's `json` writes `NaN`/`Infinity`, which `JSON.parse` and
 strict parsers reject), so a non-finite float is written as the string `"NaN"`, `"Infinity"` or
@@ -13,6 +14,7 @@ import math
 from typing import Any, TextIO
 
 from ..report import Report
+from .fix_text import sentence
 
 NON_FINITE = ("NaN", "Infinity", "-Infinity")
 
@@ -37,5 +39,16 @@ def dump(value: Any, stream: TextIO, **options: Any) -> None:
 
 
 def render(report: Report, stream: TextIO) -> None:
-    dump(report.to_dict(), stream, indent=2, sort_keys=False)
+    dump(to_json(report), stream, indent=2, sort_keys=False)
     stream.write("\n")
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    """The report as data; each `fixes[]` entry also says itself in words (`message`), made from the record."""
+    data = report.to_dict()
+    for finding, out in zip(report.findings, data["findings"]):
+        for fix, entry in zip(finding.fixes, out["fixes"]):
+            text = sentence(fix, finding, report.root_label)
+            if text:
+                entry["message"] = text
+    return data

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..events import CallerInputWritten, HeldTensorOverwritten, HeldTensorUsed
 from ..findings import Finding, Severity
+from .fix_builders import copy_at_handout, write_fixes
 from .phrasing import fix_for_write, tensor_desc, where
 from .registry import make_finding, rule
 
@@ -55,6 +56,7 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: Any) -> Finding | N
             "model, a metric, the next accumulation step) silently gets the modified values."
         ),
         fix=f"{fix_for_write(write.site, ctx.root_label)}, or clone the input at the top of forward (`x = x.clone()`)",
+        fixes=write_fixes(write.site),
         mutation=write.site,
         argument=event.argument,
     )
@@ -134,6 +136,7 @@ def held_tensor_overwritten(event: HeldTensorUsed | HeldTensorOverwritten, ctx: 
             f"take a real snapshot at {handed_out}: `copy.deepcopy({owner}.state_dict())` or "
             f"`{{k: v.detach().clone() for k, v in {owner}.state_dict().items()}}`"
         ),
+        fixes=copy_at_handout(overwritten.handed_out, "state_dict"),
         mutation=write.site,
         read=used.use if used is not None else None,
         severity=None if used is not None else Severity.INFO,
