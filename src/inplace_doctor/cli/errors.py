@@ -2,7 +2,8 @@
 
 Exit codes: 0 no finding of severity error/warning; 1 such findings; 2 usage
 error (one line on stderr); 3 the user's model or factory itself raised; 4 inplace-doctor
-itself crashed (its traceback, then one line with the versions); 130 interrupted (Ctrl-C).
+itself crashed (its traceback, then one line with the versions); 130 interrupted (Ctrl-C); 141
+the reader of the output went away (a closed pipe), quietly, as git and coreutils exit (128 + SIGPIPE).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ..errors import InplaceDoctorError, ModelError, UsageError
 from ..trace.blame import internal_error, raised_by_the_tool
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_MODEL_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_PIPE_CLOSED = 141
 
 
 class CliUsageError(UsageError):

@@ -1,0 +1,110 @@
+"""Where the tool's output goes (issue 24, items 18 and 19).
+
+Real processes: what is tested is what a shell sees (exit status, the bytes on each stream).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def cli(*args: str, cwd: Path | None = None, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NO_COLOR": "1", **kwargs.pop("env", {})}
+    kwargs.setdefault("capture_output", "stdout" not in kwargs)
+    if "stdout" in kwargs:
+        kwargs.setdefault("stderr", subprocess.PIPE)
+    return subprocess.run(
+        [sys.executable, "-m", "inplace_doctor", *args], text=True, timeout=300, cwd=cwd, env=env, **kwargs
+    )
+
+
+def no_traceback(text: str) -> bool:
+    return "Traceback" not in text and "inplace-doctor failed" not in text and "Exception ignored" not in text
+
+
+# -- item 18: the tool's own stdout ------------------------------------------------------------
+
+def test_stdout_on_a_full_disk_is_one_line_and_exit_2() -> None:
+    with open("/dev/full", "w") as full:
+        done = cli("rules", stdout=full)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == "inplace-doctor: error: cannot write to stdout: No space left on device\n"
+
+
+@pytest.mark.parametrize("args", [("rules",), ("rule", "IPD101")])
+def test_a_closed_pipe_ends_quietly_with_141_as_git_does(args: tuple[str, ...]) -> None:
+    # `inplace-doctor rules | head -1` with head already gone: the read end is closed before the
+    # tool writes, so the write fails every time (not only when the output outgrows the pipe).
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = cli(*args, stdout=write_end)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141, done.stderr
+    assert done.stderr == ""
+
+
+def test_an_ascii_terminal_gets_a_non_ascii_path_escaped(tmp_path: Path) -> None:
+    (tmp_path / "modèle.py").write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        class M(nn.Module):
+            def forward(self, x):
+                y = x.sigmoid()
+                y.relu_()
+                return y
+
+        def make():
+            return M(), (torch.randn(2, 3, requires_grad=True),)
+    """))
+    done = cli("audit", "modèle:make", cwd=tmp_path, env={"PYTHONIOENCODING": "ascii"})
+    assert done.returncode == 1, done.stderr
+    assert no_traceback(done.stderr), done.stderr
+    assert "IPD101" in done.stdout and "mod\\xe8le.py:7" in done.stdout
+
+
+# -- item 19: a script that closes or replaces sys.stderr --------------------------------------
+
+CAUGHT_IPD101 = """
+import os, sys, torch
+w = torch.randn(3, requires_grad=True)
+y = w.exp()
+y.add_(1)
+try:
+    y.sum().backward()
+except RuntimeError:
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    "does",
+    [
+        "sys.stderr.close()",
+        "sys.stderr = open(os.devnull, 'w')",
+        "sys.stderr = None",
+        "sys.stdout.close(); sys.stderr.close()",
+        "sys.stderr.close(); raise ValueError('after closing stderr')",
+    ],
+)
+def test_the_report_goes_to_the_stderr_the_tool_was_started_with(tmp_path: Path, does: str) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(CAUGHT_IPD101 + does + "\n")
+    done = cli("run", str(script))
+    assert done.returncode == 1, done.stderr
+    assert "Exception ignored" not in done.stderr and "lost sys.stderr" not in done.stderr
+    assert "inplace-doctor failed" not in done.stderr
+    assert "overwritten `add_`" in done.stderr
+    assert done.stderr.rstrip().endswith("inplace-doctor: 1 finding(s); no backward pass completed")
+    if "raise" in does:  # the script's own traceback is not lost either
+        assert "ValueError: after closing stderr" in done.stderr
+
