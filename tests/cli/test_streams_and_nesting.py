@@ -1,4 +1,5 @@
-"""Where the tool's output goes (issue 24, items 18 and 19).
+"""Where the tool's output goes (issue 24, items 18 and 19), and a script's own `ipd.watch()`
+under `inplace-doctor run` (item 9).
 
 Real processes: what is tested is what a shell sees (exit status, the bytes on each stream).
 """
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+from conftest import line_of
 
 
 def cli(*args: str, cwd: Path | None = None, **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -108,3 +111,99 @@ def test_the_report_goes_to_the_stderr_the_tool_was_started_with(tmp_path: Path,
     if "raise" in does:  # the script's own traceback is not lost either
         assert "ValueError: after closing stderr" in done.stderr
 
+
+# -- item 9: a script's own watch() under `inplace-doctor run`, and nested watch() blocks -------
+
+def test_a_scripts_own_watch_reaches_runs_report(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        import inplace_doctor as ipd
+
+        w = torch.randn(3, requires_grad=True)
+        try:
+            with ipd.watch() as session:
+                y = w.exp()
+                y.add_(1)
+                y.sum().backward()
+        except ipd.InplaceError as e:
+            print("the script's own watch raised", [f.code for f in e.findings])
+    """))
+    done = cli("run", "train.py", cwd=tmp_path)
+    assert "the script's own watch raised ['IPD101']" in done.stdout  # the inner block behaves as written
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("error   IPD101") == 1
+    assert "overwritten `add_` at train.py:9" in done.stderr
+    assert done.stderr.rstrip().endswith("inplace-doctor: 1 finding(s); no backward pass completed")
+
+
+def _stale_exp(w: torch.Tensor) -> torch.Tensor:
+    y = w.exp()
+    y.add_(1)  # <stale exp>
+    return y
+
+
+def test_an_inner_watch_is_its_own_and_the_outer_holds_its_findings_once() -> None:
+    import inplace_doctor as ipd
+
+    w = torch.randn(3, requires_grad=True)
+    with pytest.raises(ipd.InplaceError):
+        with ipd.watch() as alone:
+            _stale_exp(w).sum().backward()
+    with ipd.watch() as outer:
+        with pytest.raises(ipd.InplaceError):
+            with ipd.watch() as inner:
+                _stale_exp(w).sum().backward()
+        with pytest.raises(ipd.InplaceError):  # the same cause again, in a second inner block
+            with ipd.watch():
+                _stale_exp(w).sum().backward()
+    def facts(session: ipd.watch) -> list[tuple[Any, ...]]:
+        return [(f.code, f.severity, f.confirmed, f.mutation.line, f.saved and f.saved.line) for f in session.findings]
+
+    assert facts(inner) == facts(alone) and [f.code for f in inner.findings] == ["IPD101"]
+    [finding] = outer.findings
+    assert finding == inner.findings[0]  # one per cause, as the session that confirmed it reported it
+    assert finding.confirmed and finding.mutation.line == line_of(__file__, "# <stale exp>")
+    assert outer.report().findings == [finding] and outer.failed()
+
+
+def test_a_write_in_the_inner_block_to_a_tensor_saved_before_it_is_the_outers() -> None:
+    import inplace_doctor as ipd
+
+    w = torch.randn(3, requires_grad=True)
+    with ipd.watch() as outer:
+        y = w.exp()
+        with ipd.watch() as inner:
+            y.add_(1)  # <saved outside>
+        with pytest.raises(ipd.InplaceError):
+            y.sum().backward()
+    assert inner.findings == []
+    assert [(f.code, f.mutation.line) for f in outer.findings] == [("IPD101", line_of(__file__, "# <saved outside>"))]
+
+
+def test_what_the_inner_session_confirms_after_its_block_reaches_the_outer() -> None:
+    import inplace_doctor as ipd
+
+    w = torch.randn(3, requires_grad=True)
+    with ipd.watch() as outer:
+        with ipd.watch() as inner:
+            y = _stale_exp(w)
+        assert not outer.findings[0].confirmed  # the inner block ended with a prediction
+        try:
+            y.sum().backward()  # the inner session's hooks check the tensor it saw saved
+        except ipd.InplaceError:
+            pass  # the script caught it
+    assert [f.confirmed for f in outer.findings] == [True]
+    assert inner.findings[0].confirmed
+
+
+def test_an_error_pytorch_raises_at_the_op_through_both_sessions_is_one_finding() -> None:
+    import inplace_doctor as ipd
+
+    w = torch.randn(3, requires_grad=True)
+    with pytest.raises(ipd.InplaceError):
+        with ipd.watch() as outer:
+            with ipd.watch():
+                w.add_(1)  # a leaf that requires grad: PyTorch raises here
+    [finding] = outer.findings
+    assert finding.code == "IPD102" and finding.count == 1

@@ -133,6 +133,7 @@ def run_script(
         if missing is not None:
             raise _no_module_error(target) from None
     stats.failed_after_window = bool(status) and stats.window_ended and stats.diagnosis is None
+    stats.threads = session.tracer.threads.note()
     return status, session.report(), stats
 
 
