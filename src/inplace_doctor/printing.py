@@ -113,6 +113,10 @@ class ToolStream:
             self.wrapped.write(encodable(text, self.wrapped))
         return len(text)
 
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
     def flush(self) -> None:
         with self._failing():
             self.wrapped.flush()

@@ -75,6 +75,22 @@ def test_an_ascii_terminal_gets_a_non_ascii_path_escaped(tmp_path: Path) -> None
     assert "IPD101" in done.stdout and "mod\\xe8le.py:7" in done.stdout
 
 
+def test_every_write_of_the_tool_is_escaped_for_its_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from inplace_doctor.printing import tool_streams
+
+    raw = io.BytesIO()
+    ascii_out = io.TextIOWrapper(raw, encoding="ascii")
+    monkeypatch.setattr(sys, "stdout", ascii_out)
+    with tool_streams():
+        print("modèle.py:7")
+        sys.stdout.writelines(["--- modèle.py\n", "+++ modèle.py\n"])  # what `fix --diff` writes
+        sys.stdout.flush()
+    assert sys.stdout is ascii_out
+    assert raw.getvalue().decode("ascii").splitlines() == ["mod\\xe8le.py:7", "--- mod\\xe8le.py", "+++ mod\\xe8le.py"]
+
+
 # -- item 19: a script that closes or replaces sys.stderr --------------------------------------
 
 CAUGHT_IPD101 = """
