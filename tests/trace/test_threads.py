@@ -101,3 +101,21 @@ def _line(marker: str) -> int:
     from conftest import line_of
 
     return line_of(__file__, marker)
+
+
+def test_ops_a_thread_runs_after_the_watch_ended_are_not_counted() -> None:
+    go = threading.Event()
+    out: dict[str, Any] = {}
+
+    def late_worker() -> None:
+        go.wait()
+        caught_inplace_error(out)
+
+    with ipd.watch() as session:
+        worker = threading.Thread(target=late_worker)
+        worker.start()
+    go.set()
+    worker.join()
+    assert "caught" in out
+    assert not any("thread" in n for n in session.report().notes)
+    assert [t.ops for t in session.tracer.threads.threads] == [0]

@@ -10,10 +10,11 @@ called) is one per tracer, and two threads interleaving in it would name wrong l
 What is done instead, while the tracer is active: `Thread.start` (the one entry of every
 `threading` thread, `concurrent.futures` pools' included) is wrapped, once for all tracers
 and put back when the last one exits; a thread started from the traced thread runs under a
-small counting mode of its own (one per thread, nothing shared) that counts PyTorch's ops in it;
-the report names the threads that ran ops unwatched. A thread whose code enters `watch()`
-itself is watched (`watched()`), and PyTorch's own threads (the `DataLoader`'s pin-memory
-thread) are not the user's. Autograd's worker threads are C++ threads, never started through
+small counting mode of its own (one per thread, nothing shared) that counts PyTorch's ops in
+it; the report names the threads that ran ops unwatched while the tracer was active (a
+thread that outlives it keeps the mode, passing ops through uncounted, until it ends). A
+thread whose code enters `watch()` itself is watched (`watched()`), and PyTorch's own
+threads (the `DataLoader`'s pin-memory thread) are not the user's. Autograd's worker threads are C++ threads, never started through
 `threading`, and are untouched.
 """
 
@@ -40,6 +41,7 @@ class StartedThread:
     name: str
     ops: int = 0
     watched: bool = False  # its code entered a watch() of its own
+    counting: bool = True  # while the tracer that saw it start is active
 
 
 class _CountOps(TorchDispatchMode):
@@ -52,7 +54,8 @@ class _CountOps(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         for record in self.records:
-            record.ops += 1
+            if record.counting:
+                record.ops += 1
         return func(*args, **(kwargs or {}))
 
 
@@ -148,6 +151,8 @@ class StartedThreads:
 
     def __exit__(self, *exc: object) -> None:
         global _ORIGINAL_START
+        for record in self.threads:
+            record.counting = False
         with _LOCK:
             watchers = _ACTIVE.get(self._ident or 0, [])
             if self in watchers:
