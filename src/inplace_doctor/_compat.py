@@ -60,6 +60,13 @@ DisableTorchDispatch: Any = _require(torch._C, "_DisableTorchDispatch", "the dis
 
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
+#: This thread's dispatch-mode stack, without `TorchDispatchMode.__enter__`'s process-wide flags
+#: (which a mode entered and left in another thread would leave wrong for this one).
+push_dispatch_mode: Callable[[Any], None] = _require(
+    torch._C, "_push_on_torch_dispatch_stack", "the dispatch-mode stack"
+)
+pop_dispatch_mode: Callable[[Any], Any] = _require(torch._C, "_pop_torch_dispatch_stack", "the dispatch-mode stack")
+
 #: Captures the current Python stack in C (code objects and instruction
 #: offsets, no frame objects, so no locals kept alive); `symbolize_tracebacks`
 #: turns captures into file/line/name only when a finding needs them.

@@ -3,7 +3,8 @@
 Exit codes: 0 no finding of severity error/warning; 1 such findings; 2 usage
 error (one line on stderr); 3 the user's model, factory or module itself raised, or called
 `sys.exit` (its traceback without the tool's frames, then one line); 4 inplace-doctor itself
-crashed (its traceback, then one line with the versions); 130 interrupted (Ctrl-C).
+crashed (its traceback, then one line with the versions); 130 interrupted (Ctrl-C); 141 the
+reader of the output went away (a closed pipe), quietly, as git and coreutils exit (128 + SIGPIPE).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ..trace.blame import exception_text, internal_error, raised_by_the_tool
 from .tracebacks import print_script_error
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_MODEL_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_PIPE_CLOSED = 141
 
 
 class CliUsageError(UsageError):

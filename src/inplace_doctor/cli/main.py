@@ -1,7 +1,12 @@
 """The `inplace-doctor` command line: the parser, assembled from one module per subcommand, and dispatch.
 
 Exit codes: see `errors.py` (0 clean, 1 findings, 2 usage, 3 the model raised, 4 the tool
-crashed, 130 interrupted).
+crashed, 130 interrupted, 141 the reader of the output went away).
+
+The tool writes through `printing.tool_streams()`: characters the terminal cannot encode are
+escaped, a closed pipe (`inplace-doctor rules | head -1`) ends it quietly with 141, as git and
+coreutils end (128 + SIGPIPE), and a stream that cannot be written (stdout at `/dev/full`) is one
+line and exit 2, as `--output` to a full disk is.
 """
 
 from __future__ import annotations
@@ -11,10 +16,20 @@ import sys
 import traceback
 from typing import NoReturn, Sequence
 
+from ..printing import OutputFailed, quiet_after_failure, tool_streams
+from ..trace.blame import recursion_headroom
 from . import audit, fix, memory, myths, optimize, rules, run_command, verify
 from .args import Parser
-from ..trace.blame import recursion_headroom
-from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, CliUsageError, FactoryError, exited, report_user_error
+from .errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_PIPE_CLOSED,
+    EXIT_USAGE,
+    CliUsageError,
+    FactoryError,
+    exited,
+    report_user_error,
+)
 from .model import build_model, cwd_importable
 from .run_command import split_run
 
@@ -32,6 +47,26 @@ def _parser() -> Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    status: int | None = None
+    with tool_streams():
+        try:
+            status = _main(argv)
+            sys.stdout.flush()  # a write that fails fails here, not in Python's flush at exit
+            sys.stderr.flush()
+            return status
+        except BrokenPipeError:  # the reader went away (`| head -1`): nothing more to say to anyone
+            quiet_after_failure(sys.stdout)
+            quiet_after_failure(sys.stderr)
+            return status or EXIT_PIPE_CLOSED  # `run`: a script's own failure (its closed pipe too) wins
+        except OutputFailed as e:
+            quiet_after_failure(getattr(sys, e.stream))
+            with contextlib.suppress(OSError):
+                print(f"inplace-doctor: error: cannot write to {e.stream}: {e.strerror}", file=sys.stderr)
+                sys.stderr.flush()
+            return EXIT_USAGE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from ..errors import InternalError, ModelError, UsageError
     from ..trace.blame import internal_error
 
@@ -54,6 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except (ModelError, FactoryError) as e:
         return report_user_error(e)
+    except (BrokenPipeError, OutputFailed):
+        raise  # the tool's own output failed: `main` says so
     except KeyboardInterrupt:
         print("inplace-doctor: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -133,7 +133,7 @@ def command(ns: argparse.Namespace) -> int:
                 summary += f"; {compiled} torch.compile'd call(s) ran eagerly while watched, compiled as usual after"
         print(f"inplace-doctor: {len(report.findings)} finding(s); {summary}", file=sys.stderr)
         if not report.findings and ns.format == "text":  # the report above, when printed, holds them
-            for note in verified:
+            for note in [*verified, *([stats.threads] if stats.threads else [])]:
                 print(f"inplace-doctor: {note}", file=sys.stderr)
     if status:
         return int(status)

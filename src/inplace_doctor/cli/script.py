@@ -4,7 +4,10 @@
   `sys.path[0]` is its folder (for `-m`, the working directory), and it runs
   as `__main__`.
 - The report goes to stderr, so the script's own stdout is intact; with
-  `--output FILE` it goes to FILE only, and the tool prints nothing.
+  `--output FILE` it goes to FILE only, and the tool prints nothing. The script
+  gets `sys.stdout`/`sys.stderr` as python gives them; the report goes to the
+  streams the tool was started with, whatever the script did to them (closed,
+  replaced, None), and so does the script's own traceback.
 - `--steps N` watches the first N training steps and then stops watching: the
   rest of the script runs at full speed. What counts as a step:
   - an optimizer step (`step()` of any `torch.optim.Optimizer`, seen through
@@ -46,6 +49,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..api import watch
 from ..errors import InplaceError
+from ..printing import user_streams
 from ..report import Report
 from ..trace.blame import internal_error, raised_by_the_tool
 from .errors import CliUsageError
@@ -76,7 +80,6 @@ def run_script(
     diagnosis of an in-place error is returned in `RunStats.diagnosis`. With `models`, the first
     call of each top-level module in the watched window is recorded there (`run --verify`).
     """
-    err = err or sys.stderr
     session = watch(
         fail_fast=fail_fast, select=select, ignore=ignore, per_module_ignores=per_module_ignores,
         check_contents=check_contents,
@@ -94,16 +97,17 @@ def run_script(
     try:
         with counter:
             try:
-                if module:
-                    runpy.run_module(target, run_name="__main__", alter_sys=True)
-                else:
-                    runpy.run_path(target, run_name="__main__")
+                with user_streams():  # after the script, sys.stderr is the tool's again, even if it closed it
+                    if module:
+                        runpy.run_module(target, run_name="__main__", alter_sys=True)
+                    else:
+                        runpy.run_path(target, run_name="__main__")
             except SystemExit as e:
-                status = _exit_status(e.code, err)
+                status = _exit_status(e.code, err or sys.stderr)
             except InplaceError as e:  # raised inside the script: at the write (fail-fast) or in backward
                 counter.stop()
                 status = 1
-                print_script_error(e, err)
+                print_script_error(e, err or sys.stderr)
                 stats.diagnosis = _diagnosis(e)
             except BaseException as exc:
                 if module and _module_missing(exc, target):  # -m names no module: a usage error, after cleanup
@@ -114,7 +118,7 @@ def run_script(
                 status = 130 if isinstance(exc, KeyboardInterrupt) else 1  # 130: as a shell reports python's
                 if counter.active:  # raised inside backward: a note names the forward line of the failing node
                     session.annotate(exc)
-                print_script_error(exc, err)
+                print_script_error(exc, err or sys.stderr)
                 if counter.active:  # let the session turn a PyTorch in-place error into the diagnosis
                     counter.active = False
                     try:
@@ -132,6 +136,7 @@ def run_script(
         if missing is not None:
             raise _no_module_error(target) from None
     stats.failed_after_window = bool(status) and stats.window_ended and stats.diagnosis is None
+    stats.threads = session.tracer.threads.note()
     return status, session.report(), stats
 
 

@@ -43,6 +43,7 @@ class RunStats:
     window_ended: bool = False  # --steps N was reached and watching stopped
     failed_after_window: bool = False  # the script failed after that, undiagnosed
     diagnosis: str | None = None  # the one line for an in-place error the script stopped at
+    threads: str | None = None  # the note on threads the script started, which ran unwatched
     #: the process's rank while it trained (a script destroys its process group before the report is made)
     rank: int | None = None
 

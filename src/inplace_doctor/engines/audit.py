@@ -17,6 +17,7 @@ from ..sites import ROOT_LABEL
 from ..trace.blame import UNPRINTABLE, exception_text, internal_error, passed_through, raised_by_the_tool
 from ..trace.modules import refuse_opaque, unique_label, variable_name
 from ..trace.tracer import Tracer
+from . import nesting
 from .preserve import Preserved, labelled_tensors, private_inputs, refuse_meta, tensors_in
 from .training import default_loss
 
@@ -174,9 +175,9 @@ def _finish(report: Report, tracer: Tracer, analyzer: Analyzer) -> Report:
     if compiled is not None:
         report.stats["compiled_calls_run_eagerly"] = tracer.compiled.calls
         report.notes.append(compiled)
-    transforms = tracer.transforms.note()
-    if transforms is not None:
-        report.notes.append(transforms)
+    for note in (tracer.transforms.note(), tracer.threads.note()):
+        if note is not None:
+            report.notes.append(note)
     scripted = sorted(set(tracer.modules.scripted))
     if scripted:
         names = ", ".join(f"`{name}`" for name in scripted)
@@ -236,7 +237,8 @@ class watch:
     stay readable after an exception. An in-place autograd error raised inside
     (at the op, or later in backward) is re-raised as `InplaceError` with both
     culprits; the PyTorch error is chained. With `fail_fast=True` the error is
-    raised at the overwriting op itself.
+    raised at the overwriting op itself. A `watch()` nested in another is its
+    own, and the enclosing one reports its findings too (`engines/nesting.py`).
 
     Args:
         *models: modules whose submodules are named relative to them
@@ -278,6 +280,9 @@ class watch:
         **named_models: torch.nn.Module,
     ) -> None:
         self._stack = stack
+        self._adopted: list[list[Finding]] = []  # the finding lists of sessions nested in this one (live)
+        self._parent: nesting.Session | None = None
+        self._sessions: list[nesting.Session] = []
         for label, m in named_models.items():
             if not isinstance(m, torch.nn.Module):
                 raise UsageError(f"watch({label}=...) needs a torch.nn.Module, got {type(m).__name__}")
@@ -296,6 +301,7 @@ class watch:
             select_rules(select, ignore), root_label=root_label, fail_fast=fail_fast, per_module_ignores=per_module_ignores
         )
         self._tracer = Tracer(self._analyzer, fail_fast=fail_fast, check_contents=check_contents)
+        self._tracer.threads.on_start = nesting.started_thread  # a watch() in the thread reports to this one
         self._tracer.modules.root_label = root_label
         for label, m in roots:
             try:
@@ -306,7 +312,18 @@ class watch:
 
     @property
     def findings(self) -> list[Finding]:
-        return _sorted(self._analyzer.findings)
+        return _sorted(self._all_findings())
+
+    def _all_findings(self) -> list[Finding]:
+        return nesting.merged(self._analyzer.findings, self._adopted)
+
+    def adopt_session(self, findings: list[Finding], adopted: list[list[Finding]]) -> None:
+        """A session nested in this one ended: its findings (and those it adopted) are this one's too."""
+        self._adopted += [findings, *adopted]
+
+    def thread_watched(self, thread: Any) -> None:
+        """A thread started inside this session entered a watch() of its own."""
+        self._tracer.threads.watched(thread)
 
     @property
     def tracer(self) -> Tracer:
@@ -314,19 +331,35 @@ class watch:
 
     def report(self) -> Report:
         report = Report(
-            findings=list(self._analyzer.findings), command="watch", root_label=self._analyzer.root_label,
+            findings=self._all_findings(), command="watch", root_label=self._analyzer.root_label,
             stack=self._stack,
         )
         return _finish(report, self._tracer, self._analyzer)
 
     def failed(self, fail_on: Severity = Severity.WARNING) -> bool:
-        return any(f.severity.rank >= fail_on.rank for f in self._analyzer.findings)
+        return any(f.severity.rank >= fail_on.rank for f in self._all_findings())
 
     def __enter__(self) -> "watch":
-        self._tracer.__enter__()
+        self._parent, self._sessions = nesting.enter(self)
+        try:
+            self._tracer.__enter__()
+        except BaseException:
+            nesting.leave(self, self._sessions)
+            raise
         return self
 
     def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Literal[False]:
+        try:
+            return self._exit(exc_type, exc, tb)
+        finally:
+            nesting.leave(self, self._sessions)
+            if self._parent is not None:  # its findings list is live: what is confirmed later reaches it too
+                self._parent.adopt_session(self._analyzer.findings, self._adopted)
+                self._parent = None
+
+    def _exit(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> Literal[False]:
         self._tracer.__exit__(exc_type, exc, tb)

@@ -27,6 +27,9 @@ Known limitations:
   by the tracer; an error they raise is still recognised by its message.
 - `torch.compile`d code runs eagerly while the tracer runs (`compiled.py`);
   TorchScript modules are traced op by op, without their Python lines.
+- Dispatch modes and saved-tensor hooks are per thread: threads the traced code
+  starts run untraced; `threads` (`threads.py`) counts the ops they ran, so the
+  report can say so.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from .origins import ConstructionRecorder
 from .owner import Busy, Sink
 from .pytorch_errors import RaisedErrors, written_here
 from .recompute import RecomputeCheck, RegionCount
+from .threads import StartedThreads
 from .transforms import FunctionalTransforms
 from .saved import NodeCreationHook, SavedRecord, SavedTensors
 from .stacks import choose_stack_capture
@@ -110,6 +114,8 @@ class Tracer:
         self._raised = RaisedErrors()
         #: `torch.compile`d code runs eagerly while tracing; `compiled.calls` counts it
         self.compiled = EagerCompiled()
+        #: threads started while tracing, which the tracer does not see into
+        self.threads = StartedThreads()
         self._graph = UnrecordedWrites(self.emit, self.modules, self._saved, self._writes.describe)
         self._pack = self._saved.pack  # one bound method: the dispatch mode knows it on top of the hooks
         #: `torch.func.grad`/`vjp`/`jacrev`/`hessian` run with our saved-tensor hooks set aside
@@ -132,6 +138,7 @@ class Tracer:
         try:
             self._enter(recursion_headroom())  # the frames the hooks and modes add, given back to the program
             self._enter(self.compiled)
+            self._enter(self.threads)
             self._enter(NodeCreationHook(self._saved.on_node))
             self._enter(torch.autograd.graph.saved_tensors_hooks(self._pack, self._saved.unpack))
             self._enter(self.transforms)
