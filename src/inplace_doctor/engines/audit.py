@@ -18,7 +18,7 @@ from ..trace.blame import UNPRINTABLE, exception_text, internal_error, passed_th
 from ..trace.modules import refuse_opaque, unique_label, variable_name
 from ..trace.tracer import Tracer
 from . import nesting
-from .preserve import Preserved, labelled_tensors, private_inputs, refuse_meta, tensors_in
+from .preserve import Preserved, labelled_tensors, private_inputs, refuse_lazy, refuse_meta, tensors_in
 from .training import default_loss
 
 Selection = Iterable[str] | str | None
@@ -73,7 +73,7 @@ def audit(
         raise UsageError(str(e)) from None
     named = list(model.named_modules())  # one walk of the tree, shared below
     modules = [m for _, m in named]
-    _refuse_lazy(model, modules)
+    refuse_lazy(model, modules)
     refuse_meta(model, tensors_in((args, kwargs)), "audit")
     root_label, prefix = ROOT_LABEL, ""
     if names:
@@ -133,23 +133,6 @@ def audit(
         analyzer.finish("backward was not run (forward only); a backward through this tensor would.", Severity.WARNING)
         del output
     return _finish(report, tracer, analyzer)
-
-
-def _refuse_lazy(model: torch.nn.Module, modules: list[torch.nn.Module]) -> None:
-    """Raise if a module in `modules` (model's) holds a lazy parameter not yet initialized."""
-    # The mixin, not UninitializedParameter: Parameter's metaclass makes isinstance against
-    # it slow, and this runs on every parameter of every audit.
-    from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]
-
-    for module in modules:  # names only on the rare failure: named_modules() is slow
-        for name, p in module._parameters.items():
-            if isinstance(p, UninitializedTensorMixin):
-                module_name = next(n for n, m in model.named_modules() if m is module)
-                full = f"{module_name}.{name}" if module_name else name
-                raise UsageError(
-                    f"parameter {full!r} is an uninitialized lazy parameter; call the model once on a real "
-                    "input before auditing it (audit would otherwise leave it initialized)"
-                )
 
 
 def _forget_frames(exc: BaseException | None) -> None:

@@ -245,3 +245,20 @@ class Preserved:
             if m.training is not flag:  # Module.__setattr__ is slow: only where it changed
                 m.training = flag
         self._rng.restore()
+
+
+def refuse_lazy(model: torch.nn.Module, modules: list[torch.nn.Module]) -> None:
+    """Raise if a module in `modules` (model's) holds a lazy parameter not yet initialized."""
+    # The mixin, not UninitializedParameter: Parameter's metaclass makes isinstance against
+    # it slow, and this runs on every parameter of every audit.
+    from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]
+
+    for module in modules:  # names only on the rare failure: named_modules() is slow
+        for name, p in module._parameters.items():
+            if isinstance(p, UninitializedTensorMixin):
+                module_name = next(n for n, m in model.named_modules() if m is module)
+                full = f"{module_name}.{name}" if module_name else name
+                raise UsageError(
+                    f"parameter {full!r} is an uninitialized lazy parameter; call the model once on a real "
+                    "input before auditing it (audit would otherwise leave it initialized)"
+                )
