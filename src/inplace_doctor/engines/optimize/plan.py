@@ -110,10 +110,10 @@ class Plan(Printable):
         modules = [d for d in self.decisions if d.kind == "module"]
         by_site = {d.site: d for d in modules}
         groups: dict[str, tuple[str, list[Decision]]] = {}  # first member -> (glob, members)
-        for pattern, _, members in compress(self.config(), self.all_paths):
-            decisions = [by_site[m] for m in members]
+        for pattern, _, paths in compress(self.config(), self.all_paths):
+            decisions = [by_site[p] for p in paths]
             if len(decisions) > 1 and len({(d.shipped, d.inplace, d.reason) for d in decisions}) == 1:
-                groups[members[0]] = (pattern, decisions)
+                groups[paths[0]] = (pattern, decisions)
         out: list[tuple[str, list[Decision]]] = []
         grouped: set[str] = set()
         for d in modules:
