@@ -64,7 +64,7 @@ def test_a_training_loop_is_counted_in_optimizer_steps_and_its_nth_update_is_wat
     assert out == ["step watched=True"] * 3 + ["step watched=False"] * 3
     assert re.fullmatch(
         rf"inplace-doctor: 0 finding\(s\); watched 3 optimizer steps, {MS} after the first; "
-        rf"then 3 unwatched, {MS} \(--steps 3\)", last
+        rf"then 3 unwatched, {MS} over steps 5-6, the first \(step 4\) left out as warm-up \(--steps 3\)", last
     ), last
 
 
@@ -75,7 +75,7 @@ def test_steps_1_watches_the_first_optimizer_step_not_only_the_first_backward(ca
     assert out == ["step watched=True", "step watched=False", "step watched=False"]
     assert re.fullmatch(
         rf"inplace-doctor: 0 finding\(s\); watched 1 optimizer step \(\d+\.\d\d s from the start, imports included\); "
-        rf"then 2 unwatched, {MS} \(--steps 1\)", last
+        rf"then 2 unwatched, {MS} over step 3, the first \(step 2\) left out as warm-up \(--steps 1\)", last
     ), last
 
 
@@ -86,7 +86,7 @@ def test_gradient_accumulation_counts_optimizer_steps_once_one_is_seen(capsys, t
     assert out == ["step watched=True"] * 3 + ["step watched=False"]
     assert re.fullmatch(
         rf"inplace-doctor: 0 finding\(s\); watched 3 optimizer steps, {MS} after the first; "
-        rf"then 1 unwatched, {MS} \(--steps 3\)", last
+        r"then 1 unwatched \(step 4\), too few for a figure without its warm-up \(--steps 3\)", last
     ), last
 
 
@@ -97,7 +97,7 @@ def test_n_backward_passes_before_any_optimizer_step_stop_at_the_next_backward(c
     assert out == ["step watched=False"] * 2
     assert re.fullmatch(
         rf"inplace-doctor: 0 finding\(s\); watched 2 backward passes, {MS} after the first; "
-        rf"then 6 unwatched, {MS} \(--steps 2\)", last
+        rf"then 6 unwatched, {MS} over steps 4-8, the first \(step 3\) left out as warm-up \(--steps 2\)", last
     ), last
 
 
@@ -108,7 +108,7 @@ def test_a_script_without_an_optimizer_is_counted_in_backward_passes(capsys, tmp
     assert out == ["before backward watched=True"] * 3 + ["before backward watched=False"]
     assert re.fullmatch(
         rf"inplace-doctor: 0 finding\(s\); watched 2 backward passes, {MS} after the first; "
-        rf"then 2 unwatched, {MS} \(--steps 2\)", last
+        rf"then 2 unwatched, {MS} over step 4, the first \(step 3\) left out as warm-up \(--steps 2\)", last
     ), last
 
 
@@ -140,7 +140,8 @@ def test_a_failure_after_the_window_says_so_and_names_the_steps_that_would_watch
     assert status == 1
     assert out == ["step watched=True"] * 2 + ["step watched=False"] * 2
     assert re.fullmatch(
-        rf"inplace-doctor: 0 finding\(s\); watched 2 optimizer steps, {MS} after the first; then 2 unwatched, {MS}; "
+        rf"inplace-doctor: 0 finding\(s\); watched 2 optimizer steps, {MS} after the first; then 2 unwatched, {MS} over step 4, "
+        r"the first \(step 3\) left out as warm-up; "
         r"the script failed after the watched window \(--steps 2\): run with --steps 5 to watch the failing step",
         last,
     ), last
@@ -158,3 +159,39 @@ def test_a_failure_inside_the_window_is_not_blamed_on_the_window(capsys, tmp_pat
     status, out, last = run(capsys, tmp_path, FAILS_AT_STEP_4, "--steps", "5", "--", "6", "1")
     assert status == 1 and out == ["step watched=True"] * 4
     assert re.fullmatch(rf"inplace-doctor: 0 finding\(s\); watched 4 optimizer steps, {MS} after the first", last), last
+
+
+COMPILED = LOOP.replace("opt = torch.optim.SGD", "model = torch.compile(model, backend='eager')\nopt = torch.optim.SGD")
+EAGER_NOTE = r"\d+ torch\.compile'd call\(s\) ran eagerly while watched"
+
+
+@pytest.mark.parametrize("argv", [("--",), ("--steps", "3", "--")], ids=["no-steps", "steps-equal-to-the-run"])
+def test_a_compiled_run_watched_to_its_end_does_not_claim_compiled_code_ran_after(capsys, tmp_path, argv) -> None:
+    status, out, last = run(capsys, tmp_path, COMPILED, *argv, "3", "1")
+    assert status == 0 and out == ["step watched=True"] * 3
+    suffix = r" \(--steps 3\)" if "--steps" in argv else ""
+    assert re.fullmatch(
+        rf"inplace-doctor: 0 finding\(s\); watched 3 optimizer steps, {MS} after the first{suffix}; {EAGER_NOTE}", last
+    ), last
+
+
+def test_compiled_code_after_the_window_is_said_and_timed_warm(capsys, tmp_path) -> None:
+    # Step 3, the first after the window, compiles the model: the per-step figure is over step 4.
+    status, out, last = run(capsys, tmp_path, COMPILED, "--steps", "2", "--", "4", "1")
+    assert status == 0 and out == ["step watched=True"] * 2 + ["step watched=False"] * 2
+    assert re.fullmatch(
+        rf"inplace-doctor: 0 finding\(s\); watched 2 optimizer steps, {MS} after the first; then 2 unwatched, {MS} "
+        rf"over step 4, the first \(step 3\) left out as warm-up \(--steps 2\); {EAGER_NOTE}, compiled as usual after",
+        last,
+    ), last
+
+
+def test_the_unwatched_figure_leaves_out_the_first_unwatched_step() -> None:
+    from inplace_doctor.cli.steps import Tally
+
+    tally = Tally(watched=3)
+    for elapsed in (2.0, 2.5, 3.0):  # step 4 took 2 s (compiling), steps 5 and 6 0.5 s each
+        tally.unwatched_one(elapsed)
+    assert tally.unwatched_text() == (
+        "then 3 unwatched, 500.0 ms per step over steps 5-6, the first (step 4) left out as warm-up"
+    )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pytest
@@ -108,29 +107,31 @@ def no_tracer_left() -> bool:
     )
 
 
-def test_a_clean_run_is_silent_and_trains_as_without_the_callback(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_clean_run_prints_one_line_and_trains_as_without_the_callback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     weights = []
     for callbacks in ([], [InplaceDoctorCallback(steps=2)]):
         torch.manual_seed(0)
         model = tiny_gpt2()
-        with caplog.at_level(logging.INFO, logger="inplace_doctor"):
-            trainer = train(model, callbacks, tmp_path)
+        trainer = train(model, callbacks, tmp_path)
         weights.append([p.detach().clone() for p in model.parameters()])
     callback = callbacks[0]
     assert isinstance(callback, InplaceDoctorCallback) and callback.report is not None
     assert callback.report.findings == [] and no_tracer_left()
     assert all(torch.equal(a, b) for a, b in zip(*weights))  # bit-identical
-    assert "watched 2 training step(s) of Trainer.train of GPT2LMHeadModel: no finding" in caplog.text
+    printed = [line for line in capsys.readouterr().out.splitlines() if "inplace-doctor" in line]
+    assert printed == ["inplace-doctor watched 2 training step(s) of Trainer.train of GPT2LMHeadModel: no finding"]
     assert {"inplace_doctor/findings": 0.0}.items() <= trainer.state.log_history[0].items()
 
 
 def test_a_bug_that_raises_at_backward_fails_train_with_the_inplace_error_naming_both_lines(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     callback = InplaceDoctorCallback()
-    with pytest.raises(ipd.InplaceError) as raised, caplog.at_level(logging.WARNING, logger="inplace_doctor"):
+    with pytest.raises(ipd.InplaceError) as raised:
         train(tiny_gpt2(broken="backward"), [callback], tmp_path)
-    assert "watched 0 training step(s) of Trainer.train of GPT2LMHeadModel: 1 finding(s): 1 error" in caplog.text
+    assert "watched 0 training step(s) of Trainer.train of GPT2LMHeadModel: 1 finding(s): 1 error" in capsys.readouterr().out
     text = str(raised.value)
     for marker in ("write", "save"):
         assert f"test_hf_trainer_callback.py:{marker_line(__file__, marker)}" in text, text
@@ -152,26 +153,26 @@ def test_the_window_holds_the_optimizer_step_of_each_watched_step(tmp_path: Path
 
 @pytest.mark.parametrize("fail_on", ["warning", "error"])
 def test_a_warning_fails_train_after_the_window_only_at_fail_on_warning(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, fail_on: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fail_on: str
 ) -> None:
     # The Trainer calls `model(**inputs)`: the clamped `input_ids` is a keyword argument of the call.
     callback = InplaceDoctorCallback(steps=1, fail_on=fail_on)
     clamp = f"test_hf_trainer_callback.py:{marker_line(__file__, 'clamp')}"
-    with caplog.at_level(logging.WARNING, logger="inplace_doctor"):
-        if fail_on == "warning":
-            with pytest.raises(InplaceHazardsFound) as raised:
-                train(tiny_gpt2(broken="clamps_input"), [callback], tmp_path)
-            assert "IPD106" in str(raised.value) and clamp in str(raised.value), str(raised.value)
-            assert "(fail_on=warning); the fit is stopped" in str(raised.value)
-            assert raised.value.report is callback.report
-        else:
-            trainer = train(tiny_gpt2(broken="clamps_input"), [callback], tmp_path)
-            assert trainer.state.global_step == 3  # the whole run trained
-            assert {"inplace_doctor/warnings": 1.0, "inplace_doctor/errors": 0.0}.items() <= (
-                trainer.state.log_history[0].items()
-            )
-    assert "watched 1 training step(s) of Trainer.train of ClampsInputIds: 1 finding(s): 1 warning" in caplog.text
-    assert clamp in caplog.text and "`argument input_ids of ClampsInputIds`" in caplog.text
+    if fail_on == "warning":
+        with pytest.raises(InplaceHazardsFound) as raised:
+            train(tiny_gpt2(broken="clamps_input"), [callback], tmp_path)
+        assert "IPD106" in str(raised.value) and clamp in str(raised.value), str(raised.value)
+        assert "(fail_on=warning); the fit is stopped" in str(raised.value)
+        assert raised.value.report is callback.report
+    else:
+        trainer = train(tiny_gpt2(broken="clamps_input"), [callback], tmp_path)
+        assert trainer.state.global_step == 3  # the whole run trained
+        assert {"inplace_doctor/warnings": 1.0, "inplace_doctor/errors": 0.0}.items() <= (
+            trainer.state.log_history[0].items()
+        )
+    printed = capsys.readouterr().out
+    assert "watched 1 training step(s) of Trainer.train of ClampsInputIds: 1 finding(s): 1 warning" in printed
+    assert clamp in printed and "`argument input_ids of ClampsInputIds`" in printed
     assert callback.report is not None and callback.report.codes == ["IPD106"] and no_tracer_left()
 
 
@@ -195,7 +196,7 @@ class FailingCollator:
 
 @pytest.mark.parametrize("where", ["collator", "forward"])
 def test_an_error_inside_the_window_closes_it_and_leaves_train_as_it_was(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, where: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
 ) -> None:
     # The collator raises outside the calls the callback guards, the forward inside one (the
     # `training_step`); either way the window closes and train() raises the error itself.
@@ -203,7 +204,7 @@ def test_an_error_inside_the_window_closes_it_and_leaves_train_as_it_was(
     collator = FailingCollator() if where == "collator" else None
     model = tiny_gpt2(broken="raises_at_step_2" if where == "forward" else "")
     trainer = trainer_for(model, [callback], tmp_path, collator=collator)
-    with pytest.raises(ValueError, match="is corrupt") as raised, caplog.at_level(logging.INFO, logger="inplace_doctor"):
+    with pytest.raises(ValueError, match="is corrupt") as raised:
         trainer.train()
     failed = collator if collator is not None else model
     assert failed.watched_when_raised  # the error came while the tool watched
@@ -213,4 +214,4 @@ def test_an_error_inside_the_window_closes_it_and_leaves_train_as_it_was(
     assert not callback._window.is_open and no_tracer_left()
     assert "training_step" not in vars(trainer)  # the guard undone: the class's method again
     assert callback.report is not None and callback.report.findings == []
-    assert f"watched 1 training step(s) of Trainer.train of {type(model).__name__}: no finding" in caplog.text
+    assert f"watched 1 training step(s) of Trainer.train of {type(model).__name__}: no finding" in capsys.readouterr().out

@@ -130,7 +130,9 @@ def command(ns: argparse.Namespace) -> int:
         else:
             compiled = report.stats.get("compiled_calls_run_eagerly")
             if compiled:  # the one note a clean run's terminal needs: what ran was not the compiled code
-                summary += f"; {compiled} torch.compile'd call(s) ran eagerly while watched, compiled as usual after"
+                summary += f"; {compiled} torch.compile'd call(s) ran eagerly while watched"
+                if stats.compiled_after_window():  # said only when compiled code did run after the window
+                    summary += ", compiled as usual after"
         print(f"inplace-doctor: {len(report.findings)} finding(s); {summary}", file=sys.stderr)
         if not report.findings and ns.format == "text":  # the report above, when printed, holds them
             for note in [*verified, *([stats.threads] if stats.threads else [])]:

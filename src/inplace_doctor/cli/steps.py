@@ -7,6 +7,7 @@ that and in scripts without one) is spelled out in `script.py`'s docstring.
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -27,6 +28,7 @@ class Tally:
     first_s: float = 0.0  # to the end of the first watched one (start-up and warm-up included)
     last_s: float = 0.0  # to the end of the last watched one
     after: int = 0
+    after_first_s: float = 0.0  # from the end of the window to the end of the first unwatched one
     after_s: float = 0.0  # from the end of the window to the end of the last unwatched one
 
     def watched_one(self, elapsed: float) -> None:
@@ -34,6 +36,25 @@ class Tally:
         self.last_s = elapsed
         if self.watched == 1:
             self.first_s = elapsed
+
+    def unwatched_one(self, elapsed: float) -> None:
+        self.after += 1
+        self.after_s = elapsed
+        if self.after == 1:
+            self.after_first_s = elapsed
+
+    def unwatched_text(self) -> str:
+        """The steps after the window, timed warm: the first of them (which compiles what
+        `torch.compile` left to run, and warms caches up) is left out of the figure."""
+        first, last = self.watched + 1, self.watched + self.after
+        if self.after == 1:
+            return f"then 1 unwatched (step {first}), too few for a figure without its warm-up"
+        per = (self.after_s - self.after_first_s) / (self.after - 1)
+        over = f"step {last}" if self.after == 2 else f"steps {first + 1}-{last}"
+        return (
+            f"then {self.after} unwatched, {per * 1e3:.1f} ms per step over {over}, "
+            f"the first (step {first}) left out as warm-up"
+        )
 
 
 @dataclass
@@ -46,6 +67,16 @@ class RunStats:
     threads: str | None = None  # the note on threads the script started, which ran unwatched
     #: the process's rank while it trained (a script destroys its process group before the report is made)
     rank: int | None = None
+    #: frames `torch.compile` had compiled when the window ended (None: dynamo not imported by then)
+    compiled_frames_at_window_end: int | None = None
+
+    def compiled_after_window(self) -> bool:
+        """Whether compiled code ran after the window: `torch.compile` compiled a frame since it
+        ended (while watched, compiled code ran eagerly and compiled nothing)."""
+        if not self.window_ended:
+            return False
+        now = compiled_frames()
+        return now is not None and now > (self.compiled_frames_at_window_end or 0)
 
     @property
     def steps(self) -> Tally:
@@ -66,7 +97,7 @@ class RunStats:
         if steps_limit is None or not self.window_ended:
             return text
         if tally.after:
-            text += f"; then {tally.after} unwatched, {tally.after_s / tally.after * 1e3:.1f} ms per step"
+            text += "; " + tally.unwatched_text()
         if self.failed_after_window:
             return (
                 f"{text}; the script failed after the watched window (--steps {steps_limit}): "
@@ -157,8 +188,7 @@ class StepCounter:
                 if self.limit is not None and stats.backward.watched >= self.limit:
                     self._stop_at_next_backward = True
         elif not self.active:
-            stats.backward.after += 1
-            stats.backward.after_s = self._elapsed()
+            stats.backward.unwatched_one(self._elapsed())
         if self._pending_stop:
             self._maybe_stop()
 
@@ -176,8 +206,7 @@ class StepCounter:
             if self.limit is not None and stats.optimizer.watched >= self.limit:
                 self._request_stop()
         elif not self.active:
-            stats.optimizer.after += 1
-            stats.optimizer.after_s = self._elapsed()
+            stats.optimizer.unwatched_one(self._elapsed())
         if self._pending_stop:
             self._maybe_stop()
 
@@ -190,9 +219,21 @@ class StepCounter:
             self._pending_stop = False
             self.stats.window_ended = True
             self.stop()
+            self.stats.compiled_frames_at_window_end = compiled_frames()
             self.start = time.perf_counter()
 
     def stop(self) -> None:
         if self.active:
             self.active = False
             self.session.__exit__(None, None, None)
+
+
+def compiled_frames() -> int | None:
+    """Frames `torch.compile` has compiled in this process (dynamo's own count), or None when the
+    script never imported dynamo (nothing was compiled) or this torch keeps no such count."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    try:
+        return int(counters["frames"]["total"]) if counters is not None else None
+    except (KeyError, TypeError, ValueError):
+        return None

@@ -119,5 +119,4 @@ class InplaceDoctorCallback(pl.Callback):
         self._published = True
         for logger in trainer.loggers:
             logger.log_metrics(self._window.metrics(), step=trainer.global_step)
-        line = self._window.summary(self._watched)
-        rank_zero_info(f"{line}\n{report}" if report.findings else line)
+        rank_zero_info(self._window.announcement(self._watched))

@@ -29,19 +29,21 @@ published, and `train()` raises that exception unchanged (an in-place autograd e
 given to `Trainer(callbacks=[...])`; one added later with `trainer.add_callback` is closed by the
 next `on_train_begin` of this callback, or by `callback.close()` after catching the error.
 
-Reports go to the `logging` logger of this module (a warning with the text report when
-something was found, else an info line) and to `state.log_history` (`inplace_doctor/findings`
-and counts by severity). Importing this module imports transformers
+When the window closes the main process prints one line, `inplace-doctor watched N training
+step(s) of ...: no finding` on a clean run, followed by the text report when something was
+found (the line the Lightning callback prints too). It goes to stdout through `tqdm.write`, as
+the `Trainer`'s own `{'train_runtime': ...}` line does, so a progress bar stays intact. The
+counts go to `state.log_history` (`inplace_doctor/findings` and counts by severity). Importing this module imports transformers
 (`pip install inplace-doctor[transformers]`, which brings `accelerate`, which `Trainer` needs).
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 import sys
 from typing import Any, Callable
 
+from tqdm.auto import tqdm
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from ..api import Report, Severity
@@ -50,14 +52,12 @@ from .window import Selection, StepWindow
 
 __all__ = ["InplaceDoctorCallback"]
 
-logger = logging.getLogger(__name__)
-
 
 class InplaceDoctorCallback(TrainerCallback):
     """Watch the first `steps` training steps (forward, backward, optimizer step) under `ipd.watch()`.
 
-    After the window: the report is logged and appended to `state.log_history`, kept in
-    `callback.report`; a finding at or above `fail_on` stops `train()` with
+    After the window: one summary line is printed (with the text report below it when something
+    was found), the counts appended to `state.log_history`, the `Report` kept in `callback.report`; a finding at or above `fail_on` stops `train()` with
     `InplaceHazardsFound` (its message is the report). `fail_on=None` only reports. The watch
     changes no value: weights after training are bit-identical with and without the callback.
     Given to `Trainer(callbacks=[...])`, it wraps that `Trainer`'s `train` so that any error
@@ -147,16 +147,12 @@ class InplaceDoctorCallback(TrainerCallback):
         self._window.verdict(self._publish(state))
 
     def _publish(self, state: TrainerState) -> int:
-        """Log the report and add its counts to `state.log_history`; the steps watched."""
+        """Print the summary (main process only) and add the counts to `state.log_history`; the steps watched."""
         watched = state.global_step - self._first_step
-        report = self._window.report
-        if report is None:
+        if self._window.report is None:
             return watched
-        line = self._window.summary(watched)
-        if report.findings:
-            logger.warning("%s\n%s", line, report)
-        else:
-            logger.info("%s", line)
+        if state.is_world_process_zero:
+            tqdm.write(self._window.announcement(watched))
         state.log_history.append({**self._window.metrics(), "step": state.global_step})
         return watched
 

@@ -137,6 +137,14 @@ class StepWindow:
         what = f"{len(report.findings)} finding(s): {', '.join(found)}" if found else "no finding"
         return f"inplace-doctor watched {watched} training step(s) of {self.target}: {what}"
 
+    def announcement(self, watched: int) -> str:
+        """What a callback prints once the window closed: the summary line, and the text report
+        below it when something was found (a clean run prints that one line, in both frameworks)."""
+        report = self.report
+        assert report is not None
+        line = self.summary(watched)
+        return f"{line}\n{report}" if report.findings else line
+
     def metrics(self) -> dict[str, float]:
         """Counts by severity, under `inplace_doctor/`, for a framework's logger."""
         report = self.report

@@ -14,13 +14,15 @@ def _flag(value: bool) -> str:
 def plan_lines(plan: Plan) -> list[str]:
     opt = plan.optimizer or "no optimizer"
     lines = [f"inplace-doctor optimize: {plan.target}, {plan.mode} mode, {opt}, inputs {', '.join(plan.inputs)}", ""]
-    modules = [d for d in plan.decisions if d.kind == "module"]
-    if modules:
+    groups = plan.module_groups()  # sites under one glob, as inplace.toml writes them, when alike
+    if groups:
         lines.append("module inplace flags (shipped -> planned):")
-        width = max(len(d.site or "<root>") for d in modules)
-        for d in modules:
+        width = max(len(site or "<root>") for site, _ in groups)
+        for site, members in groups:
+            d = members[0]
             mark = "*" if d.changed else " "
-            lines.append(f" {mark} {d.site or '<root>':<{width}}  {_flag(d.shipped)} -> {_flag(d.inplace)}  {d.reason}")
+            reason = d.reason if len(members) == 1 else f"{len(members)} modules: {d.reason}"
+            lines.append(f" {mark} {site or '<root>':<{width}}  {_flag(d.shipped)} -> {_flag(d.inplace)}  {reason}")
     calls = [d for d in plan.decisions if d.kind == "call"]
     if calls:
         lines.append("functional inplace=True calls (change the line itself):")

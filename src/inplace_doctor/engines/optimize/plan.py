@@ -103,6 +103,27 @@ class Plan(Printable):
         """
         return disjoint_holders(self.saved_by_module, top)
 
+    def module_groups(self) -> list[tuple[str, list[Decision]]]:
+        """The module decisions as the config groups them: (glob, its decisions) where `compress`
+        puts them under one glob and they agree in shipped flag, planned flag and reason, else
+        (path, [decision]); in the order of the decisions, a group where its first member is."""
+        modules = [d for d in self.decisions if d.kind == "module"]
+        by_site = {d.site: d for d in modules}
+        groups: dict[str, tuple[str, list[Decision]]] = {}  # first member -> (glob, members)
+        for pattern, _, paths in compress(self.config(), self.all_paths):
+            decisions = [by_site[p] for p in paths]
+            if len(decisions) > 1 and len({(d.shipped, d.inplace, d.reason) for d in decisions}) == 1:
+                groups[paths[0]] = (pattern, decisions)
+        out: list[tuple[str, list[Decision]]] = []
+        grouped: set[str] = set()
+        for d in modules:
+            if d.site in grouped:
+                continue
+            pattern, members = groups.get(d.site, (d.site, [d]))
+            grouped.update(m.site for m in members)
+            out.append((pattern, members))
+        return out
+
     @property
     def never_executed(self) -> list[str]:
         return [d.site for d in self.decisions if d.kind == "module" and d.safe is None]
