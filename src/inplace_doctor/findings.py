@@ -42,7 +42,8 @@ class Edit:
     An insertion has `start == end` and `old == ""`. `path` is the file as the finding's sites
     name it (relative to the working directory the run started in, or absolute). Built from the
     source at the site (never from a sentence); applied by splicing, so every other byte of the
-    file (line endings, BOM, encoding) stays as it was.
+    file (line endings, BOM, encoding) stays as it was. Lines in `old` and `new` end with "\n"
+    (the decoded text); the file's own line ending is what is written in its place.
     """
 
     path: str
@@ -64,6 +65,8 @@ class FixKind(enum.StrEnum):
     FLAG_OFF_AT_CONSTRUCTOR = "flag-off-at-constructor"  # `nn.ReLU(inplace=True)` -> `inplace=False`
     FLAG_OFF_AT_CALL = "flag-off-at-call"          # `F.relu(h, inplace=True)` -> `inplace=False`
     MOVE_STATEMENT = "move-statement"              # an optimizer step moved after the backward that reads
+    COMPUTE_THEN_WRITE = "compute-then-write"      # `v = f(buf[2])`, `buf = buf.clone()`, `buf[4] = v`: the save is in the write
+    RECOMPUTE = "recompute-forward"                # run the forward again after the update (manual)
     OTHER = "other"                                # a change no edit expresses (manual)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..events import CallerInputWritten, HeldTensorOverwritten, HeldTensorUsed
 from ..findings import Finding, Severity
+from .fix_builders import write_fixes
 from .phrasing import fix_for_write, tensor_desc, where
 from .registry import make_finding, rule
 
@@ -55,6 +56,7 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: Any) -> Finding | N
             "model, a metric, the next accumulation step) silently gets the modified values."
         ),
         fix=f"{fix_for_write(write.site, ctx.root_label)}, or clone the input at the top of forward (`x = x.clone()`)",
+        fixes=write_fixes(write.site),
         mutation=write.site,
         argument=event.argument,
     )

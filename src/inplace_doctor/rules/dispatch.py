@@ -34,7 +34,7 @@ from ..events import (
     SavedTensorReached,
     StaleSavedTensorUsed,
 )
-from ..findings import Finding, Severity
+from ..findings import Finding, Fix, FixKind, Severity
 from ..sites import Site, source_line
 from . import Rule
 from .phrasing import place_of
@@ -165,15 +165,28 @@ class Analyzer:
             # it: confirmed, at its own line. One per line (`h[:, 0] += 1` writes twice).
             last = next(p for p in produced if p.code == "IPD101")
             named = {(p.mutation.file, p.mutation.line) for p in produced}
+            earlier = []
             for f in settled:
                 if f.code == "IPD101" and (f.mutation.file, f.mutation.line) not in named:
                     named.add((f.mutation.file, f.mutation.line))
-                    why = (
-                        f"This write changed the tensor too, before the write at {last.mutation.location}; "
-                        f"each must be moved or made out of place for backward to run. {last.why}"
-                    )
-                    confirmed = f.with_(confirmed=True, unconfirmed_reason="", why=why)
-                    produced.append(self._record(confirmed, confirming=True))
+                    earlier.append(f)
+            alternatives = _alternatives([*earlier, last])
+            if _updates([*earlier, last]):  # parameter updates: no write can go to a copy instead
+                rest = "each must be moved after backward, or the forward run again after the last, for backward to run"
+            else:
+                rest = (
+                    "changing one write can be enough: once the first goes to a copy (or a new tensor bound to the "
+                    "same name), the later ones write that instead of the saved tensor. The fixes, one per write, "
+                    "are alternatives"
+                )
+            for f in earlier:
+                why = f"This write changed the tensor too, before the write at {last.mutation.location}; {rest}. {last.why}"
+                confirmed = f.with_(confirmed=True, unconfirmed_reason="", why=why, fixes=alternatives or f.fixes)
+                produced.append(self._record(confirmed, confirming=True))
+            if earlier and alternatives:
+                index = self._index[last.dedupe_key]
+                self.findings[index] = self.findings[index].with_(fixes=alternatives)
+                produced = [self.findings[index] if p is last else p for p in produced]
         return produced
 
     def _placed(self, finding: Finding) -> Finding:
@@ -189,8 +202,8 @@ class Analyzer:
             for f in self.pending[saved_key]:
                 if f.dedupe_key == key:
                     # One cause, one fix; a flag fix differs per module, and each is kept.
-                    fix = f.fix if f.mutation.module_inplace else confirmed.fix
-                    confirmed = self._record(f.with_(confirmed=True, fix=fix), confirming=False)
+                    own = f if f.mutation.module_inplace else confirmed
+                    confirmed = self._record(f.with_(confirmed=True, fix=own.fix, fixes=own.fixes), confirming=False)
                 else:
                     rest.append(f)
             if rest:
@@ -219,13 +232,15 @@ class Analyzer:
         if finding.fix and finding.fix not in fixes and len(fixes) < _FIXES_SHOWN:
             fixes.append(finding.fix)
         details = {**old.details, "fixes": fixes} if len(fixes) > 1 else old.details
+        # a flag fix differs per module folded in: each is kept, once
+        records = old.fixes + tuple(x for x in finding.fixes if x not in old.fixes)[: max(0, _FIXES_SHOWN - len(old.fixes))]
         if confirming and not old.confirmed:
             merged = old.with_(
                 confirmed=True, severity=finding.severity, what=finding.what, why=finding.why,
-                places=places, details=details, unconfirmed_reason="",
+                places=places, details=details, unconfirmed_reason="", fixes=records,
             )
         else:
-            merged = old.with_(count=old.count + 1, places=places, details=details)
+            merged = old.with_(count=old.count + 1, places=places, details=details, fixes=records)
         self.findings[index] = merged
         return merged
 
@@ -253,6 +268,21 @@ class Analyzer:
             "again to confirm this.",
             Severity.WARNING,
         )
+
+
+def _alternatives(writes: list[Finding]) -> tuple[Fix, ...]:
+    """The fixes of several writes to one saved tensor, earliest write first, as alternatives (one
+    Fix per write); empty when the writes are updates of parameters (which move, all of them)."""
+    if _updates(writes):
+        return ()
+    out: list[Fix] = []
+    for w in writes:
+        out += [x for x in w.fixes if x not in out]
+    return tuple(out)
+
+
+def _updates(writes: list[Finding]) -> bool:
+    return any(x.kind in (FixKind.RECOMPUTE, FixKind.MOVE_STATEMENT) for w in writes for x in w.fixes)
 
 
 def _predicted_key(event: Event) -> int | None:

@@ -12,6 +12,7 @@ from typing import Any
 from ..events import InplaceErrorRaised
 from ..findings import Finding, Severity
 from ..sites import module_ref
+from .fix_builders import write_fixes
 from .phrasing import first_inplace_call, inplace_statement, where, without_comment
 from .registry import make_finding, rule
 
@@ -122,6 +123,7 @@ def forbidden_inplace(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
         what=f"{where(site, ctx.root_label)} {what}.{in_backward}",
         why=f"{why}; PyTorch raised: \"{textwrap.shorten(first, 400, placeholder=' ...')}\"",
         fix=fix,
+        fixes=write_fixes(site) if site.module_inplace or pattern is _MULTIPLE_VIEWS else (),
         mutation=site,
         read=views,
         confirmed=True,

@@ -13,6 +13,7 @@ from ..events import (
 )
 from ..findings import Finding, Severity
 from ..trace.pytorch_errors import is_stale_saved_tensor_error
+from .fix_builders import write_fixes
 from .phrasing import fix_for_write, tensor_desc, where
 from .registry import make_finding, rule
 
@@ -88,6 +89,7 @@ def inplace_changes_result(event: OriginalValueRead, ctx: Any) -> Finding | None
         ),
         why=f"The forward silently computes something else; PyTorch raises nothing. {measured}",
         fix=fix_for_write(write.site, ctx.root_label),
+        fixes=write_fixes(write.site),
         mutation=write.site,
         read=read,
         severity=Severity.ERROR if event.kind == "flag" else Severity.WARNING,

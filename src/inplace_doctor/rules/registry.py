@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from ..errors import UsageError
-from ..findings import Finding, Severity
+from ..findings import Finding, Fix, Severity
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,10 @@ def rule(
 
 def make_finding(
     code: str, *, what: str, why: str, fix: str, mutation: Any, saved: Any = None, read: Any = None,
-    confirmed: bool | None = None, severity: Severity | None = None, **details: Any,
+    confirmed: bool | None = None, severity: Severity | None = None, fixes: tuple[Fix, ...] = (), **details: Any,
 ) -> Finding:
-    """A finding of rule `code`: the message is what happened, why it matters, then the fix."""
+    """A finding of rule `code`: the message is what happened, why it matters, then the fix; `fixes`
+    are the fix as records (`rules/fix_builders.py`)."""
     registered = RULES[code]
     return Finding(
         code=code,
@@ -65,6 +66,7 @@ def make_finding(
         confirmed=confirmed,
         read=read,
         why=why,
+        fixes=fixes,
         places=(details["place"],) if details.get("place") else (),
         details={"why": why, **details},
     )

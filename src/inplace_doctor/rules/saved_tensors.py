@@ -6,10 +6,11 @@ import re
 from typing import Any
 
 from ..events import InplaceErrorRaised, SavedTensorOverwritten, SavedTensorReached, StaleSavedTensorUsed
-from ..findings import Finding, Severity
+from ..findings import Finding, Fix, Severity
 from ..sites import Phase, Site
 from ..trace.pytorch_errors import is_stale_saved_tensor_error
 from ..trace.stacks import capture_frames, make_site
+from .fix_builders import silent_write_fixes, step_fixes, write_fixes
 from .phrasing import fix_for_write, qualified, short_op, silent_write_fix, step_fix, where, written_desc
 from .registry import make_finding, rule
 
@@ -97,6 +98,7 @@ def saved_tensor_overwritten(event: Any, ctx: Any) -> Finding | None:
         ),
         why=why,
         fix=_fix(write, backward, ctx),
+        fixes=_fixes(write, backward, saved.site),
         mutation=write.site,
         saved=saved.site,
         confirmed=confirmed,
@@ -114,6 +116,12 @@ def _fix(write: Any, backward: Site | None, ctx: Any) -> str:
         target = qualified(write.target, ctx.root_label) if write.target else None
         return step_fix(write.site, backward, owner, target)
     return fix_for_write(write.site, ctx.root_label)
+
+
+def _fixes(write: Any, backward: Site | None, saved: Site | None) -> tuple[Fix, ...]:
+    if (write.site.api and write.site.api.endswith(".step")) or write.target:
+        return step_fixes(write.site, backward)
+    return write_fixes(write.site, saved)
 
 
 def backward_site() -> Site | None:
@@ -229,9 +237,9 @@ def saved_tensor_silently_overwritten(event: Any, ctx: Any) -> Finding | None:
             "is harmless."
         )
     if (write.site.api and write.site.api.endswith(".step")) or write.target:
-        fix = _fix(write, None, ctx)
+        fix, fixes = _fix(write, None, ctx), step_fixes(write.site, None)
     else:
-        fix = silent_write_fix(write.site)
+        fix, fixes = silent_write_fix(write.site), silent_write_fixes(write.site)
     return make_finding(
         "IPD104",
         what=(
@@ -240,6 +248,7 @@ def saved_tensor_silently_overwritten(event: Any, ctx: Any) -> Finding | None:
         ),
         why=why,
         fix=fix,
+        fixes=fixes,
         mutation=write.site,
         saved=saved.site,
         confirmed=confirmed,

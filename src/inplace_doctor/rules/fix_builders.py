@@ -1,0 +1,345 @@
+"""Fix builders: each fix a rule decides on, as `Edit`s built from the source at the finding's sites.
+
+A builder reads the statement at a site with `ast` (`rules/source.py`) and
+returns `Fix` records; every edit's `path` is a site's file, never text taken
+from a sentence. A fix with edits is `unsafe` until `inplace-doctor fix` has
+checked it on the user's program (only that proof makes it `proven`); a fix no
+edit can express (the statement is not one of the forms below, or the flag is
+not a literal) is `manual`, with no edits. The English for each fix is made in
+`render/` from these records.
+
+The forms: `h[i] = v` (a copy before the write, or, when the saving op is in
+that statement itself, the value computed first and written into a copy);
+`x op= y` (out of place, rebound); `x.relu_()` alone (rebound); `y = x.add_(1)`
+(the out-of-place method); `inplace=True` at the constructor or at a call;
+`t.data.op_()` and `t.data = v` (on the tensor itself); a helper writing into
+its argument (a copy at the call); an update of parameters (moved after the
+backward, with recomputing the forward as the manual alternative).
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+from ..findings import Applicability, Edit, Fix, FixKind, Position
+from ..sites import Frame, Site
+from .source import Located, Source, enclosing, function_at, read, statement_at
+
+_OPS: dict[type[ast.operator], str] = {
+    ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.MatMult: "@",
+    ast.Mod: "%", ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<",
+    ast.RShift: ">>",
+}
+_ONE_OPERAND = (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant, ast.List, ast.Tuple)
+
+
+def made(kind: FixKind, *edits: Edit | None) -> Fix:
+    """A fix of `kind`: unsafe with its edits when all could be built, else manual without them."""
+    if edits and all(e is not None for e in edits):
+        return Fix(kind, tuple(e for e in edits if e is not None), Applicability.UNSAFE)
+    return Fix(kind)
+
+
+def write_fixes(site: Site, saved: Site | None = None) -> tuple[Fix, ...]:
+    """The fix for an in-place write at `site` (`saved`: where the tensor it wrote was saved, if any)."""
+    if site.module_inplace and site.module is not None:
+        return (flag_at_constructor(site.origin),)
+    if site.api and site.api.endswith(".step"):
+        return step_fixes(site, None)
+    source = read(site.file)
+    located = statement_at(source, site.line) if source is not None else None
+    if source is None or located is None:
+        return ()
+    argument = argument_fix(site, source, located)
+    if argument is not None:
+        return (argument,)
+    stmt = located.node
+    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, (ast.Name, ast.Attribute)):
+        return (made(FixKind.OUT_OF_PLACE, source.replace(stmt, out_of_place(source, stmt))),)
+    rebound = _rebound(source, stmt)
+    if rebound is not None:
+        return (made(FixKind.REBIND, source.replace(stmt, rebound)),)
+    call = _inplace_method_call(stmt)
+    if call is not None:  # `y = x.add_(1)`: the out-of-place method (x then keeps its values)
+        func = call.func
+        assert isinstance(func, ast.Attribute)
+        return (made(FixKind.OUT_OF_PLACE, source.replace(call, _renamed_call(source, call, func.attr[:-1]))),)
+    flag = _inplace_keyword(source, stmt)
+    if flag is not None:
+        return (made(FixKind.FLAG_OFF_AT_CALL, flag),)
+    written = _indexed_base(stmt)
+    if written is not None:
+        if saved is not None and saved.file == site.file and _spans(stmt, saved.line):
+            return (compute_then_write(source, located, written),)
+        return (made(FixKind.CLONE_BEFORE_WRITE, source.insert_before(stmt, f"{written} = {written}.clone()")),)
+    return ()
+
+
+def out_of_place(source: Source, stmt: ast.AugAssign) -> str:
+    """`x op= rhs` as `x = x op (rhs)`: Python evaluates the whole right-hand side first, so it is
+    bracketed unless it is one operand (`x /= n + eps` is `x = x / (n + eps)`)."""
+    lhs, rhs = source.segment(stmt.target), source.segment(stmt.value)
+    if not isinstance(stmt.value, _ONE_OPERAND) and not _bracketed(rhs):
+        rhs = f"({rhs})"
+    return f"{lhs} = {lhs} {_OPS[type(stmt.op)]} {rhs}"
+
+
+def _bracketed(code: str) -> bool:
+    if not code.startswith("("):
+        return False
+    depth = 0
+    for i, ch in enumerate(code):
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if depth == 0:
+            return i == len(code) - 1
+    return False
+
+
+def _rebound(source: Source, stmt: ast.stmt) -> str | None:
+    """`x.relu_()` or `self.h.clamp_(a, b)` as the whole statement, rebound out of place; also
+    `t.data.mul_(2)`, rebound on `t` itself."""
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+        return None
+    call = stmt.value
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and _is_inplace_name(func.attr) and _is_reference(func.value)):
+        return None
+    receiver = func.value
+    if isinstance(receiver, ast.Attribute) and receiver.attr == "data" and _is_reference(receiver.value):
+        receiver = receiver.value
+    target = source.segment(receiver)
+    return f"{target} = {target}.{func.attr[:-1]}{_arguments(source, call, func)}"
+
+
+def _arguments(source: Source, call: ast.Call, func: ast.Attribute) -> str:
+    """The text of the call after its function: `(a, b)`."""
+    text = source.segment(call)
+    head = source.segment(func)
+    return text[len(head):] if text.startswith(head) else text[text.index("(") :]
+
+
+def _renamed_call(source: Source, call: ast.Call, name: str) -> str:
+    func = call.func
+    assert isinstance(func, ast.Attribute)
+    return f"{source.segment(func.value)}.{name}{_arguments(source, call, func)}"
+
+
+def _is_inplace_name(name: str) -> bool:
+    return name.endswith("_") and not name.startswith("_") and name[:-1].isidentifier()
+
+
+def _is_reference(node: ast.expr) -> bool:
+    """A name or a chain of attributes (`h`, `self.h`): something an assignment can rebind."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def _inplace_method_call(stmt: ast.stmt) -> ast.Call | None:
+    """The one in-place method call (`x.add_(1)`) in an assignment's value."""
+    if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Return, ast.Expr)) or stmt.value is None:
+        return None
+    calls = [
+        n for n in ast.walk(stmt.value)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and _is_inplace_name(n.func.attr)
+    ]
+    return calls[0] if len(calls) == 1 else None
+
+
+def _inplace_keyword(source: Source, stmt: ast.stmt) -> Edit | None:
+    """`inplace=True` -> `inplace=False` in the one call of `stmt` passing it."""
+    keywords = [
+        kw for n in ast.walk(stmt) if isinstance(n, ast.Call) for kw in n.keywords
+        if kw.arg == "inplace" and isinstance(kw.value, ast.Constant) and kw.value.value is True
+    ]
+    return source.replace(keywords[0].value, "False") if len(keywords) == 1 else None
+
+
+def flag_at_constructor(origin: Frame | None) -> Fix:
+    """`inplace=True` -> `inplace=False` where the module was constructed (manual without a literal there)."""
+    if origin is None:
+        return Fix(FixKind.FLAG_OFF_AT_CONSTRUCTOR)
+    source = read(origin.file)
+    located = statement_at(source, origin.line) if source is not None else None
+    if source is None or located is None:
+        return Fix(FixKind.FLAG_OFF_AT_CONSTRUCTOR)
+    on_line = [
+        kw for n in ast.walk(located.node) if isinstance(n, ast.Call) for kw in n.keywords
+        if kw.arg == "inplace" and isinstance(kw.value, ast.Constant) and kw.value.value is True
+        and kw.value.lineno == origin.line
+    ]
+    if len(on_line) != 1:  # none, or two modules built on one line: which one ran is not known
+        return Fix(FixKind.FLAG_OFF_AT_CONSTRUCTOR)
+    return made(FixKind.FLAG_OFF_AT_CONSTRUCTOR, source.replace(on_line[0].value, "False"))
+
+
+def _indexed_base(stmt: ast.stmt) -> str | None:
+    """`h` of `h[m] = v` / `h[m] += v` (the name whose tensor an indexed write changes)."""
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        target: ast.expr = stmt.targets[0]
+    elif isinstance(stmt, (ast.AugAssign, ast.AnnAssign)):
+        target = stmt.target
+    else:
+        return None
+    if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+        return target.value.id
+    return None
+
+
+def _spans(stmt: ast.stmt, line: int | None) -> bool:
+    return line is not None and stmt.lineno <= line <= (stmt.end_lineno or stmt.lineno)
+
+
+def compute_then_write(source: Source, located: Located, name: str) -> Fix:
+    """The saving op is in the writing statement (`buf[4] = torch.mul(buf[2], buf[3])`): a copy made
+    before it would be both read and written, so compute the value from the original first, then
+    write it into a copy."""
+    stmt = located.node
+    indent = source.indent_of(stmt)
+    value = getattr(stmt, "value", None)
+    if indent is None or not isinstance(value, ast.expr):
+        return Fix(FixKind.COMPUTE_THEN_WRITE)
+    fresh = _fresh_name(source, "value")
+    target = getattr(stmt, "targets", [None])[0] if isinstance(stmt, ast.Assign) else getattr(stmt, "target")
+    op = f"{_OPS[type(stmt.op)]}=" if isinstance(stmt, ast.AugAssign) else "="
+    lines = (
+        f"{fresh} = {source.segment(value)}",
+        f"{name} = {name}.clone()",
+        f"{source.segment(target)} {op} {fresh}",
+    )
+    return made(FixKind.COMPUTE_THEN_WRITE, source.replace(stmt, f"\n{indent}".join(lines)))
+
+
+def _fresh_name(source: Source, base: str) -> str:
+    taken = source.names()
+    return next(n for n in (base, *(f"{base}_{i}" for i in range(1, 1000))) if n not in taken)
+
+
+def argument_fix(site: Site, source: Source, located: Located) -> Fix | None:
+    """The written tensor is an argument of a helper function (not a module's forward): its caller
+    may rely on the change, so the write stays and the caller passes a copy."""
+    if len(site.stack) < 2 or site.stack[-1].function in ("forward", "<module>"):
+        return None
+    written = _written_name(located.node)
+    function = function_at(source, located.node.lineno)
+    if written is None or function is None or function.name != site.stack[-1].function:
+        return None
+    a = function.args
+    params = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+    if written not in params:
+        return None
+    caller = site.stack[-2]
+    caller_source = read(caller.file)
+    call_site = statement_at(caller_source, caller.line) if caller_source is not None else None
+    if caller_source is None or call_site is None:
+        return Fix(FixKind.CLONE_BEFORE_WRITE)
+    passed = _passed(call_site.node, function.name, params, written)
+    if passed is None:
+        return Fix(FixKind.CLONE_BEFORE_WRITE)
+    return made(FixKind.CLONE_BEFORE_WRITE, caller_source.insert_before(call_site.node, f"{passed} = {passed}.clone()"))
+
+
+def _written_name(stmt: ast.stmt) -> str | None:
+    """The plain name a statement writes into: `x += y`, `x[m] = v`, `x.relu_()`."""
+    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+        return stmt.target.id
+    indexed = _indexed_base(stmt)
+    if indexed is not None:
+        return indexed
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        func = stmt.value.func
+        if isinstance(func, ast.Attribute) and _is_inplace_name(func.attr) and isinstance(func.value, ast.Name):
+            return func.value.id
+    return None
+
+
+def _passed(stmt: ast.stmt, function: str, params: list[str], name: str) -> str | None:
+    """The plain name the caller passed for parameter `name` of `function` (None for an expression)."""
+    for node in ast.walk(stmt):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if called != function:
+            continue
+        for kw in node.keywords:
+            if kw.arg == name:
+                return kw.value.id if isinstance(kw.value, ast.Name) else None
+        positional = params[1:] if isinstance(func, ast.Attribute) and params[:1] in (["self"], ["cls"]) else params
+        index = positional.index(name) if name in positional else -1
+        if 0 <= index < len(node.args) and not any(isinstance(a, ast.Starred) for a in node.args[: index + 1]):
+            arg = node.args[index]
+            return arg.id if isinstance(arg, ast.Name) else None
+    return None
+
+
+def silent_write_fixes(site: Site) -> tuple[Fix, ...]:
+    """A write through `.data`: the out-of-place op on the tensor itself (`t.data.mul_(2)` ->
+    `t = t.mul(2)`, `t.data = v` -> `t = v`), so autograd sees the change."""
+    source = read(site.file)
+    located = statement_at(source, site.line) if source is not None else None
+    if source is None or located is None:
+        return ()
+    stmt = located.node
+    rebound = _rebound(source, stmt)
+    if rebound is not None:
+        return (made(FixKind.REBIND, source.replace(stmt, rebound)),)
+    if (
+        isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute)
+        and stmt.targets[0].attr == "data" and _is_reference(stmt.targets[0].value)
+    ):
+        target = source.segment(stmt.targets[0].value)
+        value = source.segment(stmt.value).replace(f"{target}.data", target)
+        return (made(FixKind.OUT_OF_PLACE, source.replace(stmt, f"{target} = {value}")),)
+    return ()
+
+
+def step_fixes(site: Site, backward: Site | None) -> tuple[Fix, ...]:
+    """An update of parameters between a forward and the backward that needs that forward's values:
+    recompute the forward after the update (manual: which forward is the program's), or move the
+    update after that backward (edits: delete the update, insert it after the backward)."""
+    return (Fix(FixKind.RECOMPUTE), move_after(site, backward))
+
+
+def move_after(site: Site, backward: Site | None) -> Fix:
+    """The statement that updated (`opt.step()`; a `with torch.no_grad():` holding only the update
+    moves whole) deleted, and inserted after the backward's statement at its indentation."""
+    manual = Fix(FixKind.MOVE_STATEMENT)
+    if backward is None:
+        return manual
+    source, target_source = read(site.file), read(backward.file)
+    if source is None or target_source is None:
+        return manual
+    located, after = statement_at(source, site.line), statement_at(target_source, backward.line)
+    if located is None or after is None:
+        return manual
+    if len(located.block) == 1:  # the update alone in its block: the block moves (`with no_grad():`)
+        outer = enclosing(source, located.node)
+        if outer is None or not isinstance(outer.node, ast.With):
+            return manual
+        located = outer
+    moved, anchor = located.node, after.node
+    if len(located.block) == 1 or source.indent_of(moved) is None or target_source.indent_of(anchor) is None:
+        return manual  # deleting it would leave an empty block, or it shares its line
+    first, last = moved.lineno, moved.end_lineno or moved.lineno
+    if site.file == backward.file and first <= (anchor.end_lineno or anchor.lineno) and anchor.lineno <= last:
+        return manual
+    if _shares_its_last_line(source, moved) or not source.lines[last - 1].endswith("\n"):
+        return manual
+    text = "".join(source.lines[first - 1 : last])
+    indent = target_source.indent_of(anchor) or ""
+    block = textwrap.indent(textwrap.dedent(text), indent).rstrip("\n")
+    end_line = anchor.end_lineno or anchor.lineno
+    end = Position(end_line, len(target_source.line_text(end_line)))
+    delete = Edit(source.path, Position(first, 0), Position(last + 1, 0), text, "")
+    insert = Edit(target_source.path, end, end, "", f"\n{block}")
+    return made(FixKind.MOVE_STATEMENT, delete, insert)
+
+
+def _shares_its_last_line(source: Source, node: ast.stmt) -> bool:
+    """Whether other code follows `node` on its last line (`opt.step(); x = 1`): a whole-line move would carry it."""
+    end = source.end(node)
+    tail = source.line_text(end.line)[end.column :].strip()
+    return bool(tail) and not tail.startswith("#")

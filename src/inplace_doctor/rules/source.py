@@ -1,0 +1,162 @@
+"""The user's source at a site, read with the standard library's `ast`: what the fix builders edit.
+
+`ast` rather than libcst: libcst is an optional extra, and a fix builder runs
+in every audit and watch, so it must work without it. `ast` gives each
+statement's exact extent (`lineno`/`col_offset`/`end_lineno`/`end_col_offset`,
+columns in UTF-8 bytes, turned into characters here) and its text
+(`ast.get_source_segment`), which is all an `Edit` needs: the edit replaces a
+range by new text, and every other byte of the file stays as it was.
+
+The file is read through `linecache` (decoded with its BOM or PEP 263
+encoding, line endings read as "\\n"), as the tracer read the site's line.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import linecache
+from dataclasses import dataclass
+
+from ..findings import Edit, Position
+
+_COMPOUND = (
+    ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
+    ast.AsyncFunctionDef, ast.ClassDef, ast.Match, ast.TryStar,
+)
+
+
+@dataclass(frozen=True)
+class Source:
+    """One file's text, its lines and its syntax tree."""
+
+    path: str
+    text: str
+    lines: tuple[str, ...]
+    tree: ast.Module
+
+    def segment(self, node: ast.AST) -> str:
+        return ast.get_source_segment(self.text, node) or ""
+
+    def start(self, node: ast.AST) -> Position:
+        line = getattr(node, "lineno")
+        return Position(line, _chars(self.lines[line - 1], getattr(node, "col_offset")))
+
+    def end(self, node: ast.AST) -> Position:
+        line = getattr(node, "end_lineno")
+        return Position(line, _chars(self.lines[line - 1], getattr(node, "end_col_offset")))
+
+    def line_text(self, line: int) -> str:
+        """The line without its line ending."""
+        return self.lines[line - 1].rstrip("\r\n")
+
+    def indent_of(self, node: ast.stmt) -> str | None:
+        """The indentation before `node` when it is the first statement on its line, else None."""
+        start = self.start(node)
+        before = self.line_text(start.line)[: start.column]
+        return before if not before.strip() else None
+
+    def replace(self, node: ast.AST, new: str) -> Edit:
+        """An edit replacing `node`'s text by `new`."""
+        return Edit(self.path, self.start(node), self.end(node), self.segment(node), new)
+
+    def insert_before(self, node: ast.stmt, statement: str) -> Edit | None:
+        """An edit inserting `statement` on its own line before `node`, at its indentation (None
+        when `node` does not start its line: `if c: h[0] = 1`)."""
+        indent = self.indent_of(node)
+        if indent is None:
+            return None
+        at = self.start(node)
+        return Edit(self.path, at, at, "", f"{statement}\n{indent}")
+
+    def names(self) -> frozenset[str]:
+        """Every name the file binds or reads (for a fresh name that shadows nothing)."""
+        out = {n.id for n in ast.walk(self.tree) if isinstance(n, ast.Name)}
+        out |= {n.arg for n in ast.walk(self.tree) if isinstance(n, ast.arg)}
+        return frozenset(out)
+
+
+def _chars(line: str, byte_column: int) -> int:
+    """`ast`'s UTF-8 byte column as a column in characters."""
+    return len(line.encode("utf-8")[:byte_column].decode("utf-8", errors="ignore"))
+
+
+def read(path: str | None) -> Source | None:
+    """The file at `path`, parsed; None when it cannot be read or does not parse."""
+    if not path:
+        return None
+    lines = tuple(linecache.getlines(path))
+    return _parse(path, lines) if lines else None
+
+
+@functools.lru_cache(maxsize=64)
+def _parse(path: str, lines: tuple[str, ...]) -> Source | None:
+    text = "".join(lines)
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    return Source(path, text, lines, tree)
+
+
+@dataclass(frozen=True)
+class Located:
+    """A simple statement, the block (list of statements) that holds it, and the node that owns the block."""
+
+    node: ast.stmt
+    block: tuple[ast.stmt, ...]
+    owner: ast.AST
+
+
+def statement_at(source: Source, line: int | None) -> Located | None:
+    """The innermost simple (not compound) statement whose lines include `line`."""
+    if line is None:
+        return None
+    best: Located | None = None
+    for owner, block in _blocks(source.tree):
+        for stmt in block:
+            if isinstance(stmt, _COMPOUND) or not (stmt.lineno <= line <= (stmt.end_lineno or stmt.lineno)):
+                continue
+            span = (stmt.end_lineno or stmt.lineno) - stmt.lineno
+            if best is None or span < (best.node.end_lineno or 0) - best.node.lineno:
+                best = Located(stmt, tuple(block), owner)
+    return best
+
+
+def enclosing(source: Source, node: ast.stmt) -> Located | None:
+    """The compound statement directly holding `node` in one of its blocks, located in its own block."""
+    for owner, block in _blocks(source.tree):
+        for stmt in block:
+            if any(node in inner for _, inner in _own_blocks(stmt)):
+                return Located(stmt, tuple(block), owner)
+    return None
+
+
+def function_at(source: Source, line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The innermost function whose lines include `line`."""
+    inside = [
+        n for n in ast.walk(source.tree)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno <= line <= (n.end_lineno or n.lineno)
+    ]
+    return min(inside, key=lambda n: (n.end_lineno or n.lineno) - n.lineno) if inside else None
+
+
+def _own_blocks(node: ast.AST) -> list[tuple[ast.AST, list[ast.stmt]]]:
+    out: list[tuple[ast.AST, list[ast.stmt]]] = []
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(node, name, None)
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+            out.append((node, block))
+    for handler in getattr(node, "handlers", None) or ():
+        out.append((handler, handler.body))
+    for case in getattr(node, "cases", None) or ():
+        out.append((case, case.body))
+    return out
+
+
+def _blocks(tree: ast.AST) -> list[tuple[ast.AST, list[ast.stmt]]]:
+    """Every block of statements in the tree, with the node that owns it."""
+    out: list[tuple[ast.AST, list[ast.stmt]]] = []
+    for node in ast.walk(tree):
+        out.extend(_own_blocks(node))
+    return out
