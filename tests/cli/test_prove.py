@@ -3,28 +3,33 @@ for bit with the reference run (the original program, every saved tensor copied 
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
+from typing import Any
 
-from inplace_doctor.cli.prove import Workspace, identity, judge, serious
+from inplace_doctor.cli.prove import Verdict, Workspace, identity, judge, serious
 from inplace_doctor.cli.source_edits import plan
 from inplace_doctor.findings import Edit, Position
 
 
-def prove(tmp_path: Path, source: str, edits: list[Edit]) -> tuple[Workspace, object, list[dict[str, object]]]:
+def prove(tmp_path: Path, source: str, edits: list[Edit]) -> tuple[Workspace, Verdict, list[dict[str, Any]]]:
     """(the workspace, the verdict of the edited program against the reference, its findings)."""
     (tmp_path / "train.py").write_text(source)
     ws = Workspace(str(tmp_path), "train.py", [], None)
-    original = ws.run({})
-    findings = serious(original.findings)
-    assert findings, original.stderr
-    reference = ws.run({}, reference=True)
-    assert reference.record is not None and reference.record.ended == "ran to the end", reference.stderr
-    state = {p: after for p, (_, after) in plan(edits, str(tmp_path)).items()}
-    trial = ws.run(state)
-    known = {identity(f, original.tree) for f in findings}
-    verdict = judge(identity(findings[0], original.tree), trial, reference.record, known)
-    ws.close()
+    try:
+        original = ws.run({})
+        findings = serious(original.findings)
+        assert findings, original.stderr
+        reference = ws.run({}, reference=True)
+        assert reference.record is not None and reference.record.ended == "ran to the end", reference.stderr
+        state = {p: after for p, (_, after) in plan(edits, str(tmp_path)).items()}
+        trial = ws.run(state)
+        known = {identity(f, original.tree) for f in findings}
+        verdict = judge(identity(findings[0], original.tree), trial, reference.record, known)
+    finally:
+        ws.close()
+    assert not os.path.exists(ws.tmp)
     return ws, verdict, trial.findings
 
 

@@ -31,11 +31,14 @@ as it would be written, and writes nothing.
 from __future__ import annotations
 
 import argparse
+import io
 import os
+from dataclasses import replace
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tokenize
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +47,7 @@ from .errors import CliUsageError
 if TYPE_CHECKING:
     from ..findings import Edit, Fix
     from .args import Subcommands
+    from .source_edits import Source
     from .prove import Identity, Run, Verdict, Workspace
 
 # A run stops at the first in-place error backward reaches; the next one shows after it is fixed.
@@ -74,6 +78,7 @@ class Accepted:
     target: "Identity"
     fix: "Fix"
     verdict: "Verdict"
+    described: str
 
 
 def command(ns: argparse.Namespace) -> int:
@@ -103,7 +108,8 @@ def command(ns: argparse.Namespace) -> int:
         return 0
     editable = [f for f in targets if any(fx.edits for fx in fixes_from_json(f))]
     if not editable:
-        _suggest(targets)
+        print(f"inplace-doctor: {len(targets)} finding(s), none with an edit fix can make and check:")
+        _suggest(targets, os.path.realpath(os.getcwd()))
         return 1
     _refuse(ns, root, {os.path.join(root, e.path) for f in editable for fx in fixes_from_json(f) for e in fx.edits})
     ws = Workspace(root, script, args, ns.steps)
@@ -120,9 +126,9 @@ def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run") -> int:
     reference = ws.run({}, reference=True)
     if reference.record is None or reference.record.ended != "ran to the end":
         ended = reference.record.ended if reference.record is not None else "did not start"
-        print(f"inplace-doctor: the program with every saved tensor copied at save (what it means) {ended}: "
-              f"no fix can be proven equal to it{reference.stderr.strip()[-300:] and ': ' + reference.stderr.strip()[-300:]}",
-              file=sys.stderr)
+        last = (reference.stderr.strip().splitlines() or [""])[-1]
+        print(f"inplace-doctor: the script with every saved tensor copied at save (the program it means) {ended}"
+              f"{f' ({last})' if last else ''}: no fix can be proven equal to it", file=sys.stderr)
     state: dict[str, bytes] = {}
     known = {identity(f, ws.root) for f in serious(first.findings)}
     findings, tree = first.findings, ws.root
@@ -134,7 +140,7 @@ def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run") -> int:
         progress = False
         for f in serious(findings):
             target = identity(f, tree)
-            where = f"{os.path.relpath((f.get('mutation') or {}).get('file') or '?', tree)}:{(f.get('mutation') or {}).get('line')}"
+            where = _where(f, tree)
             for fx in _candidates(f):
                 edits = tuple(_rebased(e, ws, tree) for e in fx.edits)
                 key = (target, tuple((e.path, e.old, e.new) for e in edits))
@@ -153,14 +159,15 @@ def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run") -> int:
                     raise CliUsageError(str(e)) from None
                 candidate = {**state, **{p: after for p, (_, after) in changes.items()}}
                 print(f"inplace-doctor: checking the fix for {f['code']} at {where} on a copy of the project: "
-                      f"{_describe(edits, ws.root)}")
+                      f"{_describe(edits, ws.root, changes)}")
                 flag = f["code"] == "IPD105"  # the intended program is the out-of-place one: verify's
                 trial = ws.run(candidate, verify=flag)
                 verdict = _verified(target, trial, known) if flag else _judge(target, trial, reference, known)
                 if not (verdict.proven or verdict.on_the_way or (ns.unsafe_fixes and verdict.gone)):
-                    rejected.append(f"{f['code']} at {where}: {_describe(edits, ws.root)}: {_why_not(verdict)}")
+                    rejected.append(f"{f['code']} at {where}: {_describe(edits, ws.root, changes)}: {_why_not(verdict)}")
                     continue
-                accepted.append(Accepted(f["code"], where, target, fx, verdict))
+                accepted.append(Accepted(f["code"], where, target, replace(fx, edits=edits), verdict,
+                                         _describe(edits, ws.root, changes)))
                 made |= _keys(edits, state, ws)
                 state, findings, tree = candidate, trial.findings, trial.tree
                 known |= {identity(g, tree) for g in serious(findings)}
@@ -175,8 +182,9 @@ def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run") -> int:
     for line in rejected:
         print(f"inplace-doctor: not applied: {line}")
     left = serious(findings)
-    _suggest([f for f in left if not any(fx.edits for fx in _candidates(f))])
     if not accepted:
+        _suggest(left, tree)
+        print("inplace-doctor: no file was changed: no fix was proven")
         return 1
     proven = accepted[-1].verdict.proven and all(a.verdict.proven or a.verdict.on_the_way for a in accepted)
     if not proven and not ns.unsafe_fixes:
@@ -194,16 +202,19 @@ def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run") -> int:
         write_all(changes)
     except EditError as e:
         raise CliUsageError(str(e)) from None
-    gone = {identity(g, tree) for g in left}
+    remaining = {identity(g, tree) for g in left}
     for a in accepted:
-        if a.target in gone:
+        if a.target in remaining:
             continue
-        sure = _how_sure(a.verdict) if proven else f"unsafe, applied by --unsafe-fixes: {_why_not(a.verdict)}"
-        print(f"fixed {a.code} at {a.where}: {_describe(a.fix.edits, ws.root)} ({sure})")
+        sure = _how_sure(a.code, accepted[-1].verdict) if proven else f"unsafe, applied by --unsafe-fixes: {_why_not(a.verdict)}"
+        print(f"fixed {a.code} at {a.where}: {a.described} ({sure})")
+    targeted = {a.target for a in accepted}
+    for f in serious(first.findings):  # a sibling (another write to the same saved tensor) went with a fix
+        if identity(f, ws.root) not in remaining | targeted:
+            print(f"inplace-doctor: gone with the edits above: {f['code']} at {_where(f, ws.root)}")
     if left:
         print(f"inplace-doctor: after the edits {len(left)} finding(s) remain:")
-        for f in left:
-            print(f"  {f['code']} {f.get('fix')}")
+        _suggest(left, tree)
         return 1
     print("inplace-doctor: the edited script ran to the end (in a copy of the project) with no finding")
     return 0 if proven else 1
@@ -217,8 +228,6 @@ def _candidates(finding: dict[str, Any]) -> list["Fix"]:
 
 
 def _rebased(edit: "Edit", ws: "Workspace", tree: str) -> "Edit":
-    from dataclasses import replace
-
     return replace(edit, path=ws.rebase(edit.path, tree))
 
 
@@ -265,30 +274,64 @@ def _why_not(v: "Verdict") -> str:
     return f"not equal to the intended program: {v.first_difference}"
 
 
-def _how_sure(v: "Verdict") -> str:
+def _how_sure(code: str, v: "Verdict") -> str:
     steps = f"{v.steps} step(s)" if v.steps else "the whole run"
+    if code == "IPD105":
+        return ("proven: the finding is gone, nothing new is reported, and every model the edited script ran computes "
+                "exactly what its out-of-place form computes (run --verify); this changes what the forward computes: "
+                "before the edit a later op read the values the in-place write had changed")
     return (f"proven: the finding is gone, nothing new is reported, and the edited program's forward outputs, "
             f"gradients and state over {steps} equal the intended program's bit for bit")
 
 
-def _describe(edits: tuple["Edit", ...], root: str) -> str:
+def _describe(edits: tuple["Edit", ...], root: str, changes: dict[str, tuple[bytes, bytes]]) -> str:
+    """The edits in words: a change inside one line shows the whole line before and after."""
+    from .source_edits import Source
+
     parts = []
     for e in edits:
         where = f"{os.path.relpath(e.path, root) if os.path.isabs(e.path) else e.path}:{e.start.line}"
-        if not e.old:
-            parts.append(f"insert `{e.new.strip()}` at {where}")
-        elif not e.new:
-            parts.append(f"delete `{e.old.strip()}` at {where}")
+        old, new = _one_line(e.old), _one_line(e.new)
+        before_after = changes.get(os.path.realpath(e.path))
+        if e.start.line == e.end.line and "\n" not in e.new and old and before_after is not None:
+            lines = [Source.of(data, e.path) for data in before_after]
+            old, new = (_line(src, e.start.line) for src in lines)
+        if not old:
+            parts.append(f"insert `{new}` at {where}")
+        elif not new:
+            parts.append(f"delete `{old}` at {where}")
         else:
-            parts.append(f"replace `{e.old.strip()}` with `{e.new.strip()}` at {where}")
+            parts.append(f"replace `{old}` with `{new}` at {where}")
     return "; ".join(parts)
 
 
-def _suggest(findings: list[dict[str, Any]]) -> None:
+def _line(source: "Source", number: int) -> str:
+    starts = source.line_starts()
+    end = starts[number] if number < len(starts) else len(source.data)
+    line = source.data[starts[number - 1] : end].decode(source.encoding, "replace").strip()
+    try:  # the statement without its comment
+        for token in tokenize.generate_tokens(io.StringIO(line).readline):
+            if token.type == tokenize.COMMENT:
+                return line[: token.start[1]].rstrip()
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return line
+
+
+def _one_line(code: str) -> str:
+    """Statements on several lines shown on one, as Python would accept them: `a = f(b); b = a`."""
+    return "; ".join(line.strip() for line in code.splitlines() if line.strip())
+
+
+def _where(finding: dict[str, Any], tree: str) -> str:
+    m = finding.get("mutation") or {}
+    file = m.get("file") or "?"
+    return f"{os.path.relpath(file, tree) if os.path.isabs(file) else file}:{m.get('line')}"
+
+
+def _suggest(findings: list[dict[str, Any]], tree: str) -> None:
     for f in findings:
-        m = f.get("mutation") or {}
-        print(f"suggestion (not applied: no edit that can be checked) {f['code']} at "
-              f"{os.path.relpath(m.get('file') or '?')}:{m.get('line')}: {f.get('fix')}")
+        print(f"  {f['code']} at {_where(f, tree)}: {f.get('fix')}")
 
 
 def _watch(script: str, args: list[str], steps: int | None) -> "Run":

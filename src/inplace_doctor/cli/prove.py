@@ -113,12 +113,14 @@ def judge(target: Identity, trial: Run, reference: Record, known: set[Identity])
         got_streams.pop("end", None)
     for stream, want in want_streams.items():
         got = got_streams.get(stream, [])
-        for w, g in zip(want, got):
+        for i, (w, g) in enumerate(zip(want, got)):
             if w != g:
                 verdict.first_difference = (
                     f"{g[0]} differs from the intended program's" if w[0] == g[0]
                     else f"the intended program recorded {w[0]} where the edited one recorded {g[0]}"
                 )
+                if i == 0 and stream == next(iter(want_streams)):  # before any edited line could matter
+                    verdict.first_difference += " (the very first value: does the script seed its random numbers?)"
                 return verdict
         shorter = shorter or len(got) < len(want)
         if len(got) > len(want):
