@@ -10,7 +10,7 @@ from .findings import Finding, Severity
 from .printing import Printable
 from .sites import ROOT_LABEL
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: findings carry fixes[] (edits, applicability, evidence)
 
 
 @dataclass

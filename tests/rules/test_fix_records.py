@@ -353,3 +353,123 @@ def test_a_parameter_update_under_no_grad_moves_with_its_block():
         "y.sum().backward()\nwith torch.no_grad():\n    lin.weight.mul_(0.5)\n",
     )
     assert_same(run_plain(path), run_plain(write("intended.py", intended)))
+
+
+@pytest.mark.parametrize(
+    ("statement", "code"),
+    [
+        ("h[h > 0.5] = 0.5", "IPD101"),
+        ("h += 1", "IPD101"),
+        ("h.mul_(2)", "IPD101"),
+        ("h = torch.nn.functional.hardtanh(h, 0.0, 0.6, inplace=True)", "IPD101"),
+    ],
+)
+def test_the_printed_fix_is_made_from_the_record_and_reads_as_the_rule_says(statement: str, code: str):
+    from inplace_doctor.render.fix_text import fix_lines
+
+    program = f"""
+        import torch
+        torch.manual_seed(0)
+        a = torch.randn(6, requires_grad=True)
+        h = torch.sigmoid(a)
+        {statement}  # the write
+        h.sum().backward()
+    """
+    finding = only(diagnose(write("program.py", program)), code)
+    assert fix_lines(finding, "model") == [f"fix: {finding.fix}"]
+    proven = finding.with_(fixes=tuple(x.__class__(x.kind, x.edits, Applicability.PROVEN) for x in finding.fixes))
+    assert fix_lines(proven, "model")[0].endswith("(proven on this program: `inplace-doctor fix` applies it)")
+
+
+def test_the_rules_own_sentence_never_offers_the_clone_that_cannot_help():
+    """Issue 23, item 2, in the message too (the JSON's `fix`, the error's text): no `buf = buf.clone()`
+    before a statement whose value reads `buf`."""
+    program = """
+        import torch
+        x = torch.randn(5, requires_grad=True)
+        buf = x * 1
+        buf[4] = torch.mul(buf[2], buf[3])
+        buf.pow(2).sum().backward()
+    """
+    finding = only(diagnose(write("program.py", program)), "IPD101")
+    assert "before `buf[4]" not in finding.fix and "compute the value first" in finding.fix
+
+
+def test_numpy_memory_is_copied_where_it_is_handed_out():
+    program = """
+        import torch
+        torch.manual_seed(0)
+        w = torch.randn(6, requires_grad=True)
+        s = torch.sigmoid(w * 3)
+        a = s.detach().numpy()
+        a *= 0.5
+        s.sum().backward()
+        result = {"s": s.detach().clone(), "a": torch.from_numpy(a.copy()), "w.grad": w.grad}
+    """
+    intended = program.replace("s.detach().numpy()", "s.detach().clone().numpy()")
+    finding = check(program, intended, "IPD109", FixKind.COPY_AT_HANDOUT)
+    assert finding.fixes[0].edits[0].new == "s.detach().numpy().copy()"
+
+
+@pytest.mark.parametrize("imports", ["import copy\n        ", ""])
+def test_a_state_dict_snapshot_is_copied_where_it_is_taken(imports: str):
+    program = f"""
+        {imports}import torch
+        from torch import nn
+        torch.manual_seed(0)
+        model = nn.Linear(4, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(torch.randn(3, 4)).sum().backward()
+        best = model.state_dict()
+        opt.step()
+        model.load_state_dict(best)
+        result = {{k: v.detach().clone() for k, v in model.state_dict().items()}}
+    """
+    intended = (
+        textwrap.dedent(program).replace("opt.step()\n", "").replace("best = model.state_dict()\n", "")
+        .replace("model.load_state_dict(best)\n", "")
+    )
+    finding = check(program, intended, "IPD107", FixKind.COPY_AT_HANDOUT)
+    new = finding.fixes[0].edits[0].new
+    assert new == ("copy.deepcopy(model.state_dict())" if imports else "{k_1: v_1.detach().clone() for k_1, v_1 in model.state_dict().items()}")
+
+
+@pytest.mark.parametrize(
+    ("name", "encoding", "newline", "head"),
+    [
+        ("crlf.py", "utf-8", "\r\n", ""),
+        ("bom.py", "utf-8-sig", "\n", ""),
+        ("latin1.py", "latin-1", "\n", "# -*- coding: latin-1 -*-\n"),
+    ],
+)
+def test_edit_columns_count_characters_of_the_decoded_line(name: str, encoding: str, newline: str, head: str):
+    """A BOM, a PEP 263 encoding or CRLF line endings move no edit: columns are characters of the
+    decoded line (ast's are UTF-8 bytes), lines as Python counts them."""
+    from inplace_doctor.rules.fix_builders import write_fixes
+    from inplace_doctor.sites import Site
+
+    source = head + 'import torch.nn.functional as F\nh = F.hardtanh(h, len("été") - 3.0, 0.6, inplace=True)\nh += 1\n'
+    path = Path.cwd() / name
+    path.write_bytes(source.replace("\n", newline).encode(encoding))
+    first = 2 + bool(head)
+    decoded = source.splitlines()
+    (flag,) = write_fixes(Site(op="aten.hardtanh_", file=str(path), line=first))
+    (edit,) = flag.edits
+    assert decoded[edit.start.line - 1][edit.start.column : edit.end.column] == "True" == edit.old
+    (augmented,) = write_fixes(Site(op="aten.add_", file=str(path), line=first + 1))
+    assert augmented.edits[0].start == Position(first + 1, 0) and augmented.edits[0].new == "h = h + 1"
+
+
+def test_a_write_inside_an_installed_package_gets_no_edit():
+    """torchvision's `out += identity` runs in site-packages: the fix there is the user's to decide
+    (the module's flag, a copy of its input), never an edit of the library."""
+    import inspect
+
+    import torchvision
+
+    from inplace_doctor.rules.fix_builders import write_fixes
+    from inplace_doctor.sites import Site
+
+    path = inspect.getfile(torchvision.models.resnet)
+    line = next(i for i, text in enumerate(Path(path).read_text().splitlines(), 1) if "out += identity" in text)
+    assert write_fixes(Site(op="aten.add_", file=path, line=line)) == ()

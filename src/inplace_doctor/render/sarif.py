@@ -5,6 +5,13 @@ help text), and each finding is one result located at the line that wrote in
 place. The saving and reading sites become related locations. Paths inside
 the current repository are relative to `%SRCROOT%`; others are absolute
 `file:` URIs. No timestamps: the same report renders to the same bytes.
+
+A result carries `fixes[]` (`artifactChanges` with `replacements`, which GitHub
+code scanning offers as a suggested change) only for fixes that are `proven`:
+checked on the user's program by `inplace-doctor fix` and found to compute what
+was intended. An unproven edit is never offered for one-click acceptance; its
+words stay in the message. Columns count Unicode code points
+(`columnKind: unicodeCodePoints`), as the edits do.
 """
 
 from __future__ import annotations
@@ -20,10 +27,11 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import quote
 
-from ..findings import Finding, Severity
+from ..findings import Edit, Finding, Fix, Severity
 from ..report import Report
 from ..rules import RULES, Rule
 from ..sites import Frame, Site, module_ref
+from .fix_text import is_offered, sentence
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SARIF_VERSION = "2.1.0"
@@ -50,6 +58,7 @@ def to_sarif(report: Report) -> JSONDict:
     run: JSONDict = {
         "tool": {"driver": _driver(rules)},
         "originalUriBaseIds": {SRCROOT: {"uri": _directory_uri(root)}},
+        "columnKind": "unicodeCodePoints",
         "results": [_result(f, index, root, report.root_label) for f in report.findings],
         "properties": {
             "command": report.command,
@@ -141,9 +150,35 @@ def _result(finding: Finding, index: dict[str, int], root: str, root_label: str)
     related = _related(finding, root, root_label)
     if related:
         result["relatedLocations"] = related
+    fixes = [_fix(fix, finding, root, root_label) for fix in finding.fixes if is_offered(fix)]
+    if fixes:
+        result["fixes"] = fixes
     result["partialFingerprints"] = {FINGERPRINT_KEY: fingerprint(finding, primary)}
     result["properties"] = {"confirmed": finding.confirmed, "count": finding.count, "op": finding.mutation.op}
     return result
+
+
+def _fix(fix: Fix, finding: Finding, root: str, root_label: str) -> JSONDict:
+    """A SARIF `fix`: its description, and per file the replacements its edits make."""
+    by_file: dict[str, list[Edit]] = {}
+    for edit in fix.edits:
+        by_file.setdefault(edit.path, []).append(edit)
+    return {
+        "description": {"text": sentence(fix, finding, root_label) or str(fix.kind)},
+        "artifactChanges": [
+            {"artifactLocation": artifact_location(path, root), "replacements": [_replacement(e) for e in edits]}
+            for path, edits in by_file.items()
+        ],
+    }
+
+
+def _replacement(edit: Edit) -> JSONDict:
+    """SARIF lines and columns are 1-based, the end column exclusive: an insertion is an empty region."""
+    region = {
+        "startLine": edit.start.line, "startColumn": edit.start.column + 1,
+        "endLine": edit.end.line, "endColumn": edit.end.column + 1,
+    }
+    return {"deletedRegion": region, "insertedContent": {"text": edit.new}}
 
 
 def _origin_site(finding: Finding) -> Site | None:

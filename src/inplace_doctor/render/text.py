@@ -13,6 +13,7 @@ from ..findings import Finding, Severity
 from ..printing import renders_html, renders_text
 from ..report import Report
 from ..sites import ROOT_LABEL, Site, caller_frame, describe_site, source_line
+from .fix_text import fix_lines
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold blue"}
 
@@ -70,9 +71,10 @@ def finding_lines(f: Finding, root_label: str = ROOT_LABEL, stack: int = 2) -> l
     out.append((f"  why: {f.why}", ""))
     if f.unconfirmed_reason:
         out.append((f"  unconfirmed: {f.unconfirmed_reason}", "dim"))
-    fixes = f.details.get("fixes") or ([f.fix] if f.fix else [])
+    from_records = fix_lines(f, root_label)  # the fix as its records say it, else the rule's sentence
+    fixes = from_records or [f"fix: {fix}" for fix in (f.details.get("fixes") or ([f.fix] if f.fix else []))]
     for fix in fixes:
-        out.append((f"  fix: {fix}", "green"))
+        out.append((f"  {fix}", "green"))
     return out
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..events import CallerInputWritten, HeldTensorOverwritten, HeldTensorUsed
 from ..findings import Finding, Severity
-from .fix_builders import write_fixes
+from .fix_builders import copy_at_handout, write_fixes
 from .phrasing import fix_for_write, tensor_desc, where
 from .registry import make_finding, rule
 
@@ -136,6 +136,7 @@ def held_tensor_overwritten(event: HeldTensorUsed | HeldTensorOverwritten, ctx: 
             f"take a real snapshot at {handed_out}: `copy.deepcopy({owner}.state_dict())` or "
             f"`{{k: v.detach().clone() for k, v in {owner}.state_dict().items()}}`"
         ),
+        fixes=copy_at_handout(overwritten.handed_out, "state_dict"),
         mutation=write.site,
         read=used.use if used is not None else None,
         severity=None if used is not None else Severity.INFO,

@@ -202,8 +202,12 @@ def compute_then_write(source: Source, located: Located, name: str) -> Fix:
     if indent is None or not isinstance(value, ast.expr):
         return Fix(FixKind.COMPUTE_THEN_WRITE)
     fresh = _fresh_name(source, "value")
-    target = getattr(stmt, "targets", [None])[0] if isinstance(stmt, ast.Assign) else getattr(stmt, "target")
-    op = f"{_OPS[type(stmt.op)]}=" if isinstance(stmt, ast.AugAssign) else "="
+    if isinstance(stmt, ast.Assign):
+        target, op = stmt.targets[0], "="
+    elif isinstance(stmt, (ast.AugAssign, ast.AnnAssign)):
+        target, op = stmt.target, (f"{_OPS[type(stmt.op)]}=" if isinstance(stmt, ast.AugAssign) else "=")
+    else:
+        return Fix(FixKind.COMPUTE_THEN_WRITE)
     lines = (
         f"{fresh} = {source.segment(value)}",
         f"{name} = {name}.clone()",
@@ -343,3 +347,33 @@ def _shares_its_last_line(source: Source, node: ast.stmt) -> bool:
     end = source.end(node)
     tail = source.line_text(end.line)[end.column :].strip()
     return bool(tail) and not tail.startswith("#")
+
+
+def copy_at_handout(site: Site | None, method: str) -> tuple[Fix, ...]:
+    """Memory handed out where it should have been copied: `t.numpy()` -> `t.numpy().copy()` (also
+    `__dlpack__()`), `m.state_dict()` -> a snapshot of it (`copy.deepcopy(...)` where the file imports
+    `copy`, else a dict of detached clones)."""
+    source = read(site.file) if site is not None else None
+    located = statement_at(source, site.line) if source is not None and site is not None else None
+    if source is None or located is None:
+        return ()
+    calls = [
+        n for n in ast.walk(located.node)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == method and not n.args
+    ]
+    if len(calls) != 1:
+        return (Fix(FixKind.COPY_AT_HANDOUT),)
+    call, text = calls[0], source.segment(calls[0])
+    if method != "state_dict":
+        return (made(FixKind.COPY_AT_HANDOUT, source.replace(call, f"{text}.copy()")),)
+    if "copy" in _imported(source):
+        return (made(FixKind.COPY_AT_HANDOUT, source.replace(call, f"copy.deepcopy({text})")),)
+    k, v = _fresh_name(source, "k"), _fresh_name(source, "v")
+    return (made(FixKind.COPY_AT_HANDOUT, source.replace(call, f"{{{k}: {v}.detach().clone() for {k}, {v} in {text}.items()}}")),)
+
+
+def _imported(source: Source) -> set[str]:
+    """Module names the file imports whole (`import copy`)."""
+    return {
+        (a.asname or a.name) for n in ast.walk(source.tree) if isinstance(n, ast.Import) for a in n.names
+    }

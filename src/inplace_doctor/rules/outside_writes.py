@@ -8,6 +8,7 @@ from typing import Any
 from ..events import SavedTensorChangedOutside
 from ..findings import Finding, Severity
 from ..sites import Phase, Site
+from .fix_builders import copy_at_handout
 from .phrasing import tensor_desc, where, without_comment
 from .registry import make_finding, rule
 
@@ -98,6 +99,7 @@ def saved_tensor_changed_outside(event: Any, ctx: Any) -> Finding | None:
         what=what + ".",
         why=why,
         fix=_fix(handed, how),
+        fixes=copy_at_handout(handed, _HANDED_BY[how]) if how in _HANDED_BY else (),
         mutation=mutation,
         saved=saved.site,
         confirmed=True if event.reached else None,
@@ -105,6 +107,9 @@ def saved_tensor_changed_outside(event: Any, ctx: Any) -> Finding | None:
         handed_out=handed.location if handed is not None else None,
         how=event.how,
     )
+
+
+_HANDED_BY = {"`.numpy()`": "numpy", "`__dlpack__()`": "__dlpack__"}  # the method a copy edit appends to
 
 
 def _fix(handed: Site | None, how: str) -> str:

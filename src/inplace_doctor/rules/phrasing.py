@@ -150,8 +150,9 @@ def silent_write_fix(site: Site) -> str:
     )
 
 
-def fix_for_write(site: Site, root_label: str) -> str:
-    """The exact change that makes this write out of place (or, for a caller's tensor, gives it a copy)."""
+def fix_for_write(site: Site, root_label: str, saved: Site | None = None) -> str:
+    """The exact change that makes this write out of place (or, for a caller's tensor, gives it a copy);
+    `saved`: where the written tensor was saved, when that matters (the same statement)."""
     code = without_comment(site.code or "")
     ref = module_ref(site, root_label)
     if site.module_inplace and ref is not None:
@@ -192,6 +193,12 @@ def fix_for_write(site: Site, root_label: str) -> str:
     if re.search(r"\]\s*(?:\*\*|//|[-+*/@%&|^])?=[^=]", code):
         target = _INDEXED_TARGET.match(code)
         name = target["base"] if target else "x"
+        if saved is not None and (saved.file, saved.line) == (site.file, site.line):
+            return (
+                f"compute the value first, then write it into a copy (`{name} = {name}.clone()` between the two) "
+                f"at {site.location}: the value is computed from the tensor `{code}` writes, so a copy made before "
+                "the statement would be read and written alike and change nothing; or build the result out of place"
+            )
         return (
             f"write into a copy (`{name} = {name}.clone()` before `{code}`) or build the result out of place "
             f"(torch.where) at {site.location}"

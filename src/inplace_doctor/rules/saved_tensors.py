@@ -97,7 +97,7 @@ def saved_tensor_overwritten(event: Any, ctx: Any) -> Finding | None:
             f"{_saved_phrase_from(saved, ctx)}."
         ),
         why=why,
-        fix=_fix(write, backward, ctx),
+        fix=_fix(write, backward, ctx, saved.site),
         fixes=_fixes(write, backward, saved.site),
         mutation=write.site,
         saved=saved.site,
@@ -109,13 +109,13 @@ def saved_tensor_overwritten(event: Any, ctx: Any) -> Finding | None:
     )
 
 
-def _fix(write: Any, backward: Site | None, ctx: Any) -> str:
+def _fix(write: Any, backward: Site | None, ctx: Any, saved: Site | None = None) -> str:
     if (write.site.api and write.site.api.endswith(".step")) or write.target:
         # A parameter or buffer update is the program's intent: never drop it, order it.
         owner = (ctx.root_label or write.target.split(".")[0]) if write.target else None
         target = qualified(write.target, ctx.root_label) if write.target else None
         return step_fix(write.site, backward, owner, target)
-    return fix_for_write(write.site, ctx.root_label)
+    return fix_for_write(write.site, ctx.root_label, saved)
 
 
 def _fixes(write: Any, backward: Site | None, saved: Site | None) -> tuple[Fix, ...]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import functools
 import linecache
+import os
 from dataclasses import dataclass
 
 from ..findings import Edit, Position
@@ -25,26 +26,28 @@ _COMPOUND = (
     ast.AsyncFunctionDef, ast.ClassDef, ast.Match, ast.TryStar,
 )
 
+Node = ast.expr | ast.stmt  # what has a position
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class Source:
-    """One file's text, its lines and its syntax tree."""
+    """One file's text, its lines and its syntax tree (one object per content: `read` caches it,
+    so what is looked up in it is cached by identity)."""
 
     path: str
     text: str
     lines: tuple[str, ...]
     tree: ast.Module
 
-    def segment(self, node: ast.AST) -> str:
+    def segment(self, node: Node) -> str:
         return ast.get_source_segment(self.text, node) or ""
 
-    def start(self, node: ast.AST) -> Position:
-        line = getattr(node, "lineno")
-        return Position(line, _chars(self.lines[line - 1], getattr(node, "col_offset")))
+    def start(self, node: Node) -> Position:
+        return Position(node.lineno, _chars(self.lines[node.lineno - 1], node.col_offset))
 
-    def end(self, node: ast.AST) -> Position:
-        line = getattr(node, "end_lineno")
-        return Position(line, _chars(self.lines[line - 1], getattr(node, "end_col_offset")))
+    def end(self, node: Node) -> Position:
+        line = node.end_lineno or node.lineno
+        return Position(line, _chars(self.lines[line - 1], node.end_col_offset or node.col_offset))
 
     def line_text(self, line: int) -> str:
         """The line without its line ending."""
@@ -56,7 +59,7 @@ class Source:
         before = self.line_text(start.line)[: start.column]
         return before if not before.strip() else None
 
-    def replace(self, node: ast.AST, new: str) -> Edit:
+    def replace(self, node: Node, new: str) -> Edit:
         """An edit replacing `node`'s text by `new`."""
         return Edit(self.path, self.start(node), self.end(node), self.segment(node), new)
 
@@ -81,9 +84,13 @@ def _chars(line: str, byte_column: int) -> int:
     return len(line.encode("utf-8")[:byte_column].decode("utf-8", errors="ignore"))
 
 
+_INSTALLED = tuple(f"{os.sep}{d}{os.sep}" for d in ("site-packages", "dist-packages"))
+
+
 def read(path: str | None) -> Source | None:
-    """The file at `path`, parsed; None when it cannot be read or does not parse."""
-    if not path:
+    """The file at `path`, parsed; None when it cannot be read or does not parse, and for an installed
+    package's file (torchvision's `out += identity`): a fix never edits a library in place."""
+    if not path or any(marker in path for marker in _INSTALLED):
         return None
     lines = tuple(linecache.getlines(path))
     return _parse(path, lines) if lines else None
@@ -108,6 +115,7 @@ class Located:
     owner: ast.AST
 
 
+@functools.lru_cache(maxsize=1024)
 def statement_at(source: Source, line: int | None) -> Located | None:
     """The innermost simple (not compound) statement whose lines include `line`."""
     if line is None:
@@ -154,9 +162,10 @@ def _own_blocks(node: ast.AST) -> list[tuple[ast.AST, list[ast.stmt]]]:
     return out
 
 
-def _blocks(tree: ast.AST) -> list[tuple[ast.AST, list[ast.stmt]]]:
+@functools.lru_cache(maxsize=64)
+def _blocks(tree: ast.AST) -> tuple[tuple[ast.AST, list[ast.stmt]], ...]:
     """Every block of statements in the tree, with the node that owns it."""
     out: list[tuple[ast.AST, list[ast.stmt]]] = []
     for node in ast.walk(tree):
         out.extend(_own_blocks(node))
-    return out
+    return tuple(out)

@@ -1,0 +1,216 @@
+"""The English of a fix, made from its `Fix` record: what the edits change, where, and why it helps.
+
+A rule decides which fixes a finding has (`Finding.fixes`, built by
+`rules/fix_builders.py`); this module only says them. Each sentence is read
+from the record's kind, its edits (path, range, old and new text) and the
+finding's sites, never from another sentence. A fix whose kind needs context
+no record holds falls back to the rule's own sentence (`Finding.fix`).
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import linecache
+import tokenize
+
+from ..findings import Applicability, Edit, Finding, Fix, FixKind
+from ..sites import Frame, module_ref, source_line
+
+
+def fix_lines(finding: Finding, root_label: str) -> list[str]:
+    """The finding's fix lines: one per `Fix` (alternatives after the first start with "or"); a
+    proven one says so. Empty when no record says more (the rule's own sentence is printed then)."""
+    said = [(fix, text) for fix in finding.fixes if (text := sentence(fix, finding, root_label))]
+    return [f"{'fix' if i == 0 else 'or'}: {text}{_trust(fix)}" for i, (fix, text) in enumerate(said)]
+
+
+def _trust(fix: Fix) -> str:
+    if fix.applicability is Applicability.PROVEN:
+        return " (proven on this program: `inplace-doctor fix` applies it)"
+    return ""
+
+
+def _statement(edit: Edit) -> str:
+    """The source line an edit starts on, without its comment."""
+    return _without_comment(source_line(Frame(edit.path, edit.start.line, "")) or "")
+
+
+def _without_comment(code: str) -> str:
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+            if tok.type == tokenize.COMMENT:
+                return code[: tok.start[1]].rstrip()
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return code
+
+
+def sentence(fix: Fix, finding: Finding, root_label: str) -> str:
+    """What `fix` does, in words; "" when the record alone cannot say it."""
+    edit = fix.edits[0] if fix.edits else None
+    maker = _EDITED.get(fix.kind) if edit is not None else _MANUAL.get(fix.kind)
+    return maker(fix, finding, root_label) if maker is not None else ""
+
+
+def _at(edit: Edit) -> str:
+    return Frame(edit.path, edit.start.line, "").location
+
+
+def _one_line(code: str) -> str:
+    return "; ".join(line.strip() for line in code.strip().splitlines())
+
+
+def _clone(fix: Fix, finding: Finding, root_label: str) -> str:
+    edit = fix.edits[0]
+    inserted = edit.new.strip()
+    statement = _statement(edit) or "the write"
+    m = finding.mutation
+    if (m.file, m.line) != (edit.path, edit.start.line) and m.stack:
+        helper = m.stack[-1]
+        return (
+            f"`{helper.function}` writes into its argument ({m.location}), so its caller may rely on the change: "
+            f"keep it, and give it a copy the saved graph does not hold: insert `{inserted}` before `{statement}` "
+            f"at {_at(edit)}"
+        )
+    return f"write into a copy (`{inserted}` before `{statement}`) or build the result out of place (torch.where) at {_at(edit)}"
+
+
+def _compute_then_write(fix: Fix, finding: Finding, root_label: str) -> str:
+    edit = fix.edits[0]
+    return (
+        f"compute the value first, then write it into a copy: replace `{_one_line(edit.old)}` with "
+        f"`{_one_line(edit.new)}` at {_at(edit)}. The value is computed from the tensor this statement writes, "
+        "so a copy made before the statement would be read and written alike and change nothing"
+    )
+
+
+def _replace(fix: Fix, finding: Finding, root_label: str) -> str:
+    edit = fix.edits[0]
+    head = f"use the out-of-place `{_method(edit.new)}` and rebind the name: " if fix.kind is FixKind.REBIND else ""
+    tail = ""
+    if finding.code in ("IPD104", "IPD110") and ".data" in edit.old:
+        tail = (
+            ": autograd then differentiates through the change; if the new values must carry no gradient, "
+            "compute them from a detached copy (`t.detach().clone()`) and use the copy instead"
+        )
+    elif finding.code == "IPD106":
+        tail = ", or clone the input at the top of forward (`x = x.clone()`)"
+    return f"{head}replace `{_one_line(edit.old)}` with `{_one_line(edit.new)}` at {_at(edit)}{tail}"
+
+
+def _method(code: str) -> str:
+    """`mul` of `h = h.mul(2)`."""
+    try:
+        node = ast.parse(code.strip()).body[0]
+    except (SyntaxError, IndexError):
+        return "op"
+    value = getattr(node, "value", None)
+    func = value.func if isinstance(value, ast.Call) else None
+    return func.attr if isinstance(func, ast.Attribute) else "op"
+
+
+def _copy_at_handout(fix: Fix, finding: Finding, root_label: str) -> str:
+    edit = fix.edits[0]
+    if finding.code == "IPD107":
+        return f"take a real snapshot at {_at(edit)}: replace `{edit.old}` with `{edit.new}`"
+    return (
+        f"hand out a copy: replace `{edit.old}` with `{edit.new}` at {_at(edit)}: the array then owns its memory "
+        "and the saved tensor keeps its values; to change the tensor itself, do it in PyTorch so autograd sees it"
+    )
+
+
+def _flag_at_constructor(fix: Fix, finding: Finding, root_label: str) -> str:
+    edit = fix.edits[0]
+    ref = module_ref(finding.mutation, root_label) or "the module"
+    built = _statement(edit)
+    shown = f" (`{built}`)" if built else ""
+    return f"construct `{ref}` with inplace=False at {_at(edit)}{shown}, or set `{ref}.inplace = False`"
+
+
+def _flag_manual(fix: Fix, finding: Finding, root_label: str) -> str:
+    ref = module_ref(finding.mutation, root_label)
+    return f"set `{ref}.inplace = False` (or construct it with inplace=False)" if ref else ""
+
+
+def _flag_at_call(fix: Fix, finding: Finding, root_label: str) -> str:
+    edit = fix.edits[0]
+    line = linecache.getline(edit.path, edit.start.line).rstrip("\r\n")
+    if edit.start.line == edit.end.line and line[edit.start.column : edit.end.column] == edit.old:
+        old = _without_comment(line.strip())
+        new = _without_comment((line[: edit.start.column] + edit.new + line[edit.end.column :]).strip())
+        return f"pass inplace=False: replace `{old}` with `{new}` at {_at(edit)}"
+    return f"pass inplace=False at {_at(edit)}"
+
+
+def _moved(fix: Fix) -> tuple[Edit, Edit] | None:
+    if len(fix.edits) != 2:
+        return None
+    delete, insert = fix.edits
+    return (delete, insert) if delete.old and not delete.new and insert.new and not insert.old else None
+
+
+def _update(finding: Finding) -> str:
+    m = finding.mutation
+    if m.api and m.api.endswith(".step"):
+        return f"`{m.api}` at {m.location}"
+    place = finding.places[0] if finding.places else ""
+    return f"the update of `{place}` at {m.location}" if place else f"the update at {m.location}"
+
+
+def _backward(finding: Finding) -> str:
+    """The later backward, as the move fix's insertion names it."""
+    for other in finding.fixes:
+        moved = _moved(other)
+        if moved is not None:
+            return f"the backward at {_at(moved[1])}"
+    return "the later backward"
+
+
+def _move(fix: Fix, finding: Finding, root_label: str) -> str:
+    moved = _moved(fix)
+    if moved is None:
+        return ""
+    delete, insert = moved
+    stepped = finding.mutation.api is not None and finding.mutation.api.endswith(".step")
+    caution = (
+        ": moved alone, that backward's gradient also accumulates into the stepped parameters' `.grad` and the "
+        "step applies it (restrict it with `loss.backward(inputs=[...])`), and code between the two that reads "
+        "the parameters reads them before the update"
+        if stepped
+        else ", if that backward is meant to use the old values (code between the two then reads the old values)"
+    )
+    return f"move `{_one_line(delete.old)}` ({_at(delete)}) after the backward at {_at(insert)}{caution}"
+
+
+def _move_manual(fix: Fix, finding: Finding, root_label: str) -> str:
+    return f"move {_update(finding)} after {_backward(finding)}, if that backward is meant to use the old values"
+
+
+def _recompute(fix: Fix, finding: Finding, root_label: str) -> str:
+    return (
+        f"run the forward that {_backward(finding)} uses again after {_update(finding)}, so its graph holds the "
+        "updated parameters (pytorch/examples' DCGAN calls the discriminator again for the generator's loss)"
+    )
+
+
+_EDITED = {
+    FixKind.CLONE_BEFORE_WRITE: _clone,
+    FixKind.COMPUTE_THEN_WRITE: _compute_then_write,
+    FixKind.OUT_OF_PLACE: _replace,
+    FixKind.REBIND: _replace,
+    FixKind.FLAG_OFF_AT_CONSTRUCTOR: _flag_at_constructor,
+    FixKind.FLAG_OFF_AT_CALL: _flag_at_call,
+    FixKind.MOVE_STATEMENT: _move,
+    FixKind.COPY_AT_HANDOUT: _copy_at_handout,
+}
+_MANUAL = {
+    FixKind.FLAG_OFF_AT_CONSTRUCTOR: _flag_manual,
+    FixKind.MOVE_STATEMENT: _move_manual,
+    FixKind.RECOMPUTE: _recompute,
+}
+
+
+def is_offered(fix: Fix) -> bool:
+    """Whether a fix may be applied without asking (SARIF's `fixes[]`, GitHub's one click): proven only."""
+    return fix.applicability is Applicability.PROVEN and bool(fix.edits)
