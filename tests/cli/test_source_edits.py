@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from inplace_doctor.cli.source_edits import EditError, Source, apply_to_source, fixes_from_json, plan, unified_diff, write_all
+from inplace_doctor.cli.source_edits import (
+    EditError, Source, already_made, apply_to_source, fixes_from_json, plan, unified_diff, write_all,
+)
 from inplace_doctor.findings import Applicability, Edit, Fix, FixKind, Position
 
 
@@ -109,3 +111,12 @@ def test_source_reads_a_lone_cr_as_a_line_end() -> None:
     assert Source(b"a = 1\rb = 2\r\nc = 3\n", "utf-8", 0).line_starts() == [0, 6, 13, 19]
     assert apply_to_source("m.py", Source(b"a = 1\rb = 2\r", "utf-8", 0),
                            [Edit("m.py", at(2, 0), at(2, 0), "", "c = 0\n")]) == b"a = 1\rc = 0\rb = 2\r"
+
+
+def test_an_insertion_whose_line_already_stands_right_above_is_the_same_edit_again() -> None:
+    # issue 23, item 2: `buf = buf.clone()` inserted before the same statement round after round
+    once = SCRIPT.replace("    h.mul_(2)", "    h = h.clone()\n    h.mul_(2)").replace("\n", "\r\n").encode()
+    assert already_made(insert_clone("m.py", 7, 4), Source(once, "utf-8", 0))
+    assert not already_made(insert_clone("m.py", 6, 4), Source(SCRIPT.encode(), "utf-8", 0))
+    other = SCRIPT.replace("    h.mul_(2)", "    gh = h.clone()\n    h.mul_(2)").encode()
+    assert not already_made(insert_clone("m.py", 7, 4), Source(other, "utf-8", 0))

@@ -135,7 +135,6 @@ def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run") -> int:
     accepted: list[Accepted] = []
     rejected: list[str] = []
     tried: set[tuple[Any, ...]] = set()
-    made: set[tuple[str, str, str, str]] = set()
     for _ in range(_ROUNDS):
         progress = False
         for f in serious(findings):
@@ -147,11 +146,11 @@ def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run") -> int:
                 if key in tried:
                     continue
                 tried.add(key)
-                again = _keys(edits, state, ws) & made
+                again = [e for e in edits if _already_made(e, state)]
                 if again:
-                    path, line, _, new = sorted(again)[0]
-                    rejected.append(f"{f['code']} at {where}: its fix would make an edit already made (`{new.strip()}` "
-                                    f"at {os.path.relpath(path, ws.root)}, `{line}`): stopping there")
+                    rejected.append(f"{f['code']} at {where}: its fix would insert `{_one_line(again[0].new)}` at "
+                                    f"{_where_edit(again[0], ws.root)}, where that line already stands right above "
+                                    "and the finding is still there: the same edit is not made twice")
                     continue
                 try:
                     changes = plan(edits, ws.root, current=state)
@@ -168,7 +167,6 @@ def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run") -> int:
                     continue
                 accepted.append(Accepted(f["code"], where, target, replace(fx, edits=edits), verdict,
                                          _describe(edits, ws.root, changes)))
-                made |= _keys(edits, state, ws)
                 state, findings, tree = candidate, trial.findings, trial.tree
                 known |= {identity(g, tree) for g in serious(findings)}
                 if flag and verdict.proven:  # what is meant from here on: the program with the flag off
@@ -231,17 +229,19 @@ def _rebased(edit: "Edit", ws: "Workspace", tree: str) -> "Edit":
     return replace(edit, path=ws.rebase(edit.path, tree))
 
 
-def _keys(edits: tuple["Edit", ...], state: dict[str, bytes], ws: "Workspace") -> set[tuple[str, str, str, str]]:
-    """Each edit named so that the same change proposed again in a later round matches: its file,
-    the text of the line it starts on (line numbers move), its old and new text."""
-    out = set()
-    for e in edits:
-        path = os.path.realpath(e.path)
-        data = state.get(path) or ws.original(path) or b""
-        lines = data.splitlines()
-        text = lines[e.start.line - 1].decode("utf-8", "replace").strip() if 0 < e.start.line <= len(lines) else ""
-        out.add((path, text, e.old, e.new))
-    return out
+def _already_made(edit: "Edit", state: dict[str, bytes]) -> bool:
+    from .source_edits import Source, already_made
+
+    path = os.path.realpath(edit.path)
+    try:
+        source = Source.of(state[path], path) if path in state else Source.read(path)
+    except OSError:
+        return False
+    return already_made(edit, source)
+
+
+def _where_edit(edit: "Edit", root: str) -> str:
+    return f"{os.path.relpath(edit.path, root) if os.path.isabs(edit.path) else edit.path}:{edit.start.line}"
 
 
 def _judge(target: "Identity", trial: "Run", reference: "Run", known: "set[Identity]") -> "Verdict":
@@ -290,7 +290,7 @@ def _describe(edits: tuple["Edit", ...], root: str, changes: dict[str, tuple[byt
 
     parts = []
     for e in edits:
-        where = f"{os.path.relpath(e.path, root) if os.path.isabs(e.path) else e.path}:{e.start.line}"
+        where = _where_edit(e, root)
         old, new = _one_line(e.old), _one_line(e.new)
         before_after = changes.get(os.path.realpath(e.path))
         if e.start.line == e.end.line and "\n" not in e.new and old and before_after is not None:

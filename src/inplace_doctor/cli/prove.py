@@ -93,7 +93,7 @@ class Verdict:
 
     @property
     def on_the_way(self) -> bool:
-        """Equal as far as it ran, stopped by an error no earlier run reached (the next to fix)."""
+        """Equal as far as it ran, stopped by another finding's error (the next to fix)."""
         return self.gone and self.comparison == "prefix"
 
 
@@ -131,9 +131,11 @@ def judge(target: Identity, trial: Run, reference: Record, known: set[Identity])
         verdict.first_difference = f"the edited program recorded {got_streams[extra[0]][0][0]}, the intended one did not"
     elif not shorter and record.ended == reference.ended:  # every stream, the end included, equal
         verdict.comparison = "equal"
-    elif shorter and new and trial.status != 0:
+    elif shorter and record.ended.startswith("raised") and ids - {target}:
+        # stopped by another finding (one no run had reached, or one reported and not yet fixed)
+        code, path, text = sorted(ids - {target}, key=lambda i: (i in known, i))[0]
         verdict.comparison = "prefix"
-        verdict.first_difference = f"the edited program stopped at {verdict.new[0]} (the next finding to fix)"
+        verdict.first_difference = f"the edited program stopped at {code} at {path}: {text} (the next finding to fix)"
     else:
         verdict.first_difference = f"the edited program {record.ended}; the intended one {reference.ended}"
     return verdict

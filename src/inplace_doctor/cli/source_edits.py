@@ -133,6 +133,20 @@ def apply_to_source(path: str, source: Source, edits: Iterable[Edit]) -> bytes:
     return result
 
 
+def already_made(edit: Edit, source: Source) -> bool:
+    """Whether an insertion's text already stands right before where it would go: the same edit
+    proposed again (a clone before a statement that cloning cannot help, found again after it)."""
+    new = _plain(edit.new).strip()
+    if edit.old or not new:
+        return False
+    try:
+        at = source.offset(edit.start, source.line_starts())
+    except EditError:
+        return False
+    before = _plain(source.data[source.bom : at].decode(source.encoding, "replace")).rstrip()
+    return before.endswith(new) and (len(before) == len(new) or before[-len(new) - 1] in " \t\n;")
+
+
 def plan(edits: Iterable[Edit], root: str, current: Mapping[str, bytes] | None = None) -> dict[str, tuple[bytes, bytes]]:
     """Absolute path -> (bytes now, bytes after) for every file the edits touch, every check made
     before any file is written. Relative paths are read against `root`; `current` gives the bytes
