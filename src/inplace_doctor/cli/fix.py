@@ -26,6 +26,10 @@ directory or under the Python installation, a file not writable, a file with
 uncommitted changes or not in git, or git missing (`--force` skips the git
 checks), a file changed since the run. `--diff` prints the patch, byte for byte
 as it would be written, and writes nothing.
+
+Exit codes: 0 when the edits were written and the edited script ran to the end
+with no error or warning finding (or there was nothing to fix); 1 when findings
+remain, no fix was proven, or with `--diff`; 2 for a refusal.
 """
 
 from __future__ import annotations

@@ -198,7 +198,7 @@ def write_all(changes: Mapping[str, tuple[bytes, bytes]]) -> None:
         for path in done:  # put back what was already replaced
             with open(path, "wb") as f:
                 f.write(changes[path][0])
-        for path, tmp in staged[len(done):]:
+        for _, tmp in staged[len(done):]:
             if os.path.exists(tmp):
                 os.unlink(tmp)
         raise EditError(f"could not write {e.filename} ({e.strerror}); every file is as it was") from None
