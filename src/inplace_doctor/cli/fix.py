@@ -258,14 +258,22 @@ def _verified(target: "Identity", trial: "Run", known: "set[Identity]") -> "Verd
     """An IPD105 flag change judged by `run --verify`: every model the edited script ran computes
     what its out-of-place form computes."""
     from .prove import Record, Verdict, identity, judge, serious
-    from .script_verify import VERIFIED, equivalent
 
     verdict = judge(target, trial, Record("", ()), known)  # for gone and new; the record is not the measure here
-    notes = [n for n in (trial.report or {}).get("notes", []) if n.startswith(VERIFIED)]
+    report = trial.report or {}
+    results = report.get("verify_results")
+    if isinstance(results, list):  # `run --verify`'s verdicts as records
+        outcomes = [r.get("outcome") for r in results]
+    else:  # a report from before the records: its notes (script_verify's own reading of them)
+        from . import script_verify
+
+        said = getattr(script_verify, "equivalent", None)
+        notes = [n for n in report.get("notes", []) if n.startswith(getattr(script_verify, "VERIFIED", "verify: "))]
+        outcomes = ["equivalent" if said is not None and said(n) else "not-equivalent" for n in notes]
     outside = [f for f in serious(trial.findings) if identity(f, trial.tree) == target]
-    ok = bool(notes) and all(equivalent(n) for n in notes) and not outside
+    ok = bool(outcomes) and all(o == "equivalent" for o in outcomes) and not outside
     return Verdict(verdict.gone, verdict.new, "equal" if ok else "differs",
-                   "" if ok else ("no model ran while the script was watched" if not notes
+                   "" if ok else ("no model ran while the script was watched" if not outcomes
                                   else "verify did not find every model equivalent to its out-of-place form"),
                    trial.record.steps if trial.record is not None else 0)
 
