@@ -473,3 +473,102 @@ def test_a_write_inside_an_installed_package_gets_no_edit():
     path = inspect.getfile(torchvision.models.resnet)
     line = next(i for i, text in enumerate(Path(path).read_text().splitlines(), 1) if "out += identity" in text)
     assert write_fixes(Site(op="aten.add_", file=path, line=line)) == ()
+
+
+def test_an_inplace_function_of_a_module_is_not_rebound_as_if_it_were_a_method():
+    """`torch.nn.init.zeros_(w)` is no tensor's method: `torch.nn.init = torch.nn.init.zeros(w)` would be
+    nonsense, and `init` has no `zeros`: a module's in-place function gets no edit."""
+    from inplace_doctor.rules.fix_builders import write_fixes
+    from inplace_doctor.sites import Site
+
+    path = write("program.py", """
+        import torch
+        from torch.nn import init
+        import torch.nn.functional as F
+        torch.nn.init.zeros_(w)
+        init.ones_(w)
+        F.relu_(h)
+        y = F.relu_(h)
+        h.relu_()
+    """)
+    fixes = {line: write_fixes(Site(op="aten.zero_", file=str(path), line=line)) for line in range(4, 9)}
+    assert fixes[4] == fixes[5] == fixes[6] == fixes[7] == ()  # which function is the twin is not known
+    assert [e.new for e in fixes[8][0].edits] == ["h = h.relu()"]
+
+
+POLYAK = """
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+    critic, target, actor = nn.Linear(3, 1), nn.Linear(3, 1), nn.Linear(3, 3)
+    target.load_state_dict(critic.state_dict())
+    opt_c = torch.optim.SGD(critic.parameters(), lr=0.1)
+    s = torch.randn(4, 3)
+    q = critic(torch.tanh(actor(s)))
+    critic_loss = (critic(s) - 1).pow(2).mean()
+    opt_c.zero_grad()
+    critic_loss.backward()
+    opt_c.step()
+    with torch.no_grad():
+        for p, tp in zip(critic.parameters(), target.parameters()):
+            tp.mul_(0.5).add_(0.5 * p)
+    actor_loss = -q.mean()
+    actor_loss.backward()
+    result = {"target.weight": target.weight.detach().clone(), "actor.grad": actor.weight.grad}
+"""
+
+
+def test_moving_a_step_past_code_that_reads_the_stepped_parameters_is_offered_unsafe_and_differs():
+    """Issue 23, item 3, the builder's side: the step move is built as edits but never called safe.
+    Moved past the Polyak update, that update reads the weights before the step, so the target net
+    differs from the program as it ran (its saved tensors copied at save: what the user meant)."""
+    path = write("polyak.py", POLYAK)
+    finding = only(diagnose(path), "IPD101")
+    move = next(f for f in finding.fixes if f.kind is FixKind.MOVE_STATEMENT)
+    assert move.applicability is Applicability.UNSAFE and [e.old for e in move.edits] == ["opt_c.step()\n", ""]
+    assert finding.fixes[0].kind is FixKind.RECOMPUTE and finding.fixes[0].applicability is Applicability.MANUAL
+    from inplace_doctor.render.fix_text import fix_lines
+
+    assert "code between the two that reads the parameters reads them before the update" in fix_lines(finding, "model")[1]
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t.clone(), lambda t: t):
+        intended = run_plain(path)  # every saved tensor copied at save: the forward as it ran
+    apply(move)
+    assert diagnose(path) == []  # the finding is gone ...
+    moved = run_plain(path)
+    assert torch.equal(moved["actor.grad"], intended["actor.grad"])
+    assert not torch.equal(moved["target.weight"], intended["target.weight"])  # ... and training changed
+
+
+_MASKED = """
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+    fc, head = nn.Linear(8, 8), nn.Linear(8, 1)
+    h = fc(torch.randn(4, 8))
+    h.detach()[h < 0] = 0
+    loss = head(h).sum()
+    loss.backward()
+    result = {"loss": loss.detach(), "fc.grad": fc.weight.grad, "head.grad": head.weight.grad}
+"""
+
+
+@pytest.mark.parametrize(
+    ("statement", "new", "intended"),
+    [
+        ("h.detach()[h < 0] = 0", "h = h.masked_fill(h < 0, 0)", "h = torch.where(h < 0, torch.zeros_like(h), h)"),
+        ("h.detach()[:, 0] = 0", "h = h.clone()\nh[:, 0] = 0", "h = torch.cat([torch.zeros_like(h[:, :1]), h[:, 1:]], 1)"),
+        ("h.detach().mul_(2)", "h = h.mul(2)", "h = h * 2"),
+        ("h.data.mul_(2)", "h = h.mul(2)", "h = h * 2"),
+    ],
+)
+def test_a_write_autograd_did_not_record_is_made_on_the_tensor_itself(statement: str, new: str, intended: str):
+    program = _MASKED.replace("h.detach()[h < 0] = 0", statement)
+    finding = check(program, program.replace(statement, intended), "IPD110", finding_kind(new))
+    assert finding.fixes[0].edits[0].new == new
+    from inplace_doctor.render.fix_text import fix_lines
+
+    assert "so autograd records the change" in fix_lines(finding, "model")[0]
+
+
+def finding_kind(new: str) -> FixKind:
+    return FixKind.REBIND if ".mul(" in new else FixKind.OUT_OF_PLACE

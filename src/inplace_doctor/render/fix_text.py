@@ -89,7 +89,13 @@ def _replace(fix: Fix, finding: Finding, root_label: str) -> str:
     edit = fix.edits[0]
     head = f"use the out-of-place `{_method(edit.new)}` and rebind the name: " if fix.kind is FixKind.REBIND else ""
     tail = ""
-    if finding.code in ("IPD104", "IPD110") and ".data" in edit.old:
+    if finding.code == "IPD110":
+        name = _assigned(edit.new) or "t"
+        tail = (
+            f", so autograd records the change; if no gradient should flow back through `{name}`'s history, cut "
+            f"it explicitly before the write (`{name} = {name}.detach()`, then write into it)"
+        )
+    elif finding.code == "IPD104" and ".data" in edit.old:
         tail = (
             ": autograd then differentiates through the change; if the new values must carry no gradient, "
             "compute them from a detached copy (`t.detach().clone()`) and use the copy instead"
@@ -97,6 +103,16 @@ def _replace(fix: Fix, finding: Finding, root_label: str) -> str:
     elif finding.code == "IPD106":
         tail = ", or clone the input at the top of forward (`x = x.clone()`)"
     return f"{head}replace `{_one_line(edit.old)}` with `{_one_line(edit.new)}` at {_at(edit)}{tail}"
+
+
+def _assigned(code: str) -> str | None:
+    """`h` of `h = h.mul(2)` (the first statement's plain target)."""
+    try:
+        node = ast.parse(code.strip()).body[0]
+    except (SyntaxError, IndexError):
+        return None
+    target = node.targets[0] if isinstance(node, ast.Assign) else None
+    return target.id if isinstance(target, ast.Name) else None
 
 
 def _method(code: str) -> str:

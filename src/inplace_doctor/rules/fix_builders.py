@@ -13,18 +13,18 @@ that statement itself, the value computed first and written into a copy);
 `x op= y` (out of place, rebound); `x.relu_()` alone (rebound); `y = x.add_(1)`
 (the out-of-place method); `inplace=True` at the constructor or at a call;
 `t.data.op_()` and `t.data = v` (on the tensor itself); a helper writing into
-its argument (a copy at the call); an update of parameters (moved after the
-backward, with recomputing the forward as the manual alternative).
+its argument (a copy at the call); memory handed out (copied where it is
+handed out). An update of parameters is `rules/fix_moves.py`'s.
 """
 
 from __future__ import annotations
 
 import ast
-import textwrap
 
-from ..findings import Applicability, Edit, Fix, FixKind, Position
+from ..findings import Applicability, Edit, Fix, FixKind
 from ..sites import Frame, Site
-from .source import Located, Source, enclosing, function_at, read, statement_at
+from .fix_moves import step_fixes
+from .source import Located, Source, function_at, read, statement_at
 
 _OPS: dict[type[ast.operator], str] = {
     ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.MatMult: "@",
@@ -61,6 +61,8 @@ def write_fixes(site: Site, saved: Site | None = None) -> tuple[Fix, ...]:
     if rebound is not None:
         return (made(FixKind.REBIND, source.replace(stmt, rebound)),)
     call = _inplace_method_call(stmt)
+    if call is not None and (isinstance(stmt, ast.Expr) or _on_a_module(source, call)):
+        call = None  # its result unused: out of place would drop the write; `init.zeros_(w)` has no twin
     if call is not None:  # `y = x.add_(1)`: the out-of-place method (x then keeps its values)
         func = call.func
         assert isinstance(func, ast.Attribute)
@@ -106,6 +108,8 @@ def _rebound(source: Source, stmt: ast.stmt) -> str | None:
     func = call.func
     if not (isinstance(func, ast.Attribute) and _is_inplace_name(func.attr) and _is_reference(func.value)):
         return None
+    if _on_a_module(source, call):
+        return None  # `torch.nn.init.zeros_(w)`, `F.relu_(h)`: a function, not a method of the tensor
     receiver = func.value
     if isinstance(receiver, ast.Attribute) and receiver.attr == "data" and _is_reference(receiver.value):
         receiver = receiver.value
@@ -124,6 +128,14 @@ def _renamed_call(source: Source, call: ast.Call, name: str) -> str:
     func = call.func
     assert isinstance(func, ast.Attribute)
     return f"{source.segment(func.value)}.{name}{_arguments(source, call, func)}"
+
+
+def _on_a_module(source: Source, call: ast.Call) -> bool:
+    """Whether the call's receiver is an imported module (`torch.relu_`, `init.zeros_`), not a tensor."""
+    node = call.func.value if isinstance(call.func, ast.Attribute) else call.func
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name) and node.id in _imported(source)
 
 
 def _is_inplace_name(name: str) -> bool:
@@ -300,55 +312,6 @@ def silent_write_fixes(site: Site) -> tuple[Fix, ...]:
     return ()
 
 
-def step_fixes(site: Site, backward: Site | None) -> tuple[Fix, ...]:
-    """An update of parameters between a forward and the backward that needs that forward's values:
-    recompute the forward after the update (manual: which forward is the program's), or move the
-    update after that backward (edits: delete the update, insert it after the backward)."""
-    return (Fix(FixKind.RECOMPUTE), move_after(site, backward))
-
-
-def move_after(site: Site, backward: Site | None) -> Fix:
-    """The statement that updated (`opt.step()`; a `with torch.no_grad():` holding only the update
-    moves whole) deleted, and inserted after the backward's statement at its indentation."""
-    manual = Fix(FixKind.MOVE_STATEMENT)
-    if backward is None:
-        return manual
-    source, target_source = read(site.file), read(backward.file)
-    if source is None or target_source is None:
-        return manual
-    located, after = statement_at(source, site.line), statement_at(target_source, backward.line)
-    if located is None or after is None:
-        return manual
-    if len(located.block) == 1:  # the update alone in its block: the block moves (`with no_grad():`)
-        outer = enclosing(source, located.node)
-        if outer is None or not isinstance(outer.node, ast.With):
-            return manual
-        located = outer
-    moved, anchor = located.node, after.node
-    if len(located.block) == 1 or source.indent_of(moved) is None or target_source.indent_of(anchor) is None:
-        return manual  # deleting it would leave an empty block, or it shares its line
-    first, last = moved.lineno, moved.end_lineno or moved.lineno
-    if site.file == backward.file and first <= (anchor.end_lineno or anchor.lineno) and anchor.lineno <= last:
-        return manual
-    if _shares_its_last_line(source, moved) or not source.lines[last - 1].endswith("\n"):
-        return manual
-    text = "".join(source.lines[first - 1 : last])
-    indent = target_source.indent_of(anchor) or ""
-    block = textwrap.indent(textwrap.dedent(text), indent).rstrip("\n")
-    end_line = anchor.end_lineno or anchor.lineno
-    end = Position(end_line, len(target_source.line_text(end_line)))
-    delete = Edit(source.path, Position(first, 0), Position(last + 1, 0), text, "")
-    insert = Edit(target_source.path, end, end, "", f"\n{block}")
-    return made(FixKind.MOVE_STATEMENT, delete, insert)
-
-
-def _shares_its_last_line(source: Source, node: ast.stmt) -> bool:
-    """Whether other code follows `node` on its last line (`opt.step(); x = 1`): a whole-line move would carry it."""
-    end = source.end(node)
-    tail = source.line_text(end.line)[end.column :].strip()
-    return bool(tail) and not tail.startswith("#")
-
-
 def copy_at_handout(site: Site | None, method: str) -> tuple[Fix, ...]:
     """Memory handed out where it should have been copied: `t.numpy()` -> `t.numpy().copy()` (also
     `__dlpack__()`), `m.state_dict()` -> a snapshot of it (`copy.deepcopy(...)` where the file imports
@@ -373,7 +336,9 @@ def copy_at_handout(site: Site | None, method: str) -> tuple[Fix, ...]:
 
 
 def _imported(source: Source) -> set[str]:
-    """Module names the file imports whole (`import copy`)."""
+    """Names the file's imports bind (`import copy`, `import torch.nn.functional as F`: `F`; `from
+    torch.nn import init`: `init`)."""
     return {
-        (a.asname or a.name) for n in ast.walk(source.tree) if isinstance(n, ast.Import) for a in n.names
+        (a.asname or a.name).split(".")[0]
+        for n in ast.walk(source.tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names
     }

@@ -8,7 +8,7 @@ from typing import Any
 from ..events import ChangedGraphTensorReached, GraphTensorChangedOutsideAutograd
 from ..findings import Finding, Severity
 from ..sites import Site
-from .fix_builders import silent_write_fixes
+from .fix_history import history_fixes
 from .phrasing import augmented_out_of_place, tensor_desc, where, without_comment
 from .registry import make_finding, rule
 
@@ -95,7 +95,7 @@ def graph_tensor_changed_outside_autograd(event: Any, ctx: Any) -> Finding | Non
         ),
         why=why,
         fix=history_fix(write.site, event.how, event.boolean_mask),
-        fixes=silent_write_fixes(write.site) if event.how == "data" else (),
+        fixes=history_fixes(write.site, event.how, event.boolean_mask),
         mutation=write.site,
         read=use,
         confirmed=confirmed,
