@@ -1,4 +1,4 @@
-"""`inplace-doctor fix`: the edit a finding names, made with libcst, checked by running the script again."""
+"""`inplace-doctor fix`: the fixes a report carries, each proven on a copy of the program, then written byte for byte."""
 
 from __future__ import annotations
 
@@ -11,28 +11,40 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("libcst")
-
 ROOT = Path(__file__).resolve().parents[2]
 BROKEN_TRAIN = ROOT / "examples" / "broken_train.py"
 
 
-def fix_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def fix_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "inplace_doctor", "fix", *args],
-        capture_output=True, text=True, timeout=600, cwd=cwd, env={**os.environ, "NO_COLOR": "1"},
+        capture_output=True, text=True, timeout=600, cwd=cwd, env={**os.environ, "NO_COLOR": "1", **(env or {})},
     )
 
 
-def git_project(tmp_path: Path, files: dict[str, str]) -> Path:
+def changed_lines(project: Path) -> list[str]:
+    diff = subprocess.run(["git", "diff", "-U0"], cwd=project, capture_output=True, text=True).stdout
+    return [line for line in diff.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+
+
+def output_of(project: Path, name: str) -> str:
+    ran = subprocess.run([sys.executable, name], capture_output=True, text=True, cwd=project, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    return ran.stdout
+
+
+def git_project(tmp_path: Path, files: dict[str, str | bytes]) -> Path:
     for name, text in files.items():
-        (tmp_path / name).write_text(text)
+        if isinstance(text, bytes):
+            (tmp_path / name).write_bytes(text)
+        else:
+            (tmp_path / name).write_text(text)
     for cmd in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "start"]):
         subprocess.run(["git", *cmd], cwd=tmp_path, check=True, capture_output=True)
     return tmp_path
 
 
-def test_fix_of_the_bundled_broken_script_makes_the_one_line_edit_and_it_trains_to_the_end(tmp_path: Path) -> None:
+def test_fix_of_the_bundled_broken_script_shows_the_patch_then_makes_the_proven_edit(tmp_path: Path) -> None:
     project = git_project(tmp_path, {"broken_train.py": BROKEN_TRAIN.read_text()})
     shown = fix_cli("--diff", "broken_train.py", cwd=project)
     assert shown.returncode == 1, shown.stderr  # a patch to apply: like a finding, not a clean run
@@ -42,13 +54,219 @@ def test_fix_of_the_bundled_broken_script_makes_the_one_line_edit_and_it_trains_
 
     done = fix_cli("broken_train.py", cwd=project)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "fixed IPD101: insert `feats = feats.clone()` before `feats[:, 32 - pad:] = 0` at broken_train.py:19" in done.stdout
-    assert "after the edit the script ran to the end with no finding" in done.stdout
-    assert "final loss" in done.stdout  # the script's own output: it trained all 20 steps
-    diff = subprocess.run(["git", "diff", "-U0"], cwd=project, capture_output=True, text=True).stdout
-    assert [line for line in diff.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))] == patch
+    assert ("fixed IPD101 at broken_train.py:19: insert `feats = feats.clone()` at broken_train.py:19 (proven: the "
+            "finding is gone, nothing new is reported, and the edited program's forward outputs, gradients and state "
+            "over 20 step(s) equal the intended program's bit for bit)") in done.stdout
+    assert changed_lines(project) == patch
+    assert "final loss" in output_of(project, "broken_train.py")  # as edited, it trains all 20 steps
     # The comment on the written line, and every other line, are as they were.
     assert "        feats[:, 32 - pad:] = 0  # zero the padded features\n" in (project / "broken_train.py").read_text()
+
+
+def test_the_edit_lands_in_the_file_and_line_of_the_site_whatever_the_line_quotes(tmp_path: Path) -> None:
+    # issue 23, item 1: a string on the fixed line that reads like a location named another file
+    script = textwrap.dedent(
+        """\
+        import torch
+
+        torch.manual_seed(0)
+        w = torch.randn(4, requires_grad=True)
+        for epoch in range(2):
+            h = torch.sigmoid(w)
+            h[0] = len("resumed at epoch:10 at other.py:2")
+            h.sum().backward()
+        print(w.grad.tolist())
+        """
+    )
+    other = "a = 1\nb = 2\nc = 3\n"
+    project = git_project(tmp_path, {"train.py": script, "other.py": other, "epoch": "not python\n"})
+    done = fix_cli("train.py", cwd=project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (project / "other.py").read_text() == other and (project / "epoch").read_text() == "not python\n"
+    assert changed_lines(project) == ["+    h = h.clone()"]
+    assert (project / "train.py").read_text().splitlines()[6] == "    h = h.clone()"
+
+
+BUFFER = textwrap.dedent(
+    """\
+    import torch
+
+    torch.manual_seed(0)
+    x = torch.randn(8, requires_grad=True)
+    opt = torch.optim.SGD([x], lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        buf = x * 1.5
+        buf[4] = torch.mul(buf[2], buf[3])  # mul saves views of buf; the assignment writes buf
+        buf.sum().backward()
+        opt.step()
+    print(x.tolist())
+    """
+)
+
+
+def test_a_value_computed_from_views_of_what_it_writes_is_computed_first_and_written_into_a_copy(tmp_path: Path) -> None:
+    # issue 23, item 2: a clone before the statement cannot help (the clone is read and written);
+    # fix makes the edit that does, says "fixed" once, and the program computes what was meant
+    project = git_project(tmp_path, {"train.py": BUFFER})
+    done = fix_cli("train.py", cwd=project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("fixed IPD101") == 1
+    assert "buf = buf.clone()\n    buf[4] = torch.mul" not in (project / "train.py").read_text()
+    out_of_place = BUFFER.replace(
+        "    buf[4] = torch.mul(buf[2], buf[3])", "    buf = torch.cat([buf[:4], (buf[2] * buf[3])[None], buf[5:]])"
+    )
+    (project / "intended.py").write_text(out_of_place)
+    assert output_of(project, "train.py") == output_of(project, "intended.py")
+
+
+ACTOR_CRITIC = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    critic, actor, target = nn.Linear(4, 1), nn.Linear(4, 4), nn.Linear(4, 1)
+    target.load_state_dict(critic.state_dict())
+    c_opt = torch.optim.SGD(critic.parameters(), lr=0.1)
+    a_opt = torch.optim.SGD(actor.parameters(), lr=0.1)
+    for step in range(3):
+        s = torch.randn(8, 4)
+        with torch.no_grad():
+            y = target(s) * 0.9 + 1
+        critic_loss = (critic(s) - y).pow(2).mean()
+        critic.requires_grad_(False)
+        actor_loss = -critic(actor(s)).mean()  # saves the critic's weight
+        critic.requires_grad_(True)
+        c_opt.zero_grad()
+        a_opt.zero_grad()
+        critic_loss.backward()
+        c_opt.step()  # overwrites it before the actor's backward
+        with torch.no_grad():  # Polyak: reads the stepped critic
+            for p, t in zip(critic.parameters(), target.parameters()):
+                t.mul_(0.9).add_(0.1 * p)
+        actor_loss.backward()
+        a_opt.step()
+    print(target.weight.tolist())
+    """
+)
+
+
+def test_moving_a_step_past_code_that_reads_the_stepped_parameters_is_not_applied(tmp_path: Path) -> None:
+    # issue 23, item 3: followed literally, the Polyak update would read other weights
+    project = git_project(tmp_path, {"train.py": ACTOR_CRITIC})
+    done = fix_cli("train.py", cwd=project)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "fixed" not in done.stdout
+    assert ("not applied: IPD101 at train.py:20: delete `c_opt.step()  # overwrites it before the actor's backward` "
+            "at train.py:20; insert") in done.stdout
+    assert "not equal to the intended program" in done.stdout
+    assert "no file was changed: no fix was proven" in done.stdout
+    assert (project / "train.py").read_text() == ACTOR_CRITIC
+    unsafe = fix_cli("--unsafe-fixes", "train.py", cwd=project)  # asked for: applied, and called unsafe
+    assert "(unsafe, applied by --unsafe-fixes: not equal to the intended program" in unsafe.stdout, unsafe.stdout
+    assert unsafe.returncode == 1 and "c_opt.step()" in (project / "train.py").read_text().split("actor_loss.backward()")[1]
+
+
+TWO_WRITES = textwrap.dedent(
+    """\
+    import torch
+
+    torch.manual_seed(0)
+    w = torch.randn(4, 4, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        h = torch.sigmoid(torch.randn(3, 4) @ w)
+        h[0] = 0
+        h[1] = 0
+        (h * h).sum().backward()
+        opt.step()
+    print(w.tolist())
+    """
+)
+
+
+def test_of_two_writes_to_one_saved_tensor_one_edit_is_made_and_both_findings_go(tmp_path: Path) -> None:
+    # issue 23, item 4: not "each of these writes must change"
+    project = git_project(tmp_path, {"train.py": TWO_WRITES})
+    done = fix_cli("train.py", cwd=project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert changed_lines(project) == ["+    h = h.clone()"]
+    assert done.stdout.count("fixed IPD101") == 1
+    assert "gone with the edits above: IPD101 at train.py:10" in done.stdout
+    out_of_place = "    h = torch.cat([torch.zeros(2, 4), h[2:]])\n"
+    (project / "intended.py").write_text(TWO_WRITES.replace("    h[0] = 0\n    h[1] = 0\n", out_of_place))
+    assert output_of(project, "train.py") == output_of(project, "intended.py")
+
+
+def test_a_crlf_latin1_file_changes_only_by_the_inserted_line(tmp_path: Path) -> None:
+    text = "# -*- coding: latin-1 -*-\n# écrit à la main\n" + BROKEN_TRAIN.read_text()
+    original = text.replace("\n", "\r\n").encode("latin-1")
+    project = git_project(tmp_path, {"train.py": original})
+    done = fix_cli("train.py", cwd=project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    anchor = "        feats[:, 32 - pad:] = 0".encode("latin-1")
+    assert (project / "train.py").read_bytes() == original.replace(anchor, b"        feats = feats.clone()\r\n" + anchor)
+
+
+def test_fix_refuses_a_file_with_uncommitted_changes_unless_forced(tmp_path: Path) -> None:
+    project = git_project(tmp_path, {"broken_train.py": BROKEN_TRAIN.read_text()})
+    edited = BROKEN_TRAIN.read_text().replace("for step in range(1, 21):", "for step in range(1, 3):")
+    (project / "broken_train.py").write_text(edited)
+    refused = fix_cli("broken_train.py", cwd=project)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1].endswith(
+        "broken_train.py has uncommitted changes: commit them first, see the edit with --diff, or pass --force"
+    )
+    assert (project / "broken_train.py").read_text() == edited
+    forced = fix_cli("--force", "broken_train.py", cwd=project)
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert "feats = feats.clone()" in (project / "broken_train.py").read_text()
+
+
+def test_fix_refuses_in_one_line_without_git(tmp_path: Path) -> None:
+    project = git_project(tmp_path, {"train.py": TWO_WRITES})
+    no_git = tmp_path / "bin"
+    no_git.mkdir()
+    (no_git / "python").symlink_to(sys.executable)
+    refused = fix_cli("train.py", cwd=project, env={"PATH": str(no_git)})
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "inplace-doctor: error: git is not on PATH, and fix edits only files git can give back: install git, see the "
+        "edit with --diff, or pass --force"
+    ]
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root may write a read-only file")
+def test_fix_refuses_in_one_line_a_file_it_cannot_write(tmp_path: Path) -> None:
+    project = git_project(tmp_path, {"train.py": TWO_WRITES})
+    (project / "train.py").chmod(0o444)
+    refused = fix_cli("train.py", cwd=project)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith(
+        "inplace-doctor: error: train.py is not writable"), refused.stderr
+    assert (project / "train.py").read_text() == TWO_WRITES
+
+
+def test_fix_never_edits_a_file_outside_the_project(tmp_path: Path) -> None:
+    outside = tmp_path / "lib"
+    outside.mkdir()
+    shutil.copy(BROKEN_TRAIN, outside / "tagger.py")
+    (tmp_path / "project").mkdir()
+    project = git_project(tmp_path / "project", {"main.py": "import sys\nsys.path.insert(0, '../lib')\nimport tagger\n"})
+    refused = fix_cli("main.py", cwd=project)
+    assert refused.returncode == 2
+    assert "outside this project" in refused.stderr and "make that change by hand" in refused.stderr
+    assert (outside / "tagger.py").read_text() == BROKEN_TRAIN.read_text()
+
+
+def test_fix_of_a_clean_script_changes_nothing(tmp_path: Path) -> None:
+    clean = BROKEN_TRAIN.read_text().replace("feats[:, 32 - pad:] = 0", "feats = feats.clone(); feats[:, 32 - pad:] = 0")
+    project = git_project(tmp_path, {"train.py": clean})
+    done = fix_cli("train.py", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert "nothing to fix" in done.stdout
+    assert (project / "train.py").read_text() == clean
 
 
 AUGMENTED_AND_FLAG = textwrap.dedent(
@@ -92,52 +310,25 @@ def test_fix_rewrites_an_augmented_assignment_and_flips_a_flag_at_its_constructo
     project = git_project(tmp_path, {"train.py": AUGMENTED_AND_FLAG})
     done = fix_cli("train.py", cwd=project)
     assert done.returncode == 0, done.stdout + done.stderr
-    # A run stops at the first error backward reaches: the second edit comes from the second run.
-    assert "fixed IPD101: replace `s += 1` with `s = s + 1` at train.py:19" in done.stdout
-    assert "fixed IPD101: construct with inplace=False at train.py:10" in done.stdout
-    assert done.stdout.rstrip().endswith("after the edit the script ran to the end with no finding")
+    # A run stops at the first error backward reaches: the second fix is checked on top of the first.
+    assert "fixed IPD101 at train.py:19: replace `s += 1` with `s = s + 1` at train.py:19 (proven:" in done.stdout
+    assert ("fixed IPD101 at train.py:14: replace `self.act = nn.ReLU(inplace=True)` with "
+            "`self.act = nn.ReLU(inplace=False)` at train.py:10 (proven:") in done.stdout
     text = (project / "train.py").read_text()
     assert "    s = s + 1  # shift: overwrites what TanhBackward0 saved\n" in text
     assert "        self.act = nn.ReLU(inplace=False)  # on the sigmoid's output, which backward needs\n" in text
     assert text.count("\n") == AUGMENTED_AND_FLAG.count("\n")
-    ran = subprocess.run([sys.executable, "train.py"], capture_output=True, text=True, cwd=project, timeout=300)
-    assert ran.returncode == 0 and ran.stdout.startswith("done"), ran.stderr
 
 
-def test_fix_refuses_a_file_with_uncommitted_changes_unless_forced(tmp_path: Path) -> None:
-    project = git_project(tmp_path, {"broken_train.py": BROKEN_TRAIN.read_text()})
-    edited = BROKEN_TRAIN.read_text().replace("for step in range(1, 21):", "for step in range(1, 3):")
-    (project / "broken_train.py").write_text(edited)
-    refused = fix_cli("broken_train.py", cwd=project)
-    assert refused.returncode == 2
-    assert refused.stderr.strip().splitlines()[-1].endswith(
-        "broken_train.py has uncommitted changes: commit them first, see the edit with --diff, or pass --force"
-    )
-    assert (project / "broken_train.py").read_text() == edited
-    forced = fix_cli("--force", "broken_train.py", cwd=project)
-    assert forced.returncode == 0, forced.stdout + forced.stderr
-    assert "feats = feats.clone()" in (project / "broken_train.py").read_text()
-
-
-def test_fix_never_edits_a_file_outside_the_project(tmp_path: Path) -> None:
-    outside = tmp_path / "lib"
-    outside.mkdir()
-    shutil.copy(BROKEN_TRAIN, outside / "tagger.py")
-    (tmp_path / "project").mkdir()
-    project = git_project(tmp_path / "project", {"main.py": "import sys\nsys.path.insert(0, '../lib')\nimport tagger\n"})
-    refused = fix_cli("main.py", cwd=project)
-    assert refused.returncode == 2
-    assert "outside this project" in refused.stderr and "make that change by hand" in refused.stderr
-    assert (outside / "tagger.py").read_text() == BROKEN_TRAIN.read_text()
-
-
-def test_fix_of_a_clean_script_changes_nothing(tmp_path: Path) -> None:
-    clean = BROKEN_TRAIN.read_text().replace("feats[:, 32 - pad:] = 0", "feats = feats.clone(); feats[:, 32 - pad:] = 0")
-    project = git_project(tmp_path, {"train.py": clean})
+def test_a_flag_that_changed_the_forward_is_proven_by_verify_and_fix_says_the_results_change(tmp_path: Path) -> None:
+    residual = AUGMENTED_AND_FLAG.replace("return self.act(h)", "return self.act(h) + h")
+    residual = residual.replace("self.gate = nn.Sigmoid()", "self.gate = nn.Identity()")
+    project = git_project(tmp_path, {"train.py": residual})
     done = fix_cli("train.py", cwd=project)
-    assert done.returncode == 0, done.stderr
-    assert "nothing to fix" in done.stdout
-    assert (project / "train.py").read_text() == clean
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ("fixed IPD105 at train.py:14: replace `self.act = nn.ReLU(inplace=True)` with "
+            "`self.act = nn.ReLU(inplace=False)` at train.py:10 (proven:") in done.stdout
+    assert "computes exactly what its out-of-place form computes (run --verify); this changes what the forward" in done.stdout
 
 
 FOUR_TEMPLATES = textwrap.dedent(
@@ -176,24 +367,11 @@ FOUR_TEMPLATES = textwrap.dedent(
 )
 
 
-def test_fix_flips_flags_rebinds_a_method_statement_and_verify_proves_the_edited_program(tmp_path: Path) -> None:
+def test_fix_flips_flags_and_rebinds_a_method_statement_and_the_program_computes_what_was_meant(tmp_path: Path) -> None:
     project = git_project(tmp_path, {"train.py": FOUR_TEMPLATES})
     done = fix_cli("train.py", cwd=project)
     assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
-    assert "fixed IPD101: construct with inplace=False at train.py:11 (`self.act = nn.ReLU(inplace=True)`)" in out
-    assert "fixed IPD101: replace `t.mul_(2)` with `t = t.mul(2)` at train.py:18" in out
-    assert "fixed IPD101: pass inplace=False at train.py:19" in out
-    # After each flag change, the model is verified with the in-place site that stays (act2):
-    # a real comparison, not two copies of one out-of-place program.
-    verified = [line for line in out.splitlines() if line.startswith("inplace-doctor: verify: `Net`")]
-    assert verified and all(
-        line.endswith("equivalent: outputs, loss, gradients, buffers and inputs match the out-of-place program "
-                      "(1 in-place sites, 2 runs)") for line in verified
-    ), verified
-    assert out.count("inplace-doctor: proven: as edited, every model the script ran computes exactly") == len(verified)
-    assert "the forward computes what it did before the edit" in out
-    assert out.rstrip().endswith("after the edit the script ran to the end with no finding")
+    assert done.stdout.count("fixed IPD101") == 3
     text = (project / "train.py").read_text()
     assert "        self.act2 = nn.ReLU(inplace=True)  # on a Linear's output: safe, and stays\n" in text
     assert "        t = t.mul(2)\n" in text
@@ -201,56 +379,4 @@ def test_fix_flips_flags_rebinds_a_method_statement_and_verify_proves_the_edited
     intended = FOUR_TEMPLATES.replace("self.act = nn.ReLU(inplace=True)", "self.act = nn.ReLU(inplace=False)")
     intended = intended.replace("t.mul_(2)", "t = t * 2").replace("0.6, inplace=True", "0.6, inplace=False")
     (project / "intended.py").write_text(intended)
-    ran, meant = (
-        subprocess.run([sys.executable, name], capture_output=True, text=True, cwd=project, timeout=300)
-        for name in ("train.py", "intended.py")
-    )
-    assert ran.returncode == 0 and ran.stdout == meant.stdout and ran.stdout.startswith("done"), ran.stderr
-
-
-def test_a_flag_that_changed_the_forward_is_flipped_and_fix_says_the_results_change(tmp_path: Path) -> None:
-    residual = AUGMENTED_AND_FLAG.replace("return self.act(h)", "return self.act(h) + h")
-    residual = residual.replace("self.gate = nn.Sigmoid()", "self.gate = nn.Identity()")
-    project = git_project(tmp_path, {"train.py": residual})
-    done = fix_cli("train.py", cwd=project)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "fixed IPD105: construct with inplace=False at train.py:10" in done.stdout
-    assert "inplace-doctor: proven: as edited" in done.stdout
-    assert "this changes what the forward computes: before the edit a later op read the values" in done.stdout
-
-
-def test_a_functional_flag_outside_any_module_is_flipped_but_not_called_proven(tmp_path: Path) -> None:
-    script = textwrap.dedent(
-        """\
-        import torch
-        import torch.nn.functional as F
-
-        torch.manual_seed(0)
-        w = torch.randn(4, requires_grad=True)
-        h = F.hardtanh(torch.sigmoid(w), 0.0, 0.6, inplace=True)
-        h.sum().backward()
-        print("done")
-        """
-    )
-    project = git_project(tmp_path, {"train.py": script})
-    done = fix_cli("train.py", cwd=project)
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert "fixed IPD101: pass inplace=False at train.py:6" in done.stdout
-    assert done.stderr.strip().splitlines()[-1] == (
-        "inplace-doctor: the flag change is not proven: no model ran while the script was watched; the edit is "
-        "kept (`git diff` shows it)"
-    )
-    assert "inplace=False)" in (project / "train.py").read_text()
-
-
-def test_an_augmented_assignment_to_an_attribute_is_a_suggestion_not_an_edit() -> None:
-    from inplace_doctor.cli.source_edits import edit_for
-
-    at = "at train.py:9"
-    assert edit_for({"code": "IPD101", "fix": f"replace `s += 1` with `s = s + 1` {at}"}).kind == "augmented"
-    # `self.w = self.w + d` would assign a plain tensor over a Parameter (TypeError) or replace a buffer
-    assert edit_for({"code": "IPD101", "fix": f"replace `self.w += d` with `self.w = self.w + d` {at}"}) is None
-    rebind = "use the out-of-place `mul` and rebind the name: replace `t.mul_(2)` with `t = t.mul(2)`"
-    assert edit_for({"code": "IPD101", "fix": f"{rebind} {at}"}).kind == "rebind"
-    dotted = "use the out-of-place `mul` and rebind the name: replace `self.t.mul_(2)` with `self.t = self.t.mul(2)`"
-    assert edit_for({"code": "IPD101", "fix": f"{dotted} {at}"}) is None
+    assert output_of(project, "train.py") == output_of(project, "intended.py")

@@ -1,179 +1,242 @@
-"""The source edits `inplace-doctor fix` can make, read from a finding's fix and applied with libcst.
+"""Applying `Edit` records to source files byte for byte: what `inplace-doctor fix` writes.
 
-Four fix templates are edits whose meaning is known (each is applied to its
-program and compared with the intended one in tests/rules/test_fixes.py):
-- `insert `h = h.clone()` before `STATEMENT``: the write then lands on a copy
-  the name refers to from there on, and autograd keeps the saved original;
-- `replace `x += y` with `x = x + y`` (x a plain name): the result is a new
-  tensor bound to the same name, the old object (saved, or read elsewhere)
-  keeps its values; on an attribute (`self.w += d`) it would rebind a
-  Parameter to a plain tensor, so that one is a suggestion;
-- `replace `x.relu_()` with `x = x.relu()`` (the statement alone, x a plain
-  name): the same, for an in-place method whose effect is the mutation;
-- `construct `model.act` with inplace=False at FILE:LINE`, and `pass
-  inplace=False` to a functional call (`F.relu(h, inplace=True)`): the module
-  or call computes out of place, the program PyTorch's in-place check holds the
-  in-place one to; `fix` then runs `run --verify` to prove each model the
-  script runs computes exactly what its out-of-place form does.
-Every other fix is shown, not applied. libcst keeps formatting and comments.
+An `Edit` (findings.py) names a range of one file by `Position`s (1-based line,
+0-based column in characters of the decoded line) and the text it reads there.
+The engine works on bytes: the encoding comes from the file itself (a UTF-8 BOM,
+a PEP 263 coding line, else UTF-8: `tokenize.detect_encoding`, as Python reads
+it), each position becomes a byte offset within its line, and the new text is
+encoded and spliced in. Every byte outside the edited ranges is the file's own:
+CRLF or CR line endings, the BOM, a latin-1 byte. A newline inside an edit's new
+text takes the ending of the line it lands on.
+
+Before anything is written: each edit's range must read its `old` text (else the
+file changed since the run), edits of one file must not overlap, and each result
+must parse. `write_all` then replaces the files atomically (a temporary file in
+the same folder, renamed over the original), and puts back those already
+replaced if a later one fails: edits that span files land all or nothing.
 """
 
 from __future__ import annotations
 
-import re
+import ast
+import difflib
+import io
+import os
+import tempfile
+import tokenize
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Mapping
 
 from ..errors import InplaceDoctorError
-
-_AT = r" at (?P<file>\S+?):(?P<line>\d+)"
-_CLONE = re.compile(r"`(?P<name>[A-Za-z_]\w*) = (?P=name)\.clone\(\)` before `(?P<stmt>[^`]+)`")
-_AUGMENTED = re.compile(r"replace `(?P<old>[^`]+?\s*(?:\+|-|\*|/|//|@|%|\*\*|&|\||\^)=[^`]+)` with `(?P<new>[^`]+)`" + _AT)
-_FLAG = re.compile(r"construct `[^`]+` with inplace=False" + _AT)
-_REBIND = re.compile(
-    r"rebind the name: replace `(?P<old>(?P<name>[A-Za-z_]\w*)\.[a-z][a-z0-9_]*_\([^`]*\))` "
-    r"with `(?P<new>(?P=name) = [^`]+)`" + _AT
-)
-_CALL_FLAG = re.compile(r"pass inplace=False: replace `(?P<old>[^`]+)` with `[^`]+`" + _AT)
-_NAME = re.compile(r"[A-Za-z_]\w*")
-_ANY_AT = re.compile(_AT)
-
-
-@dataclass(frozen=True)
-class Edit:
-    """One change to one line of one file: what `fix` applies, and how it says so."""
-
-    kind: str  # "clone", "augmented", "rebind", "flag" (a constructor), "argument" (a functional call)
-    file: str  # as the finding names it (relative to the working directory, or absolute)
-    line: int
-    old: str  # the statement (or call) as it reads now
-    new: str  # the statement to insert, the replacement, or "inplace=False"
-    code: str  # the finding's rule code
-
-    def describe(self) -> str:
-        where = f"{self.file}:{self.line}"
-        if self.kind == "clone":
-            return f"{self.code}: insert `{self.new}` before `{self.old}` at {where}"
-        if self.kind in ("augmented", "rebind"):
-            return f"{self.code}: replace `{self.old}` with `{self.new}` at {where}"
-        if self.kind == "argument":
-            return f"{self.code}: pass inplace=False at {where} (`{self.old}`)"
-        return f"{self.code}: construct with inplace=False at {where} (`{self.old}`)"
-
-
-def edit_for(finding: dict[str, Any]) -> Edit | None:
-    """The edit a finding's fix names, if it is one of the three templates; else None (a suggestion)."""
-    fix, code = finding.get("fix") or "", finding.get("code", "")
-    at = _ANY_AT.search(fix)
-    if at is None:
-        return None
-    file, line = at["file"], int(at["line"])
-    if (m := _CLONE.search(fix)) is not None:
-        return Edit("clone", file, line, m["stmt"], f"{m['name']} = {m['name']}.clone()", code)
-    if (m := _AUGMENTED.search(fix)) is not None:
-        if not _NAME.fullmatch(m["new"].split("=", 1)[0].strip()):
-            return None  # `self.w += d` -> `self.w = self.w + d` would assign a tensor over a Parameter
-        return Edit("augmented", m["file"], int(m["line"]), m["old"], m["new"], code)
-    if (m := _REBIND.search(fix)) is not None:
-        return Edit("rebind", m["file"], int(m["line"]), m["old"], m["new"], code)
-    if (m := _FLAG.search(fix)) is not None:
-        return Edit("flag", m["file"], int(m["line"]), _quoted_after(fix, m.end()), "inplace=False", code)
-    if (m := _CALL_FLAG.search(fix)) is not None:
-        return Edit("argument", m["file"], int(m["line"]), m["old"], "inplace=False", code)
-    return None
-
-
-def _quoted_after(text: str, start: int) -> str:
-    found = re.compile(r"\(`(?P<code>[^`]+)`\)").search(text, start)
-    return found["code"] if found else ""
+from ..findings import Applicability, Edit, Evidence, Fix, FixKind, Position
 
 
 class EditError(InplaceDoctorError):
-    """An edit that does not match the file as it reads now (changed since the run); `fix` turns it
-    into its one usage line."""
+    """An edit that cannot be made as it stands (the file changed since the run, or the result
+    would not parse); `fix` turns it into its one usage line."""
 
 
-def apply_edits(source: str, edits: Sequence[Edit]) -> str:
-    """`source` with every edit made; raises EditError when an edit's line no longer reads as it did."""
-    import libcst as cst
-    from libcst.metadata import MetadataWrapper, PositionProvider
+@dataclass(frozen=True)
+class Source:
+    """A file's bytes and how Python decodes them."""
 
-    wrapper = MetadataWrapper(cst.parse_module(source))
-    transformer = _Transformer(list(edits), wrapper.resolve(PositionProvider), cst)
-    module = wrapper.visit(transformer)
-    missed = [e for e in edits if e not in transformer.done]
-    if missed:
-        raise EditError("; ".join(f"{e.file}:{e.line} no longer reads `{e.old}`" for e in missed))
-    return str(module.code)
+    data: bytes
+    encoding: str  # the codec of the text after any BOM ("utf-8" for "utf-8-sig")
+    bom: int  # bytes of BOM at the start
 
+    @classmethod
+    def read(cls, path: str) -> "Source":
+        with open(path, "rb") as f:
+            return cls.of(f.read(), path)
 
-def _Transformer(edits: list[Edit], positions: Any, cst: Any) -> Any:
-    """A libcst transformer making `edits` (built here so libcst is imported only by `fix`)."""
+    @classmethod
+    def of(cls, data: bytes, path: str) -> "Source":
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        except SyntaxError as e:
+            raise EditError(f"{path} declares an encoding Python cannot read ({e.msg})") from None
+        if encoding == "utf-8-sig":
+            return cls(data, "utf-8", 3 if data.startswith(b"\xef\xbb\xbf") else 0)
+        return cls(data, encoding, 0)
 
-    class Transformer(cst.CSTTransformer):  # type: ignore[misc, name-defined]
-        def __init__(self) -> None:
-            super().__init__()
-            self.done: list[Edit] = []
+    def line_starts(self) -> list[int]:
+        """The byte offset of each line's start (index 0 is line 1), lines ended as Python ends
+        them: by \\n, \\r\\n or a lone \\r (ASCII in every encoding Python accepts for source)."""
+        starts = [self.bom]
+        data, i, n = self.data, self.bom, len(self.data)
+        while i < n:
+            byte = data[i]
+            if byte == 0x0A or (byte == 0x0D and (i + 1 >= n or data[i + 1] != 0x0A)):
+                starts.append(i + 1)
+            i += 1
+        return starts
 
-        def _line(self, node: Any) -> int:
-            return int(positions[node].start.line)
+    def offset(self, pos: Position, starts: list[int]) -> int:
+        """The byte offset of `pos`; EditError when the file has no such place."""
+        if not 1 <= pos.line <= len(starts):
+            raise EditError(f"line {pos.line} is past the end of the file ({len(starts)} lines)")
+        begin = starts[pos.line - 1]
+        end = starts[pos.line] if pos.line < len(starts) else len(self.data)
+        text = self.data[begin:end].decode(self.encoding, errors="strict")
+        if pos.column > len(text.rstrip("\r\n")):
+            raise EditError(f"line {pos.line} has no column {pos.column}")
+        return begin + len(text[: pos.column].encode(self.encoding))
 
-        def leave_IndentedBlock(self, original: Any, updated: Any) -> Any:
-            return updated.with_changes(body=self._body_from(original, updated))
-
-        def leave_Module(self, original: Any, updated: Any) -> Any:
-            return updated.with_changes(body=self._body_from(original, updated))
-
-        def _body_from(self, original: Any, updated: Any) -> list[Any]:
-            # positions are known for the original nodes: match on them, keep the updated ones
-            lines = {i: (self._line(o) if o in positions else -1) for i, o in enumerate(original.body)}
-            out: list[Any] = []
-            for i, stmt in enumerate(updated.body):
-                for edit in edits:
-                    if edit.kind == "clone" and edit.line == lines[i] and edit.old.strip() in _code(original.body[i], cst):
-                        out.append(cst.parse_statement(edit.new + "\n"))
-                        self.done.append(edit)
-                out.append(stmt)
-            return out
-
-        def leave_AugAssign(self, original: Any, updated: Any) -> Any:
-            return self._replace_statement("augmented", original, updated)
-
-        def leave_Expr(self, original: Any, updated: Any) -> Any:
-            return self._replace_statement("rebind", original, updated)
-
-        def _replace_statement(self, kind: str, original: Any, updated: Any) -> Any:
-            """The small statement an edit of `kind` names at its line, replaced by the edit's new one."""
-            line = self._line(original)
-            for edit in edits:
-                if edit.kind == kind and edit.line == line and _same(_code(original, cst), edit.old):
-                    self.done.append(edit)
-                    return cst.parse_statement(edit.new + "\n").body[0]
-            return updated
-
-        def leave_Call(self, original: Any, updated: Any) -> Any:
-            line = self._line(original)
-            for edit in edits:
-                if edit.kind not in ("flag", "argument") or edit.line != line:
-                    continue
-                args = list(updated.args)
-                for i, arg in enumerate(args):
-                    if arg.keyword is not None and arg.keyword.value == "inplace" and _is_true(arg.value, cst):
-                        args[i] = arg.with_changes(value=cst.Name("False"))
-                        self.done.append(edit)
-                        return updated.with_changes(args=args)
-            return updated
-
-    return Transformer()
+    def ending_at(self, offset: int) -> bytes:
+        """The line ending of the line holding `offset` (\\n for a last line without one)."""
+        end = self.data.find(b"\n", offset)
+        cr = self.data.find(b"\r", offset)
+        if cr != -1 and (end == -1 or cr < end):
+            return b"\r\n" if self.data[cr + 1 : cr + 2] == b"\n" else b"\r"
+        return b"\n"
 
 
-def _code(node: Any, cst: Any) -> str:
-    return str(cst.Module(body=[]).code_for_node(node)).strip()
+def _plain(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _same(a: str, b: str) -> bool:
-    return " ".join(a.split()) == " ".join(b.split())
+def apply_to_source(path: str, source: Source, edits: Iterable[Edit]) -> bytes:
+    """`source`'s bytes with every edit spliced in; EditError (naming `path`) when an edit's range
+    does not read its `old` text, two edits overlap, or the result does not parse."""
+    starts = source.line_starts()
+    spans: list[tuple[int, int, bytes]] = []
+    for edit in edits:
+        try:
+            begin, end = source.offset(edit.start, starts), source.offset(edit.end, starts)
+        except EditError as e:
+            raise EditError(f"{path} changed since the run: {e}") from None
+        found = source.data[begin:end].decode(source.encoding)
+        if end < begin or _plain(found) != _plain(edit.old):
+            raise EditError(
+                f"{path} changed since the run: line {edit.start.line} reads {found.strip()[:60]!r} where the run saw "
+                f"{edit.old.strip()[:60]!r}; run fix again"
+            )
+        new = _plain(edit.new).replace("\n", source.ending_at(begin).decode("ascii"))
+        try:
+            spans.append((begin, end, new.encode(source.encoding)))
+        except UnicodeEncodeError:
+            raise EditError(f"the edit of {path}:{edit.start.line} has text its encoding ({source.encoding}) cannot hold") from None
+    spans.sort(key=lambda s: (s[0], s[1]))
+    for (_, end, _), (begin, _, _) in zip(spans, spans[1:]):
+        if begin < end:
+            raise EditError(f"two edits of {path} overlap at byte {begin}: fix them one at a time")
+    out, at = bytearray(), 0
+    for begin, end, new_bytes in spans:
+        out += source.data[at:begin] + new_bytes
+        at = end
+    out += source.data[at:]
+    result = bytes(out)
+    try:
+        ast.parse(result, filename=path)
+    except SyntaxError as e:
+        raise EditError(f"the edit of {path} would not parse (line {e.lineno}: {e.msg}); nothing was written") from None
+    return result
 
 
-def _is_true(value: Any, cst: Any) -> bool:
-    return isinstance(value, cst.Name) and value.value == "True"
+def already_made(edit: Edit, source: Source) -> bool:
+    """Whether an insertion's text already stands right before where it would go: the same edit
+    proposed again (a clone before a statement that cloning cannot help, found again after it)."""
+    new = _plain(edit.new).strip()
+    if edit.old or not new:
+        return False
+    try:
+        at = source.offset(edit.start, source.line_starts())
+    except EditError:
+        return False
+    before = _plain(source.data[source.bom : at].decode(source.encoding, "replace")).rstrip()
+    return before.endswith(new) and (len(before) == len(new) or before[-len(new) - 1] in " \t\n;")
+
+
+def plan(edits: Iterable[Edit], root: str, current: Mapping[str, bytes] | None = None) -> dict[str, tuple[bytes, bytes]]:
+    """Absolute path -> (bytes now, bytes after) for every file the edits touch, every check made
+    before any file is written. Relative paths are read against `root`; `current` gives the bytes
+    of files already edited in memory (a later round's edits apply to those)."""
+    by_file: dict[str, list[Edit]] = {}
+    for edit in edits:
+        by_file.setdefault(os.path.realpath(os.path.join(root, edit.path)), []).append(edit)
+    out: dict[str, tuple[bytes, bytes]] = {}
+    for path, file_edits in by_file.items():
+        if current is not None and path in current:
+            source = Source.of(current[path], path)
+        else:
+            try:
+                source = Source.read(path)
+            except OSError as e:
+                raise EditError(f"cannot read {path}: {e.strerror}") from None
+        out[path] = (source.data, apply_to_source(os.path.relpath(path, root), source, file_edits))
+    return out
+
+
+def write_all(changes: Mapping[str, tuple[bytes, bytes]]) -> None:
+    """Write each file's new bytes, atomically per file, all or nothing across files: a file that
+    no longer holds its old bytes, or a failed write, leaves every file as it was (EditError)."""
+    staged: list[tuple[str, str]] = []
+    try:
+        for path, (before, after) in changes.items():
+            with open(path, "rb") as f:
+                if f.read() != before:
+                    raise EditError(f"{path} changed while fix ran; nothing was written: run fix again")
+            fd, tmp = tempfile.mkstemp(prefix=".inplace-doctor-", dir=os.path.dirname(path))
+            with os.fdopen(fd, "wb") as out:
+                out.write(after)
+            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+            staged.append((path, tmp))
+    except OSError as e:
+        for _, tmp in staged:
+            os.unlink(tmp)
+        raise EditError(f"could not write the edits ({e}); nothing was written") from None
+    except BaseException:
+        for _, tmp in staged:
+            os.unlink(tmp)
+        raise
+    done: list[str] = []
+    try:
+        for path, tmp in staged:
+            os.replace(tmp, path)
+            done.append(path)
+    except OSError as e:
+        for path in done:  # put back what was already replaced
+            with open(path, "wb") as f:
+                f.write(changes[path][0])
+        for _, tmp in staged[len(done):]:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        raise EditError(f"could not write {e.filename} ({e.strerror}); every file is as it was") from None
+
+
+def unified_diff(changes: Mapping[str, tuple[bytes, bytes]], root: str) -> bytes:
+    """The patch, in bytes: each line exactly as it will be written (its CRLF, its encoding)."""
+    out = b""
+    for path, (before, after) in changes.items():
+        shown = os.path.relpath(path, root).encode()
+        out += b"".join(difflib.diff_bytes(
+            difflib.unified_diff, before.splitlines(keepends=True), after.splitlines(keepends=True),
+            b"a/" + shown, b"b/" + shown,
+        ))
+    return out
+
+
+def fixes_from_json(finding: Mapping[str, Any]) -> tuple[Fix, ...]:
+    """The `fixes[]` of one finding of the JSON report, as records."""
+    out = []
+    for raw in finding.get("fixes") or ():
+        edits = tuple(
+            Edit(e["path"], Position(e["start"]["line"], e["start"]["column"]),
+                 Position(e["end"]["line"], e["end"]["column"]), e["old"], e["new"])
+            for e in raw.get("edits", ())
+        )
+        ev = raw.get("evidence") or {}
+        evidence = Evidence(
+            checked=bool(ev.get("checked")), equal=bool(ev.get("equal")), finding_gone=bool(ev.get("finding_gone")),
+            new_findings=tuple(ev.get("new_findings", ())), steps=int(ev.get("steps", 0)),
+            first_difference=str(ev.get("first_difference", "")),
+        )
+        out.append(Fix(_kind(raw.get("kind", "")), edits, Applicability(raw.get("applicability", "manual")), evidence))
+    return tuple(out)
+
+
+def _kind(value: str) -> FixKind:
+    try:
+        return FixKind(value)
+    except ValueError:  # a kind a newer report names: the edits still say what it does
+        return FixKind.OTHER

@@ -1,0 +1,212 @@
+"""Checking a fix on the user's own program before `fix` offers it as proven.
+
+A `Workspace` is a scratch copy of the project (the working directory, without
+`.git`, caches and virtual environments). Each run happens in a fresh copy of
+it, so the program sees the files it started with and writes its checkpoints
+there, never into the user's folder:
+- the reference run: the program as it is, with every tensor autograd saves
+  copied at save (`recorder.py`): what the user meant, recorded;
+- a trial: the program with a set of edits, under `inplace-doctor run`,
+  recorded the same way, with its findings.
+`judge` compares a trial with the reference: the finding (every finding of its
+rule on its line) gone, no error or warning that no earlier run showed, and
+every recorded value equal bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+SKIPPED = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache",
+                     ".pytest_cache", ".ruff_cache", "node_modules"})
+Identity = tuple[str, str, str]  # rule code, file relative to the project, the written line's text
+
+
+@dataclass(frozen=True)
+class Record:
+    """What one run computed: its labelled fingerprints in order, and how it ended."""
+
+    ended: str
+    entries: tuple[tuple[str, str], ...]
+
+    @property
+    def steps(self) -> int:
+        """Training steps recorded: the most steps of one optimizer, or backward passes without one."""
+        return next((int(value) for label, value in self.entries if label == "end: training steps"), 0)
+
+    def streams(self) -> dict[str, list[tuple[str, str]]]:
+        """The entries of each stream (`recorder.py`), in order; streams in the order they start."""
+        out: dict[str, list[tuple[str, str]]] = {}
+        for label, value in self.entries:
+            out.setdefault(label.split(":", 1)[0], []).append((label, value))
+        return out
+
+
+@dataclass
+class Run:
+    """One child run: exit status, the JSON report (None when there was none), the record."""
+
+    status: int
+    report: dict[str, Any] | None
+    record: Record | None
+    stderr: str = ""
+    tree: str = ""
+
+    @property
+    def findings(self) -> list[dict[str, Any]]:
+        return list(self.report["findings"]) if self.report is not None else []
+
+
+def identity(finding: Mapping[str, Any], tree: str) -> Identity:
+    """A finding named so that two runs in two copies agree: its rule, its file relative to the
+    copy, and the text of the line that wrote (line numbers move when an edit inserts a line)."""
+    m = finding.get("mutation") or {}
+    file = m.get("file") or ""
+    rel = os.path.relpath(file, tree) if os.path.isabs(file) else file
+    return (str(finding.get("code")), rel, " ".join(str(m.get("code") or m.get("line")).split()))
+
+
+def serious(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [f for f in findings if f.get("severity") in ("error", "warning")]
+
+
+@dataclass
+class Verdict:
+    """What a trial showed of one fix."""
+
+    gone: bool
+    new: list[str] = field(default_factory=list)  # "IPD1xx at file: line" of errors/warnings never seen before
+    comparison: str = "differs"  # "equal", "prefix" (equal until the trial stopped at a new error), "differs"
+    first_difference: str = ""
+    steps: int = 0
+
+    @property
+    def proven(self) -> bool:
+        return self.gone and not self.new and self.comparison == "equal"
+
+    @property
+    def on_the_way(self) -> bool:
+        """Equal as far as it ran, stopped by another finding's error (the next to fix)."""
+        return self.gone and self.comparison == "prefix"
+
+
+def judge(target: Identity, trial: Run, reference: Record, known: set[Identity]) -> Verdict:
+    ids = {identity(f, trial.tree) for f in serious(trial.findings)}
+    new = sorted(i for i in ids if i not in known)
+    verdict = Verdict(gone=target not in ids, new=[f"{c} at {p}: {t}" for c, p, t in new])
+    record = trial.record
+    if record is None:
+        verdict.first_difference = "the edited program left no record (it did not start)"
+        return verdict
+    verdict.steps = record.steps
+    want_streams, got_streams = reference.streams(), record.streams()
+    shorter = False
+    if record.ended != reference.ended:  # stopped early: its end state is not the end of the program
+        want_streams.pop("end", None)
+        got_streams.pop("end", None)
+    for stream, want in want_streams.items():
+        got = got_streams.get(stream, [])
+        for i, (w, g) in enumerate(zip(want, got)):
+            if w != g:
+                verdict.first_difference = (
+                    f"{g[0]} differs from the intended program's" if w[0] == g[0]
+                    else f"the intended program recorded {w[0]} where the edited one recorded {g[0]}"
+                )
+                if i == 0 and stream == next(iter(want_streams)):  # before any edited line could matter
+                    verdict.first_difference += " (the very first value: does the script seed its random numbers?)"
+                return verdict
+        shorter = shorter or len(got) < len(want)
+        if len(got) > len(want):
+            verdict.first_difference = f"the edited program recorded more: {got[len(want)][0]}"
+            return verdict
+    extra = [s for s in got_streams if s not in want_streams]
+    if extra:
+        verdict.first_difference = f"the edited program recorded {got_streams[extra[0]][0][0]}, the intended one did not"
+    elif not shorter and record.ended == reference.ended:  # every stream, the end included, equal
+        verdict.comparison = "equal"
+    elif shorter and record.ended.startswith("raised") and ids - {target}:
+        # stopped by another finding (one no run had reached, or one reported and not yet fixed)
+        code, path, text = sorted(ids - {target}, key=lambda i: (i in known, i))[0]
+        verdict.comparison = "prefix"
+        verdict.first_difference = f"the edited program stopped at {code} at {path}: {text} (the next finding to fix)"
+    else:
+        verdict.first_difference = f"the edited program {record.ended}; the intended one {reference.ended}"
+    return verdict
+
+
+class Workspace:
+    """A scratch copy of the project at `root`, and runs of the program in fresh copies of it."""
+
+    def __init__(self, root: str, script: str, args: list[str], steps: int | None) -> None:
+        self.root = os.path.realpath(root)
+        self.script, self.args, self.steps = os.path.realpath(os.path.join(self.root, script)), args, steps
+        self.tmp = tempfile.mkdtemp(prefix="inplace-doctor-fix-")
+        self.base = os.path.join(self.tmp, "base")
+        shutil.copytree(self.root, self.base, symlinks=True, ignore=_skip)
+        self._count = 0
+
+    def close(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def original(self, path: str) -> bytes | None:
+        """The bytes `path` (under the project) held when fix started."""
+        try:
+            with open(os.path.join(self.base, os.path.relpath(path, self.root)), "rb") as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def run(self, state: Mapping[str, bytes], *, reference: bool = False, verify: bool = False) -> Run:
+        """The program with `state`'s files (absolute paths under the project -> bytes), in a fresh
+        copy: the reference run, or a trial under `inplace-doctor run` (with `verify`: `run --verify`)."""
+        self._count += 1
+        tree = os.path.join(self.tmp, f"run{self._count}")
+        shutil.copytree(self.base, tree, symlinks=True)
+        for path, data in state.items():
+            with open(os.path.join(tree, os.path.relpath(path, self.root)), "wb") as f:
+                f.write(data)
+        record_path = os.path.join(self.tmp, f"record{self._count}.json")
+        report_path = os.path.join(self.tmp, f"report{self._count}.json")
+        script = os.path.join(tree, os.path.relpath(self.script, self.root))
+        argv = [sys.executable, "-m", "inplace_doctor.cli.recorder", "--record", record_path]
+        if reference:
+            argv += ["--reference", "--", script, *self.args]
+        else:
+            argv += ["--", "--format", "json", "--output", report_path]
+            argv += ["--steps", str(self.steps)] if self.steps is not None else []
+            argv += ["--verify"] if verify else []
+            argv += [script, *self.args]
+        done = subprocess.run(argv, cwd=tree, capture_output=True, text=True)
+        run = Run(done.returncode, _load(report_path), None, done.stderr, tree)
+        raw = _load(record_path)
+        if raw is not None:
+            run.record = Record(str(raw["ended"]), tuple((str(a), str(b)) for a, b in raw["entries"]))
+        shutil.rmtree(tree, ignore_errors=True)
+        return run
+
+    def rebase(self, path: str, tree: str) -> str:
+        """An edit's path as a trial's report names it, as the path in the user's project."""
+        if os.path.isabs(path):
+            rel = os.path.relpath(path, tree)
+            return os.path.join(self.root, rel) if not rel.startswith("..") else path
+        return os.path.join(self.root, path)
+
+
+def _skip(folder: str, names: list[str]) -> set[str]:
+    return {n for n in names if n in SKIPPED}
+
+
+def _load(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,241 @@
+"""What a program computed, step by step, as exact fingerprints: the evidence `fix` compares.
+
+`Recorder` is a context manager that reads (never changes) a running program:
+- the output of each call of a top-level module (one no other module's forward
+  is running around), and its buffers after it;
+- at each `torch.autograd.backward` (and so `Tensor.backward`): the root
+  tensors, and the gradient each leaf of the graph holds after it;
+- at each optimizer step: the gradients it is about to use, then the
+  parameters and the optimizer's state after it;
+- at the end: the parameters and buffers of those modules.
+Each value is a fingerprint of its bytes (`trace/fingerprint.py`: bit-exact),
+labelled `STREAM: where`, in order. The streams (forward calls, backward
+passes, each optimizer's steps, the end) are compared one by one, so moving an
+optimizer step past a backward reorders nothing that is compared.
+
+Run as `python -m inplace_doctor.cli.recorder --record OUT [--reference] --
+ARGS`: without `--reference`, ARGS are `inplace-doctor run`'s, and the
+script runs watched; with it, ARGS are `SCRIPT [ARGS ...]` and the script runs
+as `python` would, except that every tensor autograd saves is copied at save
+(a pack hook returning a copy). That run is the program the user meant:
+backward computes the gradient of the forward as it ran, and autograd's own
+version check is off (PYTORCH_FACTS.md, "The program the user meant").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import runpy
+import sys
+from typing import Any, Callable, Sequence
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+from torch.utils._pytree import tree_leaves
+
+from ..trace.fingerprint import fingerprint
+
+
+def digest(t: torch.Tensor) -> str:
+    """A short exact fingerprint of `t`'s bytes, with its dtype and shape."""
+    fp = fingerprint(t.detach())
+    body = hashlib.blake2b(repr(fp).encode(), digest_size=8).hexdigest() if fp is not None else "unreadable"
+    return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}:{body}"
+
+
+class Recorder:
+    """Records a running program's values (module docstring); `entries` are (label, fingerprint)."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, str]] = []
+        self._depth = 0
+        self._forwards = 0
+        self._backwards = 0
+        self._steps = 0
+        self._tops: list[torch.nn.Module] = []  # kept to the end (a child process): their end state is compared
+        self._top_ids: set[int] = set()
+        self._undo: list[Callable[[], None]] = []
+        self._names: dict[int, str] = {}
+        self._step_of: dict[int, int] = {}
+
+    def __enter__(self) -> "Recorder":
+        mod = torch.nn.modules.module
+        handles = [
+            mod.register_module_forward_pre_hook(self._pre),
+            mod.register_module_forward_hook(self._post, always_call=True),
+            register_optimizer_step_pre_hook(self._before_step),
+            register_optimizer_step_post_hook(self._after_step),
+        ]
+        self._undo += [h.remove for h in handles]
+        original = torch.autograd.backward
+
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            roots = [t for t in tree_leaves(tensors) if isinstance(t, torch.Tensor)]
+            leaves = _leaves(roots)
+            result = original(tensors, *args, **kwargs)
+            self._backwards += 1
+            label = f"backward: pass {self._backwards}"
+            for i, t in enumerate(roots):
+                self._add(f"{label}: root {i}", t)
+            # graph order may differ between two programs computing the same thing: sort by value
+            pairs = sorted((digest(leaf), digest(leaf.grad)) for leaf in leaves if leaf.grad is not None)
+            for value, grad in pairs:
+                self.entries.append((f"{label}: gradient of the leaf {value.split(':')[0]}", f"{value} -> {grad}"))
+            return result
+
+        torch.autograd.backward = backward  # type: ignore[assignment]
+        self._undo.append(lambda: setattr(torch.autograd, "backward", original))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for undo in reversed(self._undo):
+            undo()
+        self._undo.clear()
+        tops, self._tops = self._tops, []
+        for i, module in enumerate(tops):
+            for name, p in module.named_parameters():
+                self._add(f"end: parameter {name} of top-level module {i} ({type(module).__name__})", p)
+            for name, b in module.named_buffers():
+                self._add(f"end: buffer {name} of top-level module {i} ({type(module).__name__})", b)
+        self.entries.append(("end: training steps", str(max(self._step_of.values(), default=self._backwards))))
+
+    def _add(self, label: str, t: torch.Tensor) -> None:
+        self.entries.append((label, digest(t)))
+
+    def _pre(self, module: torch.nn.Module, args: Any) -> None:
+        self._depth += 1
+        if self._depth == 1 and id(module) not in self._top_ids:
+            self._top_ids.add(id(module))
+            self._tops.append(module)
+
+    def _post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        self._depth = max(0, self._depth - 1)
+        if self._depth == 0:
+            self._forwards += 1
+            label = f"forward: call {self._forwards} ({type(module).__name__})"
+            for i, t in enumerate(x for x in tree_leaves(output) if isinstance(x, torch.Tensor)):
+                self._add(f"{label}: output {i}", t)
+            for name, b in module.named_buffers():
+                self._add(f"{label}: buffer {name} after it", b)
+
+    def _params(self, opt: torch.optim.Optimizer) -> list[tuple[str, torch.Tensor]]:
+        return [(f"group {g} parameter {i}", p) for g, group in enumerate(opt.param_groups) for i, p in enumerate(group["params"])]
+
+    def _stream(self, opt: torch.optim.Optimizer) -> str:
+        """The optimizer named so two runs agree (moving a step must not rename it): its type and
+        its parameters' shapes, numbered among optimizers of the same name in the order they first step."""
+        key = id(opt)
+        if key not in self._names:
+            shapes = ",".join(str(list(p.shape)) for _, p in self._params(opt))
+            name = f"{type(opt).__name__} over {hashlib.blake2b(shapes.encode(), digest_size=4).hexdigest()}"
+            self._names[key] = f"optimizer {name} #{sum(1 for v in self._names.values() if v.startswith(f'optimizer {name} #')) + 1}"
+            self._step_of[key] = 0
+        return self._names[key]
+
+    def _before_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        stream = self._stream(opt)
+        for name, p in self._params(opt):
+            if p.grad is not None:
+                self._add(f"{stream}: step {self._step_of[id(opt)] + 1}: gradient of {name}", p.grad)
+
+    def _after_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        stream = self._stream(opt)
+        self._step_of[id(opt)] += 1
+        label = f"{stream}: step {self._step_of[id(opt)]}"
+        for name, p in self._params(opt):
+            self._add(f"{label}: {name} after it", p)
+            for key, value in sorted(opt.state.get(p, {}).items(), key=lambda kv: str(kv[0])):
+                if isinstance(value, torch.Tensor):
+                    self._add(f"{label}: optimizer state {key} of {name}", value)
+
+
+def _leaves(roots: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The leaf tensors autograd accumulates gradients into from `roots`' graphs."""
+    seen: set[int] = set()
+    out: list[torch.Tensor] = []
+    stack: list[Any] = [t.grad_fn for t in roots if t.grad_fn is not None]
+    leaf_roots = [t for t in roots if t.grad_fn is None and t.requires_grad]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        variable = getattr(node, "variable", None)
+        if isinstance(variable, torch.Tensor):
+            out.append(variable)
+        stack.extend(n for n, _ in node.next_functions)
+    return leaf_roots + out
+
+
+def main(argv: Sequence[str]) -> int:
+    args = list(argv)
+    reference = "--reference" in args[: args.index("--")]
+    out = args[args.index("--record") + 1]
+    rest = args[args.index("--") + 1 :]
+    recorder = Recorder()
+    status = 0
+    outcome = ["did not start"]
+    try:
+        if reference:
+            status, outcome[0] = _run_reference(rest, recorder)
+        else:
+            from .main import main as cli_main
+
+            original = runpy.run_path
+
+            def run_path(*a: Any, **k: Any) -> Any:  # how the script ended, as `run` runs it
+                try:
+                    result = original(*a, **k)
+                except SystemExit as e:
+                    outcome[0] = _ended(e.code)
+                    raise
+                except BaseException as e:
+                    outcome[0] = f"raised {type(e).__name__}"
+                    raise
+                outcome[0] = "ran to the end"
+                return result
+
+            runpy.run_path = run_path
+            try:
+                with recorder:
+                    status = cli_main(["run", *rest])
+            finally:
+                runpy.run_path = original
+    finally:
+        with open(out, "w", encoding="utf-8") as f:
+            json.dump({"ended": outcome[0], "entries": recorder.entries}, f)
+    return status
+
+
+def _ended(code: object) -> str:
+    return "ran to the end" if code in (None, 0) else f"exit {code if isinstance(code, int) else 1}"
+
+
+def _run_reference(rest: list[str], recorder: Recorder) -> tuple[int, str]:
+    script, script_args = rest[0], rest[1:]
+    sys.argv = [script, *script_args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    with torch.autograd.graph.saved_tensors_hooks(_copy, _same), recorder:
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            return code, _ended(e.code)
+        except Exception as e:  # the program the user meant failed too: fix says so
+            print(f"{type(e).__name__}: {e}", file=sys.stderr)
+            return 1, f"raised {type(e).__name__}"
+    return 0, "ran to the end"
+
+
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().clone()  # parameters too: a step that overwrites one before backward is a write
+
+
+def _same(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
