@@ -79,6 +79,8 @@ def check_outputs(named: dict[str, str | None], *, force: bool = False, config: 
 def _check(option: str, given: str, *, force: bool, config: bool) -> Destination:
     path = os.path.join(os.getcwd(), given)
     if _OWN_DESCRIPTOR.fullmatch(os.path.normpath(path)):
+        if not os.path.exists(path):
+            raise CliUsageError(f"cannot write {given!r}: no such file descriptor is open; name a file")
         return Destination(option, given, path, STREAM)
     try:
         info = os.stat(path)
