@@ -21,6 +21,7 @@ from torch import nn
 import inplace_doctor as ipd
 from inplace_doctor.cli.main import main
 from inplace_doctor.cli.provenance import is_report
+from inplace_doctor.errors import UsageError
 
 BROKEN = "inplace_doctor.examples:sigmoid_then_relu"
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -204,9 +205,11 @@ def test_optimize_write_to_a_full_device_says_so_in_one_line():
     assert done.stderr.splitlines()[-1] == "inplace-doctor: error: cannot write '/dev/full': No space left on device"
 
 
-def test_plan_write_to_a_device_writes_without_reading_it():
+def test_plan_write_to_a_device_writes_without_reading_it_and_refuses_a_folder(tmp_path):
     plan = ipd.optimize(nn.Sequential(nn.Linear(4, 4), nn.ReLU(inplace=True)), torch.randn(2, 4), suggest_checkpoint=False)
     assert plan.write("/dev/null", force=True) is None
+    with pytest.raises(UsageError, match="is a folder"):
+        plan.write(tmp_path, force=True)
 
 
 # --- 5. two options never name one file --------------------------------------------------------------

@@ -166,10 +166,14 @@ class Plan(Printable):
         if os.path.exists(name):
             if not force:
                 raise UsageError(f"{name!r} exists; plan.write(path, force=True) replaces it (hand edits in it are lost)")
-            if not stat.S_ISREG(os.stat(name).st_mode):
+            mode = os.stat(name).st_mode
+            if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
                 with open(name, "w", encoding="utf-8") as stream:  # /dev/null, a FIFO: nothing in it to read or keep
                     stream.write(self.toml())
                 return None
+            if not stat.S_ISREG(mode):
+                what = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+                raise UsageError(f"{name!r} is {what}; plan.write needs the path of a file, e.g. inplace.toml")
             name = os.path.realpath(name)  # through a link: the link stays, its target is replaced
             previous = read_config_text(name, "config file", strict=False)
         write_atomically(name, self.toml())
