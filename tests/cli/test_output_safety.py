@@ -65,6 +65,16 @@ FILES_THAT_NAME_THE_TOOL = {
 }
 
 
+GOLDEN = Path(__file__).resolve().parents[1] / "render" / "golden"
+
+
+@pytest.mark.parametrize("path", sorted(p for p in GOLDEN.iterdir() if p.suffix in (".txt", ".json", ".sarif")),
+                         ids=lambda p: p.name)
+def test_every_golden_report_is_recognised_as_one(path):
+    assert is_report(path.read_bytes())
+    assert not is_report(path.read_bytes()[:-200])  # a report cut short is not one: its end is missing
+
+
 @pytest.mark.parametrize("option", ["--output", "--html"])
 @pytest.mark.parametrize("name", sorted(FILES_THAT_NAME_THE_TOOL))
 def test_a_file_that_names_the_tool_is_not_taken_for_a_report(capsys, tmp_path, name, option):
