@@ -6,7 +6,9 @@
 it. The argument groups they share (the model spec, `--input`, `--eval`,
 `--seed`, `--format`, `--output`, `--select`/`--ignore`, `--fail-on`,
 `--stack`, ...) are written once in `args.py`; `model.py` builds the model a
-spec names, `output.py` writes results, `training.py` holds what `memory` and
+spec names, `output.py` writes results (checked before the work, written
+atomically; `provenance.py` tells an earlier report of the tool's by its
+structure), `training.py` holds what `memory` and
 `optimize` share, `errors.py` the exit codes and the exceptions behind them.
 `script.py` runs a user's script for `run` (with `steps.py` counting training
 steps and `tracebacks.py` printing the script's traceback as python would);

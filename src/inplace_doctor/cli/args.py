@@ -112,7 +112,8 @@ def report_formats(first_note: str = "") -> str:
 def add_force(parser: argparse.ArgumentParser) -> None:
     """`--force`: replace an existing file that is not an earlier report of the tool's."""
     parser.add_argument("--force", action="store_true",
-                        help="replace existing files the command writes (default: only its own earlier reports)")
+                        help="replace existing files the command writes, through a symbolic link too "
+                             "(default: only its own earlier reports and empty files)")
 
 
 def add_output(parser: argparse.ArgumentParser, help: str) -> None:

@@ -25,7 +25,7 @@ from .args import (
 )
 from .errors import model_raises
 from .model import apply_config_option, build_model
-from .output import check_writable, write_report, writing
+from .output import check_outputs, write_report, write_text
 
 if TYPE_CHECKING:
     from .args import Subcommands
@@ -55,7 +55,9 @@ def command(ns: argparse.Namespace) -> int:
 
     renderer = get_renderer(ns.format)
     config = rule_config(ns)  # validates codes before running anything
-    check_writable(ns.output, ns.html, force=ns.force)  # a missing folder fails now, not after the audit
+    # Checked, and made absolute, before the factory runs: a missing folder fails now, and a
+    # factory that changes directory does not move the report.
+    outputs = check_outputs({"--output": ns.output, "--html": ns.html}, force=ns.force)
     model, args, kwargs = build_model(ns.spec, ns.input, ns.seed)
     apply_config_option(model, ns.config)
     model.train(not ns.eval)
@@ -65,12 +67,11 @@ def command(ns: argparse.Namespace) -> int:
     report.target = ns.spec
     report.stack = ns.stack
     if ns.output:
-        write_report(ns.output, renderer, report)
+        write_report(outputs["--output"], renderer, report)
     else:
         renderer(report, sys.stdout)
     if ns.html:
-        from ..render.html import write_html
+        from ..render.html import html_page
 
-        with writing(ns.html):
-            write_html(ns.html, f"inplace-doctor audit: {ns.spec}", report=report)
+        write_text(outputs["--html"], html_page(f"inplace-doctor audit: {ns.spec}", report=report), "backslashreplace")
     return findings_exit(config, report)

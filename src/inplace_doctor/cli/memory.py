@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from ..errors import ModelError
 from ..trace.pytorch_errors import is_stale_saved_tensor_error
 from .errors import EXIT_OK, model_raises
-from .output import print_result, writing
-from .training import add_training_parser, progress, training_setup, write_png
+from .output import print_result
+from .training import add_training_parser, progress, training_setup, write_html, write_png
 
 if TYPE_CHECKING:
     from .args import Subcommands
@@ -24,9 +24,7 @@ def add_parser(sub: "Subcommands") -> None:
 
 def command(ns: argparse.Namespace) -> int:
     from ..api import memory as measure_memory
-    from ..render.html import write_html
-
-    optimizer, model, args, kwargs = training_setup(ns)
+    optimizer, model, args, kwargs, outputs = training_setup(ns)
     with progress() as say, model_raises(model, lambda: f"during memory (measuring {ns.steps} training step(s))"):
         say(f"measuring {ns.steps} training step(s)")
         try:
@@ -43,8 +41,6 @@ def command(ns: argparse.Namespace) -> int:
             ) from None  # the traceback names neither op: the one line says where to look instead
     report.target = ns.spec
     print_result(ns, report)
-    if ns.html:
-        with writing(ns.html):
-            write_html(ns.html, f"inplace-doctor memory: {ns.spec}", memory=[("as shipped", report)])
-    write_png(ns.png, [("as shipped", report)])
+    write_html(outputs, f"inplace-doctor memory: {ns.spec}", memory=[("as shipped", report)])
+    write_png(outputs, [("as shipped", report)])
     return EXIT_OK

@@ -7,8 +7,8 @@ import argparse
 from typing import TYPE_CHECKING
 
 from .errors import EXIT_FINDINGS, EXIT_OK, model_raises
-from .output import print_result, writing
-from .training import add_training_parser, progress, training_setup, write_png
+from .output import REPLACE, print_result, write_text
+from .training import add_training_parser, progress, training_setup, write_html, write_png
 
 if TYPE_CHECKING:
     from .args import Subcommands
@@ -25,9 +25,7 @@ def add_parser(sub: "Subcommands") -> None:
 
 def command(ns: argparse.Namespace) -> int:
     from ..api import optimize
-    from ..render.html import write_html
-
-    optimizer, model, args, kwargs = training_setup(ns)
+    optimizer, model, args, kwargs, outputs = training_setup(ns)
     specs = list(ns.input) or None
     reached = ["before its first stage"]
 
@@ -45,22 +43,23 @@ def command(ns: argparse.Namespace) -> int:
     plan.target = ns.spec
     print_result(ns, plan)
     if ns.write:
-        with writing(ns.write):
-            previous = plan.write(ns.write, force=ns.force)
+        config = outputs["--write"]
+        write_text(config, plan.toml())
         if ns.format == "text":
-            print(f"wrote {ns.write}" if previous is None else _replaced(ns.write, previous, plan.toml()))
-    if ns.html:
-        with writing(ns.html):
-            write_html(ns.html, f"inplace-doctor optimize: {ns.spec}", plan=plan)
-    write_png(ns.png, plan.memory_series())
+            print(_replaced(config.given, config.previous, plan.toml()) if config.kind == REPLACE else f"wrote {ns.write}")
+    write_html(outputs, f"inplace-doctor optimize: {ns.spec}", plan=plan)
+    write_png(outputs, plan.memory_series())
     return EXIT_OK if bool(plan.verified) else EXIT_FINDINGS
 
 
-def _replaced(path: str, previous: str, new: str) -> str:
+def _replaced(path: str, before: bytes | None, new: str) -> str:
     """What `--write --force` changed in the file it replaced: the unified diff, so hand edits
     it dropped stay visible."""
     import difflib
 
+    if before is None:
+        return f"replaced {path}; what it held (over 1 MiB) is not shown"
+    previous = before.decode("utf-8", "surrogateescape")
     if previous == new:
         return f"wrote {path} (unchanged)"
     diff = difflib.unified_diff(previous.splitlines(keepends=True), new.splitlines(keepends=True),

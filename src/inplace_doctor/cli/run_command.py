@@ -21,7 +21,7 @@ from .args import (
     rule_config,
 )
 from .errors import EXIT_FINDINGS, CliUsageError
-from .output import check_writable, write_report
+from .output import check_outputs, write_report
 
 if TYPE_CHECKING:
     from .args import Subcommands
@@ -103,7 +103,11 @@ def command(ns: argparse.Namespace) -> int:
     if ns.steps is not None and ns.steps < 1:
         raise CliUsageError(f"--steps must be at least 1, got {ns.steps}")
     config = rule_config(ns)  # unknown codes fail before the script runs
-    check_writable(ns.output, force=ns.force)  # a missing folder fails before the script runs, not after it
+    # Checked, and made absolute, before the script runs: a missing folder fails now, and a script
+    # that changes directory does not move the report; the script itself is never the report's file.
+    outputs = check_outputs({"--output": ns.output}, force=ns.force)
+    if ns.output and not module and os.path.realpath(outputs["--output"].path) == os.path.realpath(target):
+        raise CliUsageError(f"--output {ns.output!r} is the script being run; name another file for the report")
     models = ModelCalls() if ns.verify else None
     status, report, stats = run_script(
         target, args, module=module, fail_fast=ns.fail_fast, steps=ns.steps, select=config.select,
@@ -120,7 +124,7 @@ def command(ns: argparse.Namespace) -> int:
     summary = stats.summary(ns.steps)
     if ns.output:  # the report, and what was watched, to FILE; the terminal keeps the script's output only
         report.notes.append(summary)
-        write_report(ns.output, renderer, report)
+        write_report(outputs["--output"], renderer, report)
     else:
         sys.stderr.flush()
         if stats.diagnosis:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .args import add_force, add_format, add_html, add_model, add_seed, listing
 from .errors import CliUsageError
 from .model import build_model
-from .output import check_writable, writing
+from .output import Destination, check_outputs, write_output
 
 if TYPE_CHECKING:
     from .args import Parser, Subcommands
@@ -78,25 +78,37 @@ def progress() -> Any:
     return status()
 
 
-def training_setup(ns: argparse.Namespace) -> tuple[Any, Any, tuple[Any, ...], dict[str, Any]]:
-    """Check the format, then (optimizer factory, model in its mode, args, kwargs)."""
+def training_setup(ns: argparse.Namespace) -> tuple[Any, Any, tuple[Any, ...], dict[str, Any], dict[str, Destination]]:
+    """Check the format and the files to write, then (optimizer factory, model in its mode, args,
+    kwargs, the checked files by option)."""
     if ns.format not in FORMATS:
         raise CliUsageError(f"unknown format {ns.format!r}; choose {listing(FORMATS)}")
     optimizer = optimizer_factory(ns.optimizer)
-    # A missing folder, or a file that is not ours to replace, fails now, not after the measurement.
-    check_writable(ns.html, ns.png, force=ns.force, config=getattr(ns, "write", None))
+    # A missing folder, or a file that is not ours to replace, fails now, not after the measurement;
+    # each path is made absolute before the factory runs (it may change directory).
+    named = {"--html": ns.html, "--png": ns.png, "--write": getattr(ns, "write", None)}
+    outputs = check_outputs(named, force=ns.force, config="--write")
     model, args, kwargs = build_model(ns.spec, ns.input, ns.seed)
     model.train(not ns.eval)
-    return optimizer, model, args, kwargs
+    return optimizer, model, args, kwargs, outputs
 
 
-def write_png(path: str | None, series: Any) -> None:
-    """`--png FILE`: the memory timeline, or a note on stderr without matplotlib."""
-    from ..render.html import write_png as png
+def write_html(outputs: dict[str, Destination], title: str, **parts: Any) -> None:
+    """`--html FILE`, when given: the page of `parts` (plan, memory)."""
+    from ..render.html import html_page
 
-    if not path:
+    if "--html" in outputs:
+        write_output(outputs["--html"], html_page(title, **parts).encode("utf-8", "backslashreplace"))
+
+
+def write_png(outputs: dict[str, Destination], series: Any) -> None:
+    """`--png FILE`, when given: the memory timeline, or a note on stderr without matplotlib."""
+    from ..render.html import png_bytes
+
+    if "--png" not in outputs:
         return
-    with writing(path):
-        written = png(path, series)
-    if not written:
+    data = png_bytes(series)
+    if data is None:
         print("note: --png needs matplotlib (pip install matplotlib); no PNG written", file=sys.stderr)
+    else:
+        write_output(outputs["--png"], data)

@@ -134,8 +134,11 @@ def plan_section(plan: "Plan") -> str:
 
 
 def page(title: str, sections: Sequence[str]) -> str:
-    return (
+    from .._version import __version__
+
+    return (  # the generator tag is how the tool knows its own page before replacing it (cli/provenance.py)
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="generator" content="inplace-doctor {_e(__version__)}">'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
         f"<h1>{_e(title)}</h1>" + "".join(sections) + "</body></html>\n"
     )
@@ -149,6 +152,18 @@ def write_html(
     plan: "Plan | None" = None,
     memory: "Sequence[tuple[str, MemoryReport]]" = (),
 ) -> None:
+    with open(path, "w", encoding="utf-8", errors="backslashreplace") as f:
+        f.write(html_page(title, report=report, plan=plan, memory=memory))
+
+
+def html_page(
+    title: str,
+    *,
+    report: "Report | None" = None,
+    plan: "Plan | None" = None,
+    memory: "Sequence[tuple[str, MemoryReport]]" = (),
+) -> str:
+    """The whole page: findings, the plan's decisions, the memory timeline, as they apply."""
     sections = []
     if report is not None:
         sections.append(findings_section(report))
@@ -157,19 +172,29 @@ def write_html(
         memory = list(memory) + plan.memory_series()
     if memory:
         sections.append(memory_section(memory))
-    with open(path, "w", encoding="utf-8", errors="backslashreplace") as f:
-        f.write(page(title, sections))
+    return page(title, sections)
 
 
 def write_png(path: str, series: Sequence[tuple[str, "MemoryReport"]]) -> bool:
     """The timeline chart as a PNG via matplotlib; False when matplotlib is not installed."""
+    data = png_bytes(series)
+    if data is not None:
+        with open(path, "wb") as f:
+            f.write(data)
+    return data is not None
+
+
+def png_bytes(series: Sequence[tuple[str, "MemoryReport"]]) -> bytes | None:
+    """The timeline chart as PNG bytes via matplotlib; None when matplotlib is not installed."""
+    import io
+
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return False
+        return None
     fig, ax = plt.subplots(figsize=(10, 3.5))
     for label, r in series:
         ax.plot([i for i, *_ in r.timeline], [b / 2**20 for *_, b in r.timeline], label=label, linewidth=1)
@@ -177,6 +202,7 @@ def write_png(path: str, series: Sequence[tuple[str, "MemoryReport"]]) -> bool:
     ax.set_ylabel("live MiB")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, metadata={"Software": "inplace-doctor"})  # how --png knows its own file later
+    out = io.BytesIO()
+    fig.savefig(out, format="png", metadata={"Software": "inplace-doctor"})  # how --png knows its own file later
     plt.close(fig)
-    return True
+    return out.getvalue()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import stat
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -19,7 +20,15 @@ from ...findings import Finding
 from ...printing import Printable, fmt_bytes
 from ..memory import MemoryReport
 from ..verify import VerifyResult
-from .toml_config import HEADER_TABLE, apply_config, compress, toml_comment, toml_string
+from .toml_config import (
+    HEADER_TABLE,
+    apply_config,
+    compress,
+    read_config_text,
+    toml_comment,
+    toml_string,
+    write_atomically,
+)
 
 
 @dataclass
@@ -178,17 +187,25 @@ class Plan(Printable):
 
     def write(self, path: str | os.PathLike[str], *, force: bool = False) -> str | None:
         """Write the config to `path`. An existing file (people edit these by hand) is replaced
-        only with `force=True`; returns its previous text then (None when there was none)."""
+        only with `force=True`; returns its previous text then (None when there was none).
+        The write is atomic (a temporary file in the same folder, then a rename), so a failed
+        write leaves the old file whole; a pipe or a device is written to, never read."""
+        name = os.fspath(path)
         previous = None
-        if os.path.exists(path):
+        if os.path.exists(name):
             if not force:
-                raise UsageError(
-                    f"{os.fspath(path)!r} exists; plan.write(path, force=True) replaces it (hand edits in it are lost)"
-                )
-            with open(path, encoding="utf-8", errors="surrogateescape") as f:
-                previous = f.read()
-        with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
-            f.write(self.toml())
+                raise UsageError(f"{name!r} exists; plan.write(path, force=True) replaces it (hand edits in it are lost)")
+            mode = os.stat(name).st_mode
+            if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+                with open(name, "w", encoding="utf-8") as stream:  # /dev/null, a FIFO: nothing in it to read or keep
+                    stream.write(self.toml())
+                return None
+            if not stat.S_ISREG(mode):
+                what = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+                raise UsageError(f"{name!r} is {what}; plan.write needs the path of a file, e.g. inplace.toml")
+            name = os.path.realpath(name)  # through a link: the link stays, its target is replaced
+            previous = read_config_text(name, "config file", strict=False)
+        write_atomically(name, self.toml())
         return previous
 
     def to_dict(self) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import os
+import stat
 import warnings
 from typing import Any, Mapping
 
@@ -42,26 +43,73 @@ def inplace_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     }
 
 
-def read_toml(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
-    """The TOML file at `path`; `UsageError` naming `what` and the problem on any file that is not
-    readable UTF-8 TOML (missing, a folder, unreadable, another encoding, a syntax error)."""
+CONFIG_LIMIT = 4 << 20  # a config or pyproject.toml larger than this is not one
+
+
+def read_config_text(path: str | os.PathLike[str], what: str, *, strict: bool = True) -> str:
+    """The text of the regular file at `path`, at most `CONFIG_LIMIT` bytes; `UsageError` naming
+    `what` otherwise. A pipe or a device is refused unread (`/dev/zero` would never end)."""
     name = repr(os.fspath(path))
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
         raise UsageError(f"{what} {name} does not exist") from None
-    except IsADirectoryError:
-        raise UsageError(f"{what} {name} is a folder; give the path of the .toml file in it") from None
+    except OSError as e:
+        raise UsageError(f"cannot read {what} {name}: {e.strerror or e}") from None
+    try:
+        mode = os.fstat(fd).st_mode  # of what was opened, so a file swapped for a FIFO is still caught
+        if stat.S_ISDIR(mode):
+            raise UsageError(f"{what} {name} is a folder; give the path of the .toml file in it")
+        if not stat.S_ISREG(mode):
+            kind = "a named pipe" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+            raise UsageError(f"{what} {name} is {kind}, not a file; give the path of a .toml file")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(CONFIG_LIMIT + 1)
+    except OSError as e:
+        raise UsageError(f"cannot read {what} {name}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    if len(data) > CONFIG_LIMIT:
+        raise UsageError(f"{what} {name} is larger than {CONFIG_LIMIT >> 20} MiB, more than any config; give the path of a .toml file")
+    try:
+        return data.decode("utf-8", "strict" if strict else "surrogateescape")
     except UnicodeDecodeError as e:
         raise UsageError(
             f"{what} {name} is not UTF-8 text (byte {e.object[e.start:e.start + 1]!r} at offset {e.start}); "
             "TOML files must be UTF-8: re-save it as UTF-8"
         ) from None
+
+
+def read_toml(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
+    """The TOML file at `path`; `UsageError` naming `what` and the problem on any file that is not
+    readable UTF-8 TOML (missing, a folder, a pipe or device, too large, unreadable, another
+    encoding, a syntax error)."""
+    text = read_config_text(path, what)
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise UsageError(f"{what} {name} is not valid TOML: {e}") from None
-    except OSError as e:
-        raise UsageError(f"cannot read {what} {name}: {e.strerror or e}") from None
+        raise UsageError(f"{what} {repr(os.fspath(path))} is not valid TOML: {e}") from None
+
+
+def write_atomically(path: str, text: str) -> None:
+    """`text` in a temporary file in `path`'s folder, then renamed over `path`: a reader sees the
+    old file or the whole new one, and a failed write leaves the old one as it was."""
+    import secrets
+
+    folder, name = os.path.split(os.path.abspath(path))
+    temporary = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.inplace-doctor.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+            if os.path.exists(path):
+                os.fchmod(fd, stat.S_IMODE(os.stat(path).st_mode))
+            f.write(text)
+            f.flush()
+            os.fsync(fd)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
 
 
 # The header keys `optimize --write` writes, and the type each must have (the header records what
