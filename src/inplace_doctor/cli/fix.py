@@ -57,7 +57,7 @@ def command(ns: argparse.Namespace) -> int:
     try:
         import libcst  # noqa: F401
     except ImportError:
-        raise CliUsageError("fix edits source with libcst, which is not installed: pip install 'inplace-doctor[fix]'")
+        raise CliUsageError("fix edits source with libcst, which is not installed: pip install 'inplace-doctor[fix]'") from None
     status, findings, stderr, _ = _run(script, args, ns.steps)
     if findings is None:
         sys.stderr.write(stderr)
@@ -65,7 +65,7 @@ def command(ns: argparse.Namespace) -> int:
         return status or 1
     edited: set[str] = set()  # files this command changed: later rounds may change them again
     flipped: list[dict[str, Any]] = []  # the findings whose flag fix was applied, in any round
-    notes: list[str] = []
+    verified: list[dict[str, Any]] = []  # the report's `verify_results`: what decides "proven"
     for _ in range(_ROUNDS):
         edits, suggestions = _split(findings)
         if not edits:
@@ -83,7 +83,7 @@ def command(ns: argparse.Namespace) -> int:
             print(f"fixed {edit.describe()}")
         flipped += [f for edit, found in edits.items() if edit.kind in ("flag", "argument") for f in found]
         # once a flag changed, every later run verifies: the last one, with nothing left to edit, is the proof
-        status, findings, stderr, notes = _run(script, args, ns.steps, verify=bool(flipped))
+        status, findings, stderr, verified = _run(script, args, ns.steps, verify=bool(flipped))
         if findings is None or status not in (0, 1):
             sys.stderr.write(stderr)
             print(f"inplace-doctor: after the edit the script failed (exit {status}): the edit is kept; "
@@ -98,7 +98,7 @@ def command(ns: argparse.Namespace) -> int:
             print("inplace-doctor: nothing to fix: no error or warning finding")
             return 0
         return 1
-    proven = _proven(notes, flipped) if flipped and not any(f.get("severity") == "error" for f in remaining) else True
+    proven = _proven(verified, flipped) if flipped and not any(f.get("severity") == "error" for f in remaining) else True
     if remaining:
         print(f"inplace-doctor: after the edits {len(remaining)} finding(s) remain:")
         for f in remaining:
@@ -164,19 +164,18 @@ def _show(patches: dict[str, tuple[str, str]]) -> None:
         ))
 
 
-def _proven(notes: list[str], flipped: list[dict[str, Any]]) -> bool:
+def _proven(verified: list[dict[str, Any]], flipped: list[dict[str, Any]]) -> bool:
     """Print what `run --verify` said of each model the edited script ran, and what that proves of
-    the flag changes (`flipped`: the findings whose fix they were); whether it proves them."""
-    from .script_verify import VERIFIED, equivalent
-
-    verified = [n for n in notes if n.startswith(VERIFIED)]
-    for note in verified:
-        print(f"inplace-doctor: {note}")
+    the flag changes (`flipped`: the findings whose fix they were); whether it proves them. Decided
+    on the report's `verify_results` records (`outcome`), never on the notes' wording."""
+    for v in verified:
+        print(f"inplace-doctor: {v.get('text', '')}")
     outside = sorted({f"{m['file']}:{m['line']}" for f in flipped if not (m := f.get("mutation") or {}).get("module")})
-    if not verified or not all(equivalent(n) for n in verified) or outside:
+    equivalent = bool(verified) and all(v.get("outcome") == "equivalent" for v in verified)
+    if not equivalent or outside:
         why = (
             f"the call(s) at {', '.join(outside)} run outside any module, which verify cannot run alone"
-            if outside and verified and all(equivalent(n) for n in verified)
+            if outside and equivalent
             else "no model ran while the script was watched" if not verified
             else "verify did not prove every model equivalent to its out-of-place form (above)"
         )
@@ -201,9 +200,9 @@ def _proven(notes: list[str], flipped: list[dict[str, Any]]) -> bool:
 
 def _run(
     script: str, args: list[str], steps: int | None, *, verify: bool = False
-) -> tuple[int, list[dict[str, Any]] | None, str, list[str]]:
+) -> tuple[int, list[dict[str, Any]] | None, str, list[dict[str, Any]]]:
     """(exit status, the findings of `inplace-doctor run` on the script or None, its stderr, the
-    report's notes); with `verify`, the notes say what `run --verify` found of each model."""
+    report's `verify_results`: with `verify`, what `run --verify` found of each model)."""
     with tempfile.TemporaryDirectory(prefix="inplace-doctor-fix-") as tmp:
         out = os.path.join(tmp, "report.json")
         argv = [sys.executable, "-m", "inplace_doctor", "run", "--format", "json", "--output", out]
@@ -216,7 +215,7 @@ def _run(
         try:
             with open(out, encoding="utf-8") as f:
                 report = json.load(f)
-            return done.returncode, report["findings"], done.stderr, list(report.get("notes", []))
+            return done.returncode, report["findings"], done.stderr, list(report.get("verify_results", []))
         except (OSError, ValueError, KeyError):
             return done.returncode, None, done.stderr, []
 

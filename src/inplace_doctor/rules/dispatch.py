@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Mapping, Sequence
 
+from ..causes import Cause, SavedTensorCause
 from ..errors import InplaceError, WrittenHere
 from ..events import (
     ChangedGraphTensorFreed,
@@ -75,6 +76,7 @@ class Analyzer:
         #: predictions whose saved tensor autograd freed without backward reading it
         self.dropped = 0
         self._by_event: dict[type, list[Rule]] = {}
+        self._contexts = {r.code: _RuleView(self, r.code) for r in rules}
         for r in rules:
             for event_type in r.events:
                 self._by_event.setdefault(event_type, []).append(r)
@@ -137,7 +139,7 @@ class Analyzer:
             self.suppressed += 1
             return produced
         for r in self._by_event.get(type(event), ()):
-            finding = r.check(event, self)
+            finding = r.check(event, self._contexts[r.code])
             if finding is None:
                 continue
             if is_suppressed(finding, self.per_module_ignores):
@@ -172,7 +174,9 @@ class Analyzer:
                         f"This write changed the tensor too, before the write at {last.mutation.location}; "
                         f"each must be moved or made out of place for backward to run. {last.why}"
                     )
-                    confirmed = f.with_(confirmed=True, unconfirmed_reason="", why=why)
+                    confirmed = f.with_(
+                        confirmed=True, unconfirmed_reason="", why=why, cause=SavedTensorCause.ALSO_WRITTEN
+                    )
                     produced.append(self._record(confirmed, confirming=True))
         return produced
 
@@ -215,17 +219,16 @@ class Analyzer:
             return finding
         old = self.findings[index]
         places = old.places + tuple(p for p in finding.places if p not in old.places)
-        fixes = list(old.details.get("fixes") or [old.fix])
-        if finding.fix and finding.fix not in fixes and len(fixes) < _FIXES_SHOWN:
-            fixes.append(finding.fix)
-        details = {**old.details, "fixes": fixes} if len(fixes) > 1 else old.details
+        alternatives = old.fix_alternatives
+        if finding.fix and finding.fix != old.fix and finding.fix not in alternatives and len(alternatives) + 1 < _FIXES_SHOWN:
+            alternatives += (finding.fix,)
         if confirming and not old.confirmed:
             merged = old.with_(
-                confirmed=True, severity=finding.severity, what=finding.what, why=finding.why,
-                places=places, details=details, unconfirmed_reason="",
+                confirmed=True, severity=finding.severity, what=finding.what, why=finding.why, cause=finding.cause,
+                places=places, fix_alternatives=alternatives, unconfirmed_reason="",
             )
         else:
-            merged = old.with_(count=old.count + 1, places=places, details=details)
+            merged = old.with_(count=old.count + 1, places=places, fix_alternatives=alternatives)
         self.findings[index] = merged
         return merged
 
@@ -252,6 +255,26 @@ class Analyzer:
             "backward stopped at an earlier in-place error before reaching this tensor; fix that one and run "
             "again to confirm this.",
             Severity.WARNING,
+        )
+
+
+class _RuleView:
+    """The `RuleContext` one rule gets: the session's root label and writes, and its own findings only."""
+
+    def __init__(self, analyzer: Analyzer, code: str) -> None:
+        self._analyzer = analyzer
+        self._code = code
+
+    @property
+    def root_label(self) -> str:
+        return self._analyzer.root_label
+
+    def overwrite_for(self, key: int) -> SavedTensorOverwritten | None:
+        return self._analyzer.overwrite_for(key)
+
+    def earlier(self, cause: Cause) -> Finding | None:
+        return next(
+            (f for f in reversed(self._analyzer.findings) if f.code == self._code and f.cause == cause), None
         )
 
 
