@@ -127,6 +127,11 @@ class Finding:
     None for what needs no confirmation. `count` is how many occurrences were
     folded into this finding (same lines, several layers or steps); `places`
     names them (a parameter, a module path).
+
+    What the rule decided is data: `cause` (a member of the rule's enum in
+    `causes.py`), `facts` (its frozen facts record), the sites and their roles
+    (`sites`), `fixes`. Code that decides reads these; the sentences are for
+    people, and `details` is only their JSON view.
     """
 
     code: str
