@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from .causes import Cause, Facts, SiteRole
 from .sites import Site, caller_frame
 
 
@@ -130,6 +131,11 @@ class Finding:
     None for what needs no confirmation. `count` is how many occurrences were
     folded into this finding (same lines, several layers or steps); `places`
     names them (a parameter, a module path).
+
+    What the rule decided is data: `cause` (a member of the rule's enum in
+    `causes.py`), `facts` (its frozen facts record), the sites and their roles
+    (`sites`), `fixes`. Code that decides reads these; the sentences are for
+    people, and `details` is only their JSON view.
     """
 
     code: str
@@ -146,7 +152,44 @@ class Finding:
     why: str = ""
     unconfirmed_reason: str = ""
     fixes: tuple[Fix, ...] = ()  # the fix as data; `fix` above is its sentence
-    details: dict[str, Any] = field(default_factory=dict, compare=False)
+    cause: Cause | None = None  # the rule's cause enum: what render/ explains, what later code decides on
+    facts: Facts | None = None  # what the rule measured (versions, a difference, an argument)
+    slot: str | None = None  # the saved slot (`SigmoidBackward0.result`) when a saved tensor is involved
+    target: str | None = None  # the parameter or buffer written (`layer1.0.weight`), relative to the model
+    read_role: SiteRole = SiteRole.READ  # what `read` is: a later read, or the line that made the views
+    ranks: tuple[int, ...] = ()  # torch.distributed ranks that reported it (engines/distributed.py)
+    fix_alternatives: tuple[str, ...] = ()  # folded occurrences' other fix sentences (per-module flags)
+
+    @property
+    def sites(self) -> tuple[tuple[SiteRole, Site], ...]:
+        """Each site with its role: the write, the save, the later read (or views), the module's constructor."""
+        out: list[tuple[SiteRole, Site]] = [(SiteRole.WRITE, self.mutation)]
+        if self.saved is not None:
+            out.append((SiteRole.SAVE, self.saved))
+        if self.read is not None:
+            out.append((self.read_role, self.read))
+        origin = self.mutation.origin
+        if origin is not None:
+            out.append((SiteRole.CONSTRUCTOR, Site(op=self.mutation.op, file=origin.file, line=origin.line)))
+        return tuple(out)
+
+    @property
+    def details(self) -> dict[str, Any]:
+        """The typed fields as one JSON object (the report's `details`): cause, slot, target, facts, ranks."""
+        out: dict[str, Any] = {"why": self.why}
+        if self.cause is not None:
+            out["cause"] = str(self.cause)
+        if self.slot is not None:
+            out["slot"] = self.slot
+        if self.target is not None:
+            out["target"] = self.target
+        if self.facts is not None:
+            out.update(asdict(self.facts))
+        if self.ranks:
+            out["ranks"] = list(self.ranks)
+        if self.fix_alternatives:
+            out["fixes"] = [self.fix, *self.fix_alternatives]
+        return out
 
     @property
     def message(self) -> str:
@@ -173,7 +216,7 @@ class Finding:
             by = caller_frame(self.saved)
             saved = (by.file, by.line) if by is not None else (self.saved.file, self.saved.line)
         read = (self.read.file, self.read.line) if self.read is not None else None
-        return (self.code, self.mutation.file, self.mutation.line, self.mutation.op.split(" ")[0], saved, read)
+        return (self.code, self.mutation.file, self.mutation.line, self.mutation.op, saved, read)
 
     def with_(self, **changes: Any) -> "Finding":
         return replace(self, **changes)
@@ -194,6 +237,7 @@ class Finding:
             "saved": self.saved.to_dict() if self.saved else None,
             "read": self.read.to_dict() if self.read else None,
             "fixes": [x.to_dict() for x in self.fixes],
-            "details": dict(self.details),
+            "cause": str(self.cause) if self.cause is not None else None,
+            "details": self.details,
         }
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
-from typing import Any, Callable, Iterator, TextIO, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 _TEXT: dict[type, Callable[[Any], str]] = {}
 _HTML: dict[type, Callable[[Any], str]] = {}

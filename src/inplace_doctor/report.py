@@ -9,6 +9,7 @@ from ._compat import TORCH_VERSION
 from .findings import Finding, Severity
 from .printing import Printable
 from .sites import ROOT_LABEL
+from .verification import ModelVerified, VerifyOutcome
 
 SCHEMA_VERSION = 2  # 2: findings carry fixes[] (edits, applicability, evidence)
 
@@ -27,6 +28,8 @@ class Report(Printable):
     root_label: str = ROOT_LABEL
     rank: int | None = None  # torch.distributed rank of the process that ran it
     stack: int = 2  # frames shown per site in text: the innermost and its caller in other code; more with --stack
+    #: `run --verify`'s verdict on each model the script ran (exit codes and `fix` decide on these)
+    verify_results: list[ModelVerified] = field(default_factory=list)
 
     def count(self, severity: Severity) -> int:
         return sum(1 for f in self.findings if f.severity is severity)
@@ -34,6 +37,16 @@ class Report(Printable):
     def failed(self, fail_on: Severity = Severity.WARNING) -> bool:
         """True when a finding at or above `fail_on` severity exists."""
         return any(f.severity.rank >= fail_on.rank for f in self.findings)
+
+    @property
+    def verified_equivalent(self) -> bool:
+        """True when `run --verify` verified at least one model and every one is equivalent."""
+        return bool(self.verify_results) and all(v.outcome is VerifyOutcome.EQUIVALENT for v in self.verify_results)
+
+    @property
+    def verified_different(self) -> bool:
+        """True when `run --verify` found a model that computes something else than its out-of-place form."""
+        return any(v.outcome is VerifyOutcome.NOT_EQUIVALENT for v in self.verify_results)
 
     @property
     def codes(self) -> list[str]:
@@ -53,4 +66,5 @@ class Report(Printable):
             "notes": list(self.notes),
             "stats": dict(self.stats),
             "rank": self.rank,
+            "verify_results": [v.to_dict() for v in self.verify_results],
         }

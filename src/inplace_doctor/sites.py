@@ -7,6 +7,8 @@ import linecache
 import os
 from dataclasses import dataclass, field
 
+from .causes import WriteForm
+
 
 class Phase(enum.StrEnum):
     """When an op ran: the forward (and optimizer code around it) or autograd's backward."""
@@ -55,6 +57,8 @@ class Site:
     phase: Phase = Phase.FORWARD  # a plain "forward"/"backward" string compares equal
     #: where the running module (one with an `inplace` flag) was constructed: what a flag fix edits
     origin: Frame | None = field(default=None, compare=False)
+    #: how Python asked for the write when it is no `op_` call: an `inplace=True` flag or `x += y`
+    form: WriteForm | None = None
 
     @property
     def origin_location(self) -> str | None:
@@ -69,6 +73,7 @@ class Site:
     def to_dict(self) -> dict[str, object]:
         return {
             "op": self.op,
+            "form": str(self.form) if self.form is not None else None,
             "module": self.module,
             "module_call": self.module_call,
             "module_type": self.module_type,
@@ -101,7 +106,7 @@ def module_ref(site: Site, root_label: str) -> str | None:
 
 def describe_site(site: Site, root_label: str, slot: str | None = None) -> str:
     """`relu_` (via SGD.step) in model.features.3 (ReLU, call 2) at model.py:42."""
-    what = f"`{site.op.removeprefix('aten.')}`"
+    what = f"`{site.op.removeprefix('aten.')}" + (f" ({site.form})`" if site.form is not None else "`")
     if slot:
         what += f" -> {slot}"
     parts = [what]

@@ -13,7 +13,8 @@ import torch
 
 import inplace_doctor as ipd
 from inplace_doctor.cli.script import run_script
-from inplace_doctor.cli.script_verify import ModelCalls, differs, equivalent
+from inplace_doctor.cli.script_verify import ModelCalls
+from inplace_doctor.verification import VerifyOutcome
 
 TRAIN = textwrap.dedent(
     """\
@@ -83,6 +84,35 @@ def test_an_inplace_flag_that_changes_the_result_is_named_and_run_exits_one(tmp_
     assert "responsible: module act (inplace=True)" in note
 
 
+def test_the_json_report_carries_each_verdict_as_a_record_and_the_exit_code_reads_it(tmp_path: Path) -> None:
+    """`run --verify --format json`: `verify_results` holds the verdict (`outcome`, the differences,
+    the responsible sites) as fields, valid against the published schema; the exit code is 1 from
+    `outcome`, with the findings ignored (`--fail-on` above any severity would not fail them)."""
+    import json
+
+    import jsonschema
+
+    from inplace_doctor.report import Report
+
+    (tmp_path / "train.py").write_text(BROKEN)
+    out = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "inplace_doctor", "run", "--verify", "--ignore", "IPD1", "--format", "json",
+         "--output", str(out), "train.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert done.returncode == 1, done.stderr
+    data = json.loads(out.read_text())
+    assert data["findings"] == []
+    [verified] = data["verify_results"]
+    assert verified["label"] == "Net" and verified["outcome"] == "not-equivalent" and verified["mode"] == "train"
+    assert verified["differences"][0]["what"] == "output[0]" and verified["differences"][0]["max_abs"] > 0
+    assert {"kind": "module", "where": "act"} in verified["culprits"]
+    schema = json.loads((Path(ipd.__file__).parent / "schema" / "report.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(data)
+    assert Report(findings=[]).verified_different is False
+
+
 def test_the_recorded_call_is_a_copy_with_its_keyword_arguments_and_nothing_is_kept(tmp_path: Path) -> None:
     """In process: what `--verify` records (kwargs read from the call, a detached copy of the
     batch before the script changed it) and that nothing of the script's is kept after it."""
@@ -100,8 +130,9 @@ def test_the_recorded_call_is_a_copy_with_its_keyword_arguments_and_nothing_is_k
     [x] = call.args
     assert not x.requires_grad and x.abs().sum() > 0  # the batch as it was at the call, not the zeroed one
     expected = ipd.verify(call.module, x, scale=2.0)
-    [note] = models.verify_all()
-    assert equivalent(note) and not differs(note) and str(expected) in note
+    [verified] = models.verify_all()
+    assert verified.outcome is VerifyOutcome.EQUIVALENT and verified.result is not None and verified.result.equivalent
+    assert verified.label == "Net" and verified.training and str(expected) in str(verified)
     assert models.calls == []
 
 
@@ -110,8 +141,9 @@ def test_in_a_process_group_nothing_is_run_and_the_note_says_why() -> None:
     with ipd.watch() as session:
         models.observe(session.tracer.modules)
         torch.nn.Linear(2, 2)(torch.randn(1, 2)).sum().backward()
-    [note] = models.verify_all(rank=1)
-    assert "not run: the script trained in a process group (rank 1)" in note
+    [verified] = models.verify_all(rank=1)
+    assert verified.outcome is VerifyOutcome.NOT_VERIFIED and verified.result is None
+    assert "not run: the script trained in a process group (rank 1)" in str(verified)
     assert models.calls == []
 
 
@@ -143,6 +175,6 @@ def test_submodules_train_eval_flags_are_used_as_at_the_call_and_put_back_as_the
     [call] = models.calls
     model = call.module
     assert [flag for _, flag in call.modes] == [True, True, False, True, True]
-    [note] = models.verify_all()
-    assert equivalent(note) and "(train mode," in note
+    [verified] = models.verify_all()
+    assert verified.outcome is VerifyOutcome.EQUIVALENT and "(train mode," in str(verified)
     assert [m.training for m in model.modules()] == [False, False, False, False, True]

@@ -91,7 +91,7 @@ def test_audit_explains_every_difference_verify_finds(spec, seed):
 
     for f in report.findings:
         if f.code == "IPD105" and result.equivalent and result.error is None:
-            if f.details["max_difference"] == 0.0:
+            if f.facts.max_difference == 0.0:
                 assert "difference 0" in f.message and "other inputs will differ" in f.message
             else:  # masked downstream: the message must not claim the output changed
                 assert "depends on the ops that follow" in f.message

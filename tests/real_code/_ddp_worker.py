@@ -166,7 +166,7 @@ def run(rank: int, world: int, port: int, result_dir: str) -> None:
         result["gathered"] = None if gathered is None else [
             {
                 "code": f.code,
-                "ranks": f.details.get("ranks"),
+                "ranks": list(f.ranks) or None,
                 "mutation": f.mutation.module,
                 "saved": f.saved.module if f.saved else None,
                 "slot": f.details.get("slot"),

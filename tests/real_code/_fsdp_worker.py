@@ -111,7 +111,7 @@ def run(rank: int, world: int, port: int, result_dir: str) -> None:
         ]
         gathered = ipd.gather(broken.report())
         result["gathered"] = None if gathered is None else [
-            {"code": f.code, "ranks": f.details.get("ranks")} for f in gathered.findings
+            {"code": f.code, "ranks": list(f.ranks) or None} for f in gathered.findings
         ]
     except Exception:
         result["error"] = traceback.format_exc()

@@ -34,7 +34,6 @@ import torch.nn.functional as F
 from torch import nn
 
 import inplace_doctor as ipd
-from inplace_doctor import Severity
 from test_idioms import one_thread  # noqa: F401  (its autouse fixture, for these tests too)
 from test_idioms import has_error, load_program, assert_clean, twin
 

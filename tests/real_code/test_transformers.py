@@ -86,4 +86,4 @@ def test_a_hazard_planted_in_bert_is_reported_with_both_sites() -> None:
     finding = report.findings[0]
     assert finding.mutation.module == "pooler.activation.1"
     assert finding.saved is not None and finding.saved.module == "pooler.activation.0"
-    assert finding.details["slot"] == "TanhBackward0.result"
+    assert finding.slot == "TanhBackward0.result"

@@ -20,6 +20,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import inplace_doctor as ipd
+from inplace_doctor.causes import RecomputeCause
 from inplace_doctor.trace.recompute import fingerprint
 
 FIXTURES = Path(__file__).resolve().parent / "IPD111"
@@ -85,7 +86,7 @@ def test_dropout_without_rng_preservation_is_reported_and_the_fix_restores_the_g
         model(x).pow(2).sum().backward()
     [finding] = _ipd111(session.findings)
     assert finding.mutation.op == "aten.bernoulli_" and finding.mutation.module == "model.drop"
-    assert finding.details["cause"] == "rng" and "preserve_rng_state=False" in finding.why
+    assert finding.cause is RecomputeCause.RNG and "preserve_rng_state=False" in finding.why
     assert "preserve_rng_state=True" in finding.fix
     reference = FeedForward(None)
     reference.load_state_dict(model.state_dict())
@@ -129,7 +130,7 @@ def test_state_written_between_forward_and_backward_names_the_write_and_the_fix_
         model.temperature.mul_(0.5)  # the write the finding names
         loss.backward()
     [finding] = _ipd111(session.findings)
-    assert finding.mutation.op == "aten.div" and finding.details["cause"] == "state"
+    assert finding.mutation.op == "aten.div" and finding.cause is RecomputeCause.STATE
     assert "model.temperature" in finding.why and "`mul_`" in finding.why
     assert "after backward()" in finding.fix
 

@@ -106,7 +106,9 @@ def test_the_same_write_is_an_error_when_a_backward_does_reach_it():
         with ipd.watch(pi=pi) as session:
             loss = pi(torch.randn(8, 4)).pow(2).mean()
             second = pi(torch.randn(8, 4)).pow(2).mean()
-            opt.zero_grad(); loss.backward(); opt.step()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
             second.backward()  # reaches the weights the step overwrote
     except ipd.InplaceError:
         pass

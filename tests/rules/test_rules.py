@@ -61,7 +61,7 @@ def test_ipd101_inplace_relu_after_sigmoid_names_both_lines_and_module_fix():
     assert_lines(f, "gate", "gate")
     assert f.severity is ipd.Severity.ERROR and f.confirmed is True
     assert f.mutation.module == "act" and f.mutation.op == "aten.relu_"
-    assert f.details["slot"] == "SigmoidBackward0.result"
+    assert f.slot == "SigmoidBackward0.result"
     assert "model.act.inplace = False" in f.fix
     assert "version 1" in f.message and "version 0" in f.message
 
@@ -81,7 +81,7 @@ def test_ipd101_augmented_assignment_when_f_saves_x():
     f = only(ipd.audit(SinResidual(), torch.randn(3, 6)).findings, "IPD101")
     assert f.mutation.line == line_of("write:sin")
     assert f.saved.line == line_of("write:sin")  # sin saved h on the same line
-    assert f.details["slot"] == "SinBackward0.self"
+    assert f.slot == "SinBackward0.self"
     assert "h = h + torch.sin(h)" in f.fix
 
 
@@ -98,7 +98,7 @@ def test_ipd101_linear_input_overwritten_names_addmm_field():
         y = step(torch.randn(2, 4))
     f = only(session.findings, "IPD101")
     assert_lines(f, "addmm", "addmm")
-    assert f.details["slot"] in {"AddmmBackward0.mat1", "MmBackward0.self"}
+    assert f.slot in {"AddmmBackward0.mat1", "MmBackward0.self"}
     assert "h = h * 3" not in f.fix and "mul(" in f.fix
     with pytest.raises(ipd.InplaceError):
         y.sum().backward()
@@ -134,7 +134,7 @@ def test_ipd101_forward_hook_that_modifies_the_output():
     model[1].register_forward_hook(hook)
     f = only(ipd.audit(model, torch.randn(2, 4)).findings, "IPD101")
     assert f.mutation.line == line_of("write:hook")
-    assert f.saved.module == "1" and f.details["slot"] == "SigmoidBackward0.result"
+    assert f.saved.module == "1" and f.slot == "SigmoidBackward0.result"
     # Global forward hooks run before a module's own hooks, so the user's hook
     # runs after module "1" has left the module stack: attributed to its parent.
     assert f.mutation.module == ""
@@ -182,7 +182,7 @@ def test_ipd101_custom_function_saved_tensors():
         a.zero_()  # <write:custom>
     f = only(session.findings, "IPD101")
     assert_lines(f, "custom", "custom")
-    assert f.details["slot"] == "ScaleBackward.saved_tensors[0]"
+    assert f.slot == "ScaleBackward.saved_tensors[0]"
     assert f.saved.op == "Scale.apply"
     with pytest.raises(ipd.InplaceError):
         out.sum().backward()
@@ -204,7 +204,7 @@ class TwoConvBranches(nn.Module):
 def test_ipd101_relu_on_input_that_a_conv_saved():
     f = only(ipd.audit(TwoConvBranches(), torch.randn(1, 3, 8, 8)).findings, "IPD101")
     assert_lines(f, "conv", "conv")
-    assert f.details["slot"] == "ConvolutionBackward0.input"
+    assert f.slot == "ConvolutionBackward0.input"
     assert f.mutation.op == "aten.relu_"
 
 
@@ -220,7 +220,7 @@ def test_ipd101_optimizer_step_before_backward_of_a_graph_that_saved_the_weights
             second.backward()
     f = only(session.findings, "IPD101")
     assert_lines(f, "opt", "opt")
-    assert f.saved.module == "2" and f.details["slot"] == "AddmmBackward0.mat2"
+    assert f.saved.module == "2" and f.slot == "AddmmBackward0.mat2"
     assert f.mutation.api == "SGD.step"
     assert "SGD.step" in f.fix
     assert raised.value.findings[0].code == "IPD101"

@@ -27,7 +27,7 @@ def test_first_layer_inplace_relu_on_the_input_batch():
     before = x.clone()
     [f] = ipd106(ipd.audit(model, x).findings)
     assert f.severity is ipd.Severity.WARNING
-    assert f.mutation.module == "0" and f.details["argument"] == "args[0]"
+    assert f.mutation.module == "0" and f.facts.argument == "args[0]"
     assert "model.0.inplace = False" in f.fix
     assert torch.equal(x, before)  # audit gave the caller's batch back
     model(x)
@@ -47,7 +47,7 @@ class MasksItsInput(nn.Module):
 def test_setitem_on_a_keyword_input_names_the_line_and_argument():
     x = torch.randn(3, 6)
     [f] = ipd106(ipd.audit(MasksItsInput(), x, mask=x > 1).findings)
-    assert f.mutation.line == line_of("write:mask") and f.details["argument"] == "args[0]"
+    assert f.mutation.line == line_of("write:mask") and f.facts.argument == "args[0]"
     assert "clone" in f.fix
 
 
@@ -59,7 +59,7 @@ def test_watch_treats_arguments_of_the_outermost_call_as_the_callers():
         x.mul_(2)  # the caller's own write after the call: not the model's doing
     [f] = ipd106(session.findings)
     assert f.mutation.line == line_of("write:mask")
-    assert f.details["argument"] == "argument 0 of MasksItsInput"
+    assert f.facts.argument == "argument 0 of MasksItsInput"
 
 
 @pytest.mark.parametrize("named", [True, False], ids=["watch(model)", "watch()"])
@@ -71,7 +71,7 @@ def test_watch_treats_keyword_arguments_of_the_outermost_call_as_the_callers_too
         model(x=x, mask=x > 1)
     [f] = ipd106(session.findings)
     assert f.mutation.line == line_of("write:mask")
-    assert f.details["argument"] == "argument x of MasksItsInput"
+    assert f.facts.argument == "argument x of MasksItsInput"
 
 
 @pytest.mark.parametrize(
@@ -122,8 +122,8 @@ def test_state_dict_kept_as_a_snapshot_is_overwritten_by_the_next_step():
         _train_step(model, opt)
     [f] = [f for f in session.findings if f.code == "IPD107"]
     assert f.count == 4 and f.mutation.api == "SGD.step"
-    assert f.details["handed_out"].endswith(f"test_rules_caller_data.py:{line_of('held:best')}")
-    assert "model.state_dict()['0.weight']" in f.details["held"] or "state_dict()" in f.details["held"]
+    assert f.facts.handed_out.endswith(f"test_rules_caller_data.py:{line_of('held:best')}")
+    assert "model.state_dict()['0.weight']" in f.facts.held or "state_dict()" in f.facts.held
     assert "deepcopy" in f.fix
     assert best and safe and also_safe  # all three were alive during the step
 

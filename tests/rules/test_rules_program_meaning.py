@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import inplace_doctor as ipd
+from inplace_doctor.causes import SideEffectCause
 
 from conftest import marker_line
 
@@ -65,7 +66,7 @@ def test_residual_with_inplace_relu_module_is_an_error_with_the_measured_differe
     assert f.mutation.module == "act" and f.read.op == "aten.add"
     assert "model.act.inplace = False" in f.fix
     h = model.fc(x)
-    assert f.details["max_difference"] == pytest.approx(float((h.relu() - h).abs().max()))
+    assert f.facts.max_difference == pytest.approx(float((h.relu() - h).abs().max()))
     assert "read by" in str(ipd.audit(model, x))
 
 
@@ -80,7 +81,7 @@ def test_augmented_assignment_read_through_another_name_is_a_warning():
     assert f.severity is ipd.Severity.WARNING
     assert f.mutation.line == line_of("augmented-write") and f.read.line == line_of("augmented-read")
     assert "h = h + 1" in f.fix
-    assert f.details["max_difference"] == pytest.approx(1.0)
+    assert f.facts.max_difference == pytest.approx(1.0)
 
 
 def test_zero_difference_on_this_input_is_said_plainly():
@@ -89,7 +90,7 @@ def test_zero_difference_on_this_input_is_said_plainly():
         model.fc.weight.zero_()
         model.fc.bias.fill_(1.0)  # h > 0 everywhere: relu changes nothing on this input
     [f] = ipd105(ipd.audit(model, torch.randn(3, 4)).findings)
-    assert f.details["max_difference"] == 0.0
+    assert f.facts.max_difference == 0.0
     assert "difference 0" in f.message and "other inputs will differ" in f.message
 
 
@@ -255,7 +256,7 @@ def test_checkpointed_batchnorm_updates_running_stats_again(reentrant):
     block = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(inplace=True))
     with ipd.watch(block) as session:
         checkpoint(block, torch.randn(2, 3, 8, 8, requires_grad=True), use_reentrant=reentrant).sum().backward()
-    kinds = {f.details["what_changed"] for f in session.findings if f.code == "IPD108"}
+    kinds = {f.facts.what_changed for f in session.findings if f.code == "IPD108" and f.cause is SideEffectCause.REPEATED}
     assert "BatchNorm running statistics" in kinds
     assert all(f.mutation.module == "1" for f in session.findings if f.code == "IPD108")
 
@@ -285,7 +286,7 @@ def test_forward_hook_feature_extractor_followed_by_an_inplace_relu():
     [f] = ipd105(session.findings)
     assert f.mutation.module == "relu" and f.read.line == line_of("features-read")
     assert float(smallest) >= 0.0  # what the hook "kept" was rectified in place
-    assert f.details["max_difference"] > 0 and "model.relu.inplace = False" in f.fix
+    assert f.facts.max_difference > 0 and "model.relu.inplace = False" in f.fix
 
 
 def _region(x):

@@ -47,7 +47,7 @@ def test_numpy_write_to_a_saved_activation_names_saving_hand_out_and_write_lines
     assert finding.confirmed and finding.severity is Severity.ERROR
     assert finding.saved is not None and finding.saved.line == _line("saves-s")
     assert finding.mutation.line == _line("writes-s") and HERE.samefile(finding.mutation.file)
-    assert finding.details["handed_out"].endswith(f"test_content_checks.py:{_line('hands-out-s')}")
+    assert finding.facts.handed_out.endswith(f"test_content_checks.py:{_line('hands-out-s')}")
     assert f"test_content_checks.py:{_line('hands-out-s')}" in finding.message
     assert "`a *= 0.5`" in finding.message and "SigmoidBackward0" in finding.message
 
@@ -75,7 +75,7 @@ def test_hand_out_before_the_save_is_seen_too():
         y.sum().backward()
     [finding] = _ipd109(session)
     assert finding.confirmed and finding.saved.line == _line("saves-buffer")
-    assert finding.details["how"] == "`.numpy()`"
+    assert finding.facts.how == "`.numpy()`"
 
 
 def test_dlpack_and_data_ptr_hand_outs():
@@ -88,7 +88,7 @@ def test_dlpack_and_data_ptr_hand_outs():
         pointer = e.data_ptr()
         ctypes.memset(pointer, 0, 4)  # pointer-write
         (t.sum() + e.sum()).backward()
-    by_how = {f.details["how"]: f for f in _ipd109(session)}
+    by_how = {f.facts.how: f for f in _ipd109(session)}
     assert set(by_how) == {"`__dlpack__()`", "`.data_ptr()`"}
     assert by_how["`__dlpack__()`"].mutation.line == _line("dlpack-write")
     assert by_how["`.data_ptr()`"].mutation.line == _line("pointer-write")
@@ -105,7 +105,7 @@ def test_to_dlpack_is_a_hand_out():
         ctypes.memset(pointer, 0, 4)
         s.sum().backward()
     [finding] = _ipd109(session)
-    assert finding.details["how"] == "`to_dlpack()`" and finding.mutation.line == _line("to-dlpack")
+    assert finding.facts.how == "`to_dlpack()`" and finding.mutation.line == _line("to-dlpack")
     del capsule
 
 

@@ -45,7 +45,7 @@ def flag_finding(model: nn.Module) -> ipd.Finding:
 def test_from_the_owning_class_attribute():
     f = flag_finding(Gate())
     assert f.mutation.origin is not None and (f.mutation.origin.file, f.mutation.origin.line) == (__file__, line_of("attribute"))
-    assert f"construct `model.act` with inplace=False at" in f.fix and "`self.act = nn.ReLU(inplace=True)`" in f.fix
+    assert "construct `model.act` with inplace=False at" in f.fix and "`self.act = nn.ReLU(inplace=True)`" in f.fix
 
 
 def test_from_a_sequential_built_in_the_parents_class():

@@ -94,6 +94,7 @@ def test_to_dict_has_every_field_with_frames_and_origin():
     )
     assert s.to_dict() == {
         "op": "aten.relu_",
+        "form": None,
         "module": "layer.0.relu",
         "module_call": 2,
         "module_type": "ReLU",

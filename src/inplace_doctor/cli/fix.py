@@ -264,15 +264,8 @@ def _verified(target: "Identity", trial: "Run", known: "set[Identity]") -> "Verd
 
     verdict = judge(target, trial, Record("", ()), known)  # for gone and new; the record is not the measure here
     report = trial.report or {}
-    results = report.get("verify_results")
-    if isinstance(results, list):  # `run --verify`'s verdicts as records
-        outcomes = [r.get("outcome") for r in results]
-    else:  # a report from before the records: its notes (script_verify's own reading of them)
-        from . import script_verify
-
-        said = getattr(script_verify, "equivalent", None)
-        notes = [n for n in report.get("notes", []) if n.startswith(getattr(script_verify, "VERIFIED", "verify: "))]
-        outcomes = ["equivalent" if said is not None and said(n) else "not-equivalent" for n in notes]
+    results = report.get("verify_results")  # `run --verify`'s verdicts as records: nothing reads its notes
+    outcomes = [r.get("outcome") for r in results] if isinstance(results, list) else []
     outside = [f for f in serious(trial.findings) if identity(f, trial.tree) == target]
     ok = bool(outcomes) and all(o == "equivalent" for o in outcomes) and not outside
     return Verdict(verdict.gone, verdict.new, "equal" if ok else "differs",

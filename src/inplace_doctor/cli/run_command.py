@@ -89,7 +89,7 @@ def split_run(argv: list[str]) -> tuple[list[str], list[str]]:
 def command(ns: argparse.Namespace) -> int:
     from ..render import get_renderer
     from .script import run_script
-    from .script_verify import ModelCalls, differs
+    from .script_verify import ModelCalls
 
     renderer = get_renderer(ns.format)
     if ns.module:
@@ -114,7 +114,8 @@ def command(ns: argparse.Namespace) -> int:
         ignore=config.ignore, per_module_ignores=config.per_module_ignores, check_contents=ns.check_contents,
         models=models,
     )
-    verified = models.verify_all(stats.rank) if models is not None else []
+    report.verify_results = models.verify_all(stats.rank) if models is not None else []
+    verified = [str(v) for v in report.verify_results]
     report.notes.extend(verified)
     report.target = f"-m {target}" if module else target
     if report.rank is None:
@@ -143,6 +144,6 @@ def command(ns: argparse.Namespace) -> int:
                 print(f"inplace-doctor: {note}", file=sys.stderr)
     if status:
         return int(status)
-    if any(differs(note) for note in verified):
+    if report.verified_different:
         return EXIT_FINDINGS
     return findings_exit(config, report)

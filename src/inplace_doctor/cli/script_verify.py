@@ -26,8 +26,8 @@ from typing import Any, Callable
 
 import torch
 
-#: how a note about a verified model starts (`fix` reads the notes of the report `run` writes)
-VERIFIED = "verify: "
+from ..verification import ModelVerified, VerifyOutcome
+
 #: the first distinct top-level modules verified; later ones are counted in a note
 LIMIT = 8
 
@@ -88,18 +88,19 @@ class ModelCalls:
         label = _label(module, {c.label for c in self.calls})
         self.calls.append(ModelCall(label, module, copied_args, copied_kwargs, _modes(module)))
 
-    def verify_all(self, rank: int | None = None) -> list[str]:
-        """One note per recorded module: equivalent, or how it differs (or why it could not be run).
+    def verify_all(self, rank: int | None = None) -> list[ModelVerified]:
+        """One record per recorded module: equivalent, or how it differs (or why it could not be run).
         In a process group (`rank`) nothing is run: a sharded module's copy would call collectives
-        the other ranks do not join."""
+        the other ranks do not join. `render.verify_text.model_note` says each in words."""
         from ..engines.verify import verify
 
         if rank is not None and self.calls:
             self.calls = []
-            return [f"{VERIFIED}not run: the script trained in a process group (rank {rank}), where a copy "
-                    "of a sharded or synchronised model calls collectives the other ranks do not join; "
-                    "verify the model in one process (inplace-doctor verify MODULE:FACTORY)"]
-        notes = []
+            return [ModelVerified("", VerifyOutcome.NOT_VERIFIED, reason=(
+                f"not run: the script trained in a process group (rank {rank}), where a copy of a sharded or synchronised "
+                "model calls collectives the other ranks do not join; verify the model in one process "
+                "(inplace-doctor verify MODULE:FACTORY)"))]
+        verified = []
         for call in self.calls:
             now = _modes(call.module)  # the flags the script left, put back exactly after
             try:
@@ -107,29 +108,17 @@ class ModelCalls:
                 result = verify(call.module, *call.args, **call.kwargs)
             except Exception as e:  # a model verify cannot copy or run (DDP, a non-differentiable output)
                 first = str(e).splitlines()[0] if str(e) else ""
-                notes.append(f"{VERIFIED}`{call.label}` could not be verified: {type(e).__name__}: {first}")
+                verified.append(ModelVerified(call.label, VerifyOutcome.NOT_VERIFIED, call.training,
+                                              reason=f"{type(e).__name__}: {first}"))
                 continue
             finally:
                 _set_modes(now)
-            text = str(result).splitlines()
-            mode = "train" if call.training else "eval"
-            head = f"{VERIFIED}`{call.label}` ({mode} mode, on the arguments of its first call): {text[0]}"
-            notes.append("\n".join([head, *("  " + line for line in text[1:])]))
+            verified.append(ModelVerified.of(call.label, call.training, result))
         if self.skipped:
-            notes.append(f"{VERIFIED}{self.skipped} more top-level module(s) ran and were not verified "
-                         f"(the first {LIMIT} are)")
+            verified.append(ModelVerified("", VerifyOutcome.NOT_VERIFIED, reason=(
+                f"{self.skipped} more top-level module(s) ran and were not verified (the first {LIMIT} are)")))
         self.calls = []  # nothing the script made is kept alive after the report
-        return notes
-
-
-def equivalent(note: str) -> bool:
-    """Whether a note of `verify_all` says its module is equivalent."""
-    return note.startswith(VERIFIED) and ": equivalent:" in note.split("\n", 1)[0]
-
-
-def differs(note: str) -> bool:
-    """Whether a note of `verify_all` says its module computes something else than its out-of-place form."""
-    return note.startswith(VERIFIED) and ": not equivalent:" in note.split("\n", 1)[0]
+        return verified
 
 
 def _modes(module: torch.nn.Module) -> list[tuple[torch.nn.Module, bool]]:

@@ -5,8 +5,8 @@
         train()
     merged = ipd.gather(session.report())   # rank 0: every rank's findings; others: None
 
-Each finding gathered keeps its rank in `finding.details["rank"]`; the same
-finding raised on several ranks is listed once with `details["ranks"]`.
+Each finding gathered keeps its rank in `finding.ranks`; the same finding
+raised on several ranks is listed once with all of them in `ranks`.
 DDP's own machinery (bucket views, `broadcast_` into buffers, `copy_` of
 parameters) is not misreported: tests/real_code/test_idioms.py runs a 2-process gloo job.
 """
@@ -39,7 +39,7 @@ def gather(report: Report, dst: int = 0, group: Any = None) -> Report | None:
         return report
     dist = torch.distributed
     world = dist.get_world_size(group)
-    payload = [f.with_(details={**f.details, "rank": rank}) for f in report.findings]
+    payload = [f.with_(ranks=(rank,)) for f in report.findings]
     received: list[Any] | None = [None] * world if rank == dst else None
     dist.gather_object(payload, received, dst=dst, group=group)
     if rank != dst:
@@ -50,10 +50,9 @@ def gather(report: Report, dst: int = 0, group: Any = None) -> Report | None:
             key = f.dedupe_key
             if key in merged:
                 old = merged[key]
-                ranks = sorted(set(old.details.get("ranks", [old.details["rank"]])) | {f.details["rank"]})
-                merged[key] = old.with_(details={**old.details, "ranks": ranks})
+                merged[key] = old.with_(ranks=tuple(sorted(set(old.ranks) | set(f.ranks))))
             else:
-                merged[key] = f.with_(details={**f.details, "ranks": [f.details["rank"]]})
+                merged[key] = f
     out = Report(
         findings=list(merged.values()),
         target=report.target,

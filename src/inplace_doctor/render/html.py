@@ -86,7 +86,7 @@ def _peak_table(peak: "Peak") -> str:
         for c, b in sorted(peak.by_category.items(), key=lambda kv: -kv[1]) if b
     )
     detail = "".join(
-        f'<tr><td>{_e(h.category)}</td><td>{_e(h.label)}</td><td>{_e(h.module or "")}</td><td>{_e(h.location or "")}</td>'
+        f'<tr><td>{_e(h.category)}</td><td>{_e(h.label)}</td><td>{_e(h.where)}</td><td>{_e(h.location or "")}</td>'
         f'<td class="n">{h.tensors}</td><td class="n">{_e(fmt_bytes(h.nbytes))}</td></tr>'
         for h in peak.holdings[:25]
     )

@@ -20,7 +20,7 @@ def peak_lines(peak: Peak, top: int = 6) -> list[str]:
     if detailed:
         lines.append("  largest saved activations and temporaries:")
         for h in detailed:
-            where = " ".join(x for x in (h.module, h.location) if x)
+            where = " ".join(x for x in (h.where, h.location) if x)
             count = f" x{h.tensors}" if h.tensors > 1 else ""
             lines.append(f"    {fmt_bytes(h.nbytes):>11}  {h.label}{count}  {where}".rstrip())
     if peak.allocator_peak is not None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import quote
 
+from ..causes import SiteRole
 from ..findings import Edit, Finding, Fix, Severity
 from ..report import Report
 from ..rules import RULES, Rule
@@ -99,6 +100,7 @@ def _rule_descriptor(rule: Rule) -> JSONDict:
     }
 
 
+# Over a rule's docstring (RST literals to Markdown), not over a finding's or a note's text.
 _LITERAL = re.compile(r"``(.+?)``", re.DOTALL)
 
 
@@ -205,7 +207,7 @@ def _related(finding: Finding, root: str, root_label: str) -> list[JSONDict]:
     """The saving site ("saved for backward here") and the reading site ("read here"), when known."""
     related: list[JSONDict] = []
     overwrote = finding.mutation if _origin_site(finding) is not None else None
-    read_text = "views made here" if "read_label" in finding.details else "read here"
+    read_text = "views made here" if finding.read_role is SiteRole.VIEWS_MADE else "read here"
     for site, text in ((overwrote, "overwrote here"), (finding.saved, "saved for backward here"), (finding.read, read_text)):
         if site is None:
             continue
@@ -223,7 +225,7 @@ def fingerprint(finding: Finding, location: JSONDict | None) -> str:
         physical = location["physicalLocation"]
         uri = physical["artifactLocation"]["uri"]
         line = physical["region"]["startLine"]
-    slot = finding.details.get("slot") or ""
+    slot = finding.slot or ""
     key = "\0".join((finding.code, uri, str(line), str(slot)))
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
 

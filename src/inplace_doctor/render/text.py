@@ -9,6 +9,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.text import Text
 
+from ..causes import SiteRole
 from ..findings import Finding, Severity
 from ..printing import renders_html, renders_text
 from ..report import Report
@@ -19,6 +20,8 @@ _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.
 
 
 _PLACES_SHOWN = 6
+#: how the other line of a finding is labelled, by its role
+_READ_LABELS = {SiteRole.READ: "read by", SiteRole.VIEWS_MADE: "views from"}
 
 
 def _site_line(
@@ -51,7 +54,7 @@ def _site_line(
 def finding_lines(f: Finding, root_label: str = ROOT_LABEL, stack: int = 2) -> list[tuple[str, str]]:
     """(text, style) lines for one finding."""
     # PyTorch refused the op itself (IPD103): its other line, if any, is where the tensor came from
-    raised_at_op = f.saved is None and (f.read is None or "read_label" in f.details)
+    raised_at_op = f.saved is None and (f.read is None or f.read_role is SiteRole.VIEWS_MADE)
     confirmed = "  [PyTorch raised]" if raised_at_op else "  [confirmed by backward]"
     status = {True: confirmed, False: "  [unconfirmed]", None: ""}[f.confirmed]
     count = f"  (x{f.count})" if f.count > 1 else ""
@@ -60,19 +63,20 @@ def finding_lines(f: Finding, root_label: str = ROOT_LABEL, stack: int = 2) -> l
     callers: set[tuple[str, int]] = set()  # a caller line shared by the sites is printed once
     out += [(line, "") for line in _site_line(label, f.mutation, root_label, stack=stack, shown=callers)]
     if f.saved is not None:
-        out += [(line, "") for line in _site_line("saved", f.saved, root_label, f.details.get("slot"), stack, callers)]
+        out += [(line, "") for line in _site_line("saved", f.saved, root_label, f.slot, stack, callers)]
     if f.read is not None:
-        read_label = str(f.details.get("read_label", "read by"))
+        read_label = _READ_LABELS[f.read_role]
         out += [(line, "") for line in _site_line(read_label, f.read, root_label, stack=stack, shown=callers)]
-    if len(f.places) > 1 or (f.places and f.details.get("target")):
+    if len(f.places) > 1 or (f.places and f.target):
         listed = ", ".join(f.places[:_PLACES_SHOWN])
         more = f" and {len(f.places) - _PLACES_SHOWN} more" if len(f.places) > _PLACES_SHOWN else ""
         out.append((f"  {'places' if len(f.places) > 1 else 'written':<12}{listed}{more}", ""))
     out.append((f"  why: {f.why}", ""))
     if f.unconfirmed_reason:
         out.append((f"  unconfirmed: {f.unconfirmed_reason}", "dim"))
-    from_records = fix_lines(f, root_label)  # the fix as its records say it, else the rule's sentence
-    fixes = from_records or [f"fix: {fix}" for fix in (f.details.get("fixes") or ([f.fix] if f.fix else []))]
+    from_records = fix_lines(f, root_label)  # the fix as its records say it, else the rule's sentences
+    sentences = [f.fix, *f.fix_alternatives] if f.fix else list(f.fix_alternatives)
+    fixes = from_records or [f"fix: {fix}" for fix in sentences]
     for fix in fixes:
         out.append((f"  {fix}", "green"))
     return out

@@ -6,6 +6,7 @@ import html
 
 from ..engines.verify import VerifyResult
 from ..printing import renders_html, renders_text
+from ..verification import ModelVerified
 
 
 @renders_text(VerifyResult)
@@ -39,3 +40,16 @@ def verify_to_html(result: VerifyResult) -> str:
     """Jupyter: `str(result)` in a <pre>, green when equivalent, red when not (escaped, no script)."""
     color = "#2e7d32" if result.equivalent else "#b00020"
     return f'<pre class="inplace-doctor-verify" style="white-space:pre-wrap;color:{color}">{html.escape(str(result))}</pre>'
+
+
+@renders_text(ModelVerified)
+def model_note(verified: ModelVerified) -> str:
+    """`run --verify`'s verdict on one model as the report's note (`verify: `Net` (train mode, ...): equivalent: ...`)."""
+    if verified.result is None:
+        if verified.label:
+            return f"verify: `{verified.label}` could not be verified: {verified.reason}"
+        return f"verify: {verified.reason}"
+    text = str(verified.result).splitlines()
+    mode = "train" if verified.training else "eval"
+    head = f"verify: `{verified.label}` ({mode} mode, on the arguments of its first call): {text[0]}"
+    return "\n".join([head, *("  " + line for line in text[1:])])

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
+from ..causes import ArgumentFacts, CallerDataCause, HeldFacts
 from ..events import CallerInputWritten, HeldTensorOverwritten, HeldTensorUsed
 from ..findings import Finding, Severity
 from .fix_builders import copy_at_handout, write_fixes
 from .phrasing import fix_for_write, tensor_desc, where
-from .registry import make_finding, rule
+from .registry import RuleContext, make_finding, rule
 
 
 @rule(
@@ -19,7 +19,7 @@ from .registry import make_finding, rule
     Severity.WARNING,
     events=(CallerInputWritten,),
 )
-def caller_input_overwritten(event: CallerInputWritten, ctx: Any) -> Finding | None:
+def caller_input_overwritten(event: CallerInputWritten, ctx: RuleContext) -> Finding | None:
     """The model writes in place into a tensor the caller passed in (an input batch, a mask, a target).
 
     What: an in-place op inside the model's forward (a first-layer
@@ -47,6 +47,7 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: Any) -> Finding | N
     write = event.write
     return make_finding(
         "IPD106",
+        cause=CallerDataCause.CALLER_INPUT,
         what=(
             f"{where(write.site, ctx.root_label)} wrote into {tensor_desc(write.shape, write.dtype)} that is "
             f"`{event.argument}` of the model call."
@@ -58,7 +59,7 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: Any) -> Finding | N
         fix=f"{fix_for_write(write.site, ctx.root_label)}, or clone the input at the top of forward (`x = x.clone()`)",
         fixes=write_fixes(write.site),
         mutation=write.site,
-        argument=event.argument,
+        facts=ArgumentFacts(event.argument),
     )
 
 
@@ -69,7 +70,7 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: Any) -> Finding | N
     Severity.WARNING,
     events=(HeldTensorUsed, HeldTensorOverwritten),
 )
-def held_tensor_overwritten(event: HeldTensorUsed | HeldTensorOverwritten, ctx: Any) -> Finding | None:
+def held_tensor_overwritten(event: HeldTensorUsed | HeldTensorOverwritten, ctx: RuleContext) -> Finding | None:
     """A `state_dict()` entry kept as a snapshot is used after another path overwrote it.
 
     What: ``model.state_dict()`` returns aliases of the live parameters and
@@ -130,6 +131,7 @@ def held_tensor_overwritten(event: HeldTensorUsed | HeldTensorOverwritten, ctx: 
     owner = _state_dict_owner(overwritten.handed_out.code)
     return make_finding(
         "IPD107",
+        cause=CallerDataCause.HELD_ALIAS_USED if used is not None else CallerDataCause.HELD_ALIAS_OVERWRITTEN,
         what=what,
         why=why,
         fix=(
@@ -140,11 +142,11 @@ def held_tensor_overwritten(event: HeldTensorUsed | HeldTensorOverwritten, ctx: 
         mutation=write.site,
         read=used.use if used is not None else None,
         severity=None if used is not None else Severity.INFO,
-        held=held,
-        handed_out=handed_out,
+        facts=HeldFacts(held, handed_out),
     )
 
 
+# Over the user's source line (`best = model.state_dict()`), not over any text of ours.
 _STATE_DICT_CALL = re.compile(r"([A-Za-z_][\w.]*(?:\[[^\]]*\])*)\.state_dict\(\)")
 
 

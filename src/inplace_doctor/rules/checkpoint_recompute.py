@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from ..causes import RecomputeCause, RecomputeFacts
 from ..events import CheckpointRecomputeDiffers
 from ..findings import Finding, Severity
 from .phrasing import qualified, tensor_desc, where
-from .registry import make_finding, rule
+from .registry import RuleContext, make_finding, rule
 
 
 @rule(
@@ -17,7 +16,7 @@ from .registry import make_finding, rule
     Severity.ERROR,
     events=(CheckpointRecomputeDiffers,),
 )
-def checkpoint_recompute_differs(event: CheckpointRecomputeDiffers, ctx: Any) -> Finding | None:
+def checkpoint_recompute_differs(event: CheckpointRecomputeDiffers, ctx: RuleContext) -> Finding | None:
     """A checkpointed region's recompute produced other values than its forward did.
 
     What: ``torch.utils.checkpoint`` (non-reentrant, ``use_reentrant=False``)
@@ -90,7 +89,7 @@ def checkpoint_recompute_differs(event: CheckpointRecomputeDiffers, ctx: Any) ->
                 "the new value."
             )
             fix = (
-                f"make that write after backward() (or give the region a copy: `.clone()` what it reads), so "
+                "make that write after backward() (or give the region a copy: `.clone()` what it reads), so "
                 "the state the region reads is the same in forward and recompute"
             )
     elif event.input_version_changed:
@@ -119,6 +118,10 @@ def checkpoint_recompute_differs(event: CheckpointRecomputeDiffers, ctx: Any) ->
         fix = "make the op deterministic (torch.use_deterministic_algorithms), or do not checkpoint it"
     return make_finding(
         "IPD111",
+        cause=(
+            RecomputeCause.RNG if event.random and write is None
+            else RecomputeCause.STATE if write or event.input_version_changed else RecomputeCause.UNKNOWN
+        ),
         what=what,
         why=(
             f"{cause} PyTorch checks only the recomputed shapes, dtypes and devices, not the values: backward "
@@ -127,8 +130,7 @@ def checkpoint_recompute_differs(event: CheckpointRecomputeDiffers, ctx: Any) ->
         fix=fix,
         mutation=site,
         severity=severity,
-        position=event.position,
-        cause="rng" if event.random and write is None else "state" if write or event.input_version_changed else "unknown",
+        facts=RecomputeFacts(event.position),
     )
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Mapping, Sequence
 
+from ..causes import Cause, SavedTensorCause
 from ..errors import InplaceError, WrittenHere
 from ..events import (
     ChangedGraphTensorFreed,
@@ -75,6 +76,7 @@ class Analyzer:
         #: predictions whose saved tensor autograd freed without backward reading it
         self.dropped = 0
         self._by_event: dict[type, list[Rule]] = {}
+        self._contexts = {r.code: _RuleView(self, r.code) for r in rules}
         for r in rules:
             for event_type in r.events:
                 self._by_event.setdefault(event_type, []).append(r)
@@ -137,7 +139,7 @@ class Analyzer:
             self.suppressed += 1
             return produced
         for r in self._by_event.get(type(event), ()):
-            finding = r.check(event, self)
+            finding = r.check(event, self._contexts[r.code])
             if finding is None:
                 continue
             if is_suppressed(finding, self.per_module_ignores):
@@ -181,7 +183,10 @@ class Analyzer:
                 )
             for f in earlier:
                 why = f"This write changed the tensor too, before the write at {last.mutation.location}; {rest}. {last.why}"
-                confirmed = f.with_(confirmed=True, unconfirmed_reason="", why=why, fixes=alternatives or f.fixes)
+                confirmed = f.with_(
+                    confirmed=True, unconfirmed_reason="", why=why, fixes=alternatives or f.fixes,
+                    cause=SavedTensorCause.ALSO_WRITTEN,
+                )
                 produced.append(self._record(confirmed, confirming=True))
             if earlier and alternatives:
                 index = self._index[last.dedupe_key]
@@ -228,19 +233,18 @@ class Analyzer:
             return finding
         old = self.findings[index]
         places = old.places + tuple(p for p in finding.places if p not in old.places)
-        fixes = list(old.details.get("fixes") or [old.fix])
-        if finding.fix and finding.fix not in fixes and len(fixes) < _FIXES_SHOWN:
-            fixes.append(finding.fix)
-        details = {**old.details, "fixes": fixes} if len(fixes) > 1 else old.details
+        alternatives = old.fix_alternatives
+        if finding.fix and finding.fix != old.fix and finding.fix not in alternatives and len(alternatives) + 1 < _FIXES_SHOWN:
+            alternatives += (finding.fix,)
         # a flag fix differs per module folded in: each is kept, once
         records = old.fixes + tuple(x for x in finding.fixes if x not in old.fixes)[: max(0, _FIXES_SHOWN - len(old.fixes))]
         if confirming and not old.confirmed:
             merged = old.with_(
-                confirmed=True, severity=finding.severity, what=finding.what, why=finding.why,
-                places=places, details=details, unconfirmed_reason="", fixes=records,
+                confirmed=True, severity=finding.severity, what=finding.what, why=finding.why, cause=finding.cause,
+                places=places, fix_alternatives=alternatives, unconfirmed_reason="", fixes=records,
             )
         else:
-            merged = old.with_(count=old.count + 1, places=places, details=details, fixes=records)
+            merged = old.with_(count=old.count + 1, places=places, fix_alternatives=alternatives, fixes=records)
         self.findings[index] = merged
         return merged
 
@@ -283,6 +287,26 @@ def _alternatives(writes: list[Finding]) -> tuple[Fix, ...]:
 
 def _updates(writes: list[Finding]) -> bool:
     return any(x.kind in (FixKind.RECOMPUTE, FixKind.MOVE_STATEMENT) for w in writes for x in w.fixes)
+
+
+class _RuleView:
+    """The `RuleContext` one rule gets: the session's root label and writes, and its own findings only."""
+
+    def __init__(self, analyzer: Analyzer, code: str) -> None:
+        self._analyzer = analyzer
+        self._code = code
+
+    @property
+    def root_label(self) -> str:
+        return self._analyzer.root_label
+
+    def overwrite_for(self, key: int) -> SavedTensorOverwritten | None:
+        return self._analyzer.overwrite_for(key)
+
+    def earlier(self, cause: Cause) -> Finding | None:
+        return next(
+            (f for f in reversed(self._analyzer.findings) if f.code == self._code and f.cause == cause), None
+        )
 
 
 def _predicted_key(event: Event) -> int | None:

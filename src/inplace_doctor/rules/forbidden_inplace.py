@@ -1,23 +1,25 @@
 """IPD103: the in-place errors PyTorch raises at the op itself, made specific.
 
-PyTorch's wording changes between releases, so each case is matched loosely.
+PyTorch's wording changes between releases, so each case is matched loosely. The patterns read
+PyTorch's own error messages, never a text of ours: what the rule decides is a `ForbiddenCause`.
 """
 
 from __future__ import annotations
 
 import re
 import textwrap
-from typing import Any
 
+from ..causes import ForbiddenCause, SiteRole
 from ..events import InplaceErrorRaised
 from ..findings import Finding, Severity
-from ..sites import module_ref
+from ..sites import Site, module_ref
 from .fix_builders import write_fixes
 from .phrasing import first_inplace_call, inplace_statement, where, without_comment
-from .registry import make_finding, rule
+from .registry import RuleContext, make_finding, rule
 
-_FORWARD_ERRORS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
+_FORWARD_ERRORS: tuple[tuple[ForbiddenCause, re.Pattern[str], str, str, str], ...] = (
     (
+        ForbiddenCause.EXPANDED,
         re.compile(r"more than one element of the written-to tensor refers to a single memory location", re.I),
         "writes to an expanded (overlapping) tensor",
         "Several elements share one memory location (an `expand()`/`expand_as()` or broadcast view), so "
@@ -25,6 +27,7 @@ _FORWARD_ERRORS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
         "`.clone()` (or `.contiguous()`) the expanded tensor before modifying it, or use the out-of-place op",
     ),
     (
+        ForbiddenCause.HOOKED_OUTPUT,
         re.compile(r"BackwardHookFunction", re.I),
         "modifies the output of a module with full backward hooks",
         "`register_full_backward_hook` (Grad-CAM, captum, shap) wraps the module's outputs in a custom "
@@ -33,6 +36,7 @@ _FORWARD_ERRORS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
         "False` on every ReLU: `for m in model.modules(): m.inplace = False` where it has the attribute)",
     ),
     (
+        ForbiddenCause.MULTIPLE_VIEWS,
         re.compile(r"function that returns multiple views", re.I),
         "modifies one of several views returned together (`unbind`, `split`, `chunk`)",
         "Autograd cannot rewrite the backward of an op that returned several views when one of them "
@@ -42,6 +46,7 @@ _FORWARD_ERRORS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
     (
         # Not "Inference tensors cannot be saved for backward": no in-place op there (an input or
         # tensor made under inference_mode reached autograd), so the model's error, not this rule.
+        ForbiddenCause.NO_GRAD_VIEW,
         re.compile(r"view was created in (?:no_grad|inference) mode", re.I),
         "modifies, with grad on, a view created under no_grad or inference_mode",
         "The view has no autograd history from its base, so the in-place change cannot be recorded",
@@ -49,6 +54,7 @@ _FORWARD_ERRORS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
         "`no_grad` (or `inference_mode`) block the view was made in",
     ),
     (
+        ForbiddenCause.CUSTOM_FUNCTION_VIEW,
         re.compile(r"view (?:was )?created inside a custom Function|is a view and (?:is being|its base)", re.I),
         "modifies a view whose autograd history cannot be rewritten",
         "The view comes from a custom Function (or an input returned as-is), whose backward would be "
@@ -65,7 +71,7 @@ _FORWARD_ERRORS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
     Severity.ERROR,
     events=(InplaceErrorRaised,),
 )
-def forbidden_inplace(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
+def forbidden_inplace(event: InplaceErrorRaised, ctx: RuleContext) -> Finding | None:
     """An in-place op PyTorch refuses at the op: overlapping memory, multi-output views, no_grad views, hooked outputs.
 
     What: one of the in-place errors PyTorch raises during forward —
@@ -95,11 +101,10 @@ def forbidden_inplace(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
     Fix: out-of-place op or a ``.clone()`` before the write, as the finding says.
     """
     text = str(event.error)
-    for pattern, what, why, fix in _FORWARD_ERRORS:
-        if pattern.search(text):
-            break
-    else:
+    matched = next((case for case in _FORWARD_ERRORS if case[1].search(text)), None)
+    if matched is None:
         return None
+    cause, _, what, why, fix = matched
     site = event.site
     in_backward = ""
     if event.created is not None:  # raised inside backward: the forward line that created the node
@@ -109,12 +114,9 @@ def forbidden_inplace(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
         )
         site = event.created
     ref = module_ref(site, ctx.root_label)
-    views = event.target_created if pattern is _MULTIPLE_VIEWS else None
-    details: dict[str, Any] = {}
-    if pattern is _MULTIPLE_VIEWS:
+    views = event.target_created if cause is ForbiddenCause.MULTIPLE_VIEWS else None
+    if cause is ForbiddenCause.MULTIPLE_VIEWS:
         what, fix = _multiple_views(site, views)
-        if views is not None:
-            details["read_label"] = "views from"  # the other line: where the views were made
     if ref is not None and site.module_inplace:
         fix = f"set `{ref}.inplace = False`; in general, {fix}"
     first = text.strip().splitlines()[0] if text.strip() else type(event.error).__name__
@@ -123,19 +125,16 @@ def forbidden_inplace(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
         what=f"{where(site, ctx.root_label)} {what}.{in_backward}",
         why=f"{why}; PyTorch raised: \"{textwrap.shorten(first, 400, placeholder=' ...')}\"",
         fix=fix,
-        fixes=write_fixes(site) if site.module_inplace or pattern is _MULTIPLE_VIEWS else (),
+        fixes=write_fixes(site) if site.module_inplace or cause is ForbiddenCause.MULTIPLE_VIEWS else (),
         mutation=site,
         read=views,
+        read_role=SiteRole.VIEWS_MADE,  # the other line: where the views were made
+        cause=cause,
         confirmed=True,
-        kind=what,
-        **details,
     )
 
 
-_MULTIPLE_VIEWS = _FORWARD_ERRORS[2][0]
-
-
-def _multiple_views(site: Any, views: Any) -> tuple[str, str]:
+def _multiple_views(site: Site, views: Site | None) -> tuple[str, str]:
     """What happened and the fix, for a write into one of several views returned together. The
     fix names both choices, since which tensor was meant to change is the program's: the piece
     alone (rebind it out of place), or the tensor it came from too (write that one). A `.clone()`

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
+from ..causes import GraphHistoryCause, HistoryFacts
 from ..events import ChangedGraphTensorReached, GraphTensorChangedOutsideAutograd
 from ..findings import Finding, Severity
 from ..sites import Site
 from .fix_history import history_fixes
 from .phrasing import augmented_out_of_place, tensor_desc, where, without_comment
-from .registry import make_finding, rule
+from .registry import RuleContext, make_finding, rule
 
 _HOW = {
     "detach": "through a `.detach()` alias, a write autograd does not record",
@@ -18,6 +18,7 @@ _HOW = {
     "no_grad": "under `torch.no_grad()`, where autograd records nothing",
     "inference_mode": "under `torch.inference_mode()`, where autograd records nothing",
 }
+# Over the user's source line (the write to rewrite), not over any text of ours.
 _ALIAS = r"(?P<name>[A-Za-z_][\w.]*?)(?:\.detach\(\)|\.data)"
 _ALIAS_INDEXED = re.compile(rf"^{_ALIAS}\s*\[(?P<index>.+)\]\s*=(?!=)\s*(?P<value>.+)$")
 _ALIAS_CALL = re.compile(rf"^{_ALIAS}\.(?P<op>[a-z][a-z0-9_]*?)_\((?P<args>.*)\)$")
@@ -33,7 +34,9 @@ _PLAIN_AUGMENTED = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)\s*(?P<op>\+|-|\*|/)=\
     Severity.WARNING,
     events=(GraphTensorChangedOutsideAutograd, ChangedGraphTensorReached),
 )
-def graph_tensor_changed_outside_autograd(event: Any, ctx: Any) -> Finding | None:
+def graph_tensor_changed_outside_autograd(
+    event: GraphTensorChangedOutsideAutograd | ChangedGraphTensorReached, ctx: RuleContext
+) -> Finding | None:
     """A non-leaf tensor that requires grad is changed where autograd cannot see it, then used: its gradients follow the old history.
 
     What: a write through a ``.detach()`` or ``.data`` alias, or any in-place
@@ -88,6 +91,7 @@ def graph_tensor_changed_outside_autograd(event: Any, ctx: Any) -> Finding | Non
     )
     return make_finding(
         "IPD110",
+        cause=GraphHistoryCause(event.how),
         what=(
             f"{where(write.site, ctx.root_label)} changed {tensor_desc(write.shape, write.dtype)} "
             f"{_HOW.get(event.how, 'outside autograd')}, and then {where(use, ctx.root_label)} used that tensor "
@@ -99,8 +103,7 @@ def graph_tensor_changed_outside_autograd(event: Any, ctx: Any) -> Finding | Non
         mutation=write.site,
         read=use,
         confirmed=confirmed,
-        how=event.how,
-        history=event.history,
+        facts=HistoryFacts(event.history or ""),
     )
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
+from ..causes import LeafCause
 from ..events import InplaceErrorRaised
 from ..findings import Finding, Severity
 from .phrasing import fix_for_write, where
-from .registry import make_finding, rule
+from .registry import RuleContext, make_finding, rule
 
+# Over PyTorch's own error message (not over any text of ours).
 _LEAF = re.compile(r"leaf variable that requires grad.*in-place", re.IGNORECASE | re.DOTALL)
 
 
@@ -20,7 +21,7 @@ _LEAF = re.compile(r"leaf variable that requires grad.*in-place", re.IGNORECASE 
     Severity.ERROR,
     events=(InplaceErrorRaised,),
 )
-def inplace_on_leaf(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
+def inplace_on_leaf(event: InplaceErrorRaised, ctx: RuleContext) -> Finding | None:
     """An in-place op modifies a leaf tensor that requires grad (or a view of one).
 
     What: a tensor created by the user with ``requires_grad=True`` (a
@@ -44,10 +45,12 @@ def inplace_on_leaf(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
     text = str(event.error)
     if not _LEAF.search(text) or event.in_checkpoint:
         return None  # inside a checkpoint's recompute: IPD108 explains it
-    kind = "a view of a leaf tensor" if "view of a leaf" in text.lower() else "a leaf tensor"
+    cause = LeafCause.VIEW_OF_LEAF if "view of a leaf" in text.lower() else LeafCause.LEAF
+    kind = "a view of a leaf tensor" if cause is LeafCause.VIEW_OF_LEAF else "a leaf tensor"
     site = event.site
     return make_finding(
         "IPD102",
+        cause=cause,
         what=f"{where(site, ctx.root_label)} modifies {kind} that requires grad, with grad mode on.",
         why="PyTorch raises at once: the gradient for that leaf would have to flow into a value that no longer exists.",
         fix=(

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
+from ..causes import HandOutFacts, OutsideWriteCause
 from ..events import SavedTensorChangedOutside
 from ..findings import Finding, Severity
 from ..sites import Phase, Site
 from .fix_builders import copy_at_handout
 from .phrasing import tensor_desc, where, without_comment
-from .registry import make_finding, rule
+from .registry import RuleContext, make_finding, rule
 
-# `a = t.detach().numpy()`, `arr = np.from_dlpack(t)`: the hand-out, assigned to a name
+# Over the user's source line, not over any text of ours. `a = t.detach().numpy()`, `arr = np.from_dlpack(t)`: the hand-out, assigned to a name
 _ASSIGNED = re.compile(r"^(?P<target>[\w.]+)\s*=\s*(?P<value>.+?)\s*$")
 
 
@@ -23,7 +23,7 @@ _ASSIGNED = re.compile(r"^(?P<target>[\w.]+)\s*=\s*(?P<value>.+?)\s*$")
     Severity.ERROR,
     events=(SavedTensorChangedOutside,),
 )
-def saved_tensor_changed_outside(event: Any, ctx: Any) -> Finding | None:
+def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleContext) -> Finding | None:
     """A saved tensor's bytes change with no op at all: written through NumPy, DLPack or a raw pointer.
 
     What: ``t.numpy()`` (``t.detach().numpy()``), ``t.__dlpack__()`` (what
@@ -68,13 +68,16 @@ def saved_tensor_changed_outside(event: Any, ctx: Any) -> Finding | None:
     through = f" through memory handed out by {how} at {handed.location}" if handed is not None and handed.file else ""
     node = saved.node or "its autograd node"
     if write is not None and write.file:
+        cause = OutsideWriteCause.WRITE_SEEN
         what = f"`{without_comment(write.code or '')}` at {write.location} changed the bytes of {desc}, {saving},{through}"
     elif handed is not None:
+        cause = OutsideWriteCause.HANDED_OUT
         what = (
             f"The bytes of {desc}, {saving}, changed{through}, with no PyTorch op "
             "(run with check_contents=True to find the writing line)"
         )
     else:
+        cause = OutsideWriteCause.UNSEEN
         what = (
             f"The bytes of {desc}, {saving}, changed with no PyTorch op and no hand-out of its memory seen "
             "(a C/CUDA extension kernel that writes an input without declaring it, or a pointer taken before "
@@ -96,6 +99,7 @@ def saved_tensor_changed_outside(event: Any, ctx: Any) -> Finding | None:
     )
     return make_finding(
         "IPD109",
+        cause=cause,
         what=what + ".",
         why=why,
         fix=_fix(handed, how),
@@ -104,8 +108,7 @@ def saved_tensor_changed_outside(event: Any, ctx: Any) -> Finding | None:
         saved=saved.site,
         confirmed=True if event.reached else None,
         slot=saved.slot,
-        handed_out=handed.location if handed is not None else None,
-        how=event.how,
+        facts=HandOutFacts(handed.location if handed is not None else None, event.how),
     )
 
 

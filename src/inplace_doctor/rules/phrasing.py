@@ -67,9 +67,8 @@ def written_desc(write: Any, saved: Any, root_label: str) -> str:
 
 def place_of(finding: "Finding", root_label: str) -> str:
     """What one occurrence of a finding is about: the parameter written, else the module that wrote."""
-    target = finding.details.get("target")
-    if target:
-        return qualified(str(target), root_label)
+    if finding.target:
+        return qualified(finding.target, root_label)
     for site in (finding.mutation, finding.saved, finding.read):
         if site is not None and site.module is not None:
             ref = module_ref(site, root_label)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from ..causes import ChangedResultCause, DifferenceFacts, SideEffectCause, SideEffectFacts
 from ..events import (
     InplaceErrorRaised,
     OriginalValueRead,
@@ -15,7 +14,7 @@ from ..findings import Finding, Severity
 from ..trace.pytorch_errors import is_stale_saved_tensor_error
 from .fix_builders import write_fixes
 from .phrasing import fix_for_write, tensor_desc, where
-from .registry import make_finding, rule
+from .registry import RuleContext, make_finding, rule
 
 
 @rule(
@@ -25,7 +24,7 @@ from .registry import make_finding, rule
     Severity.ERROR,
     events=(OriginalValueRead,),
 )
-def inplace_changes_result(event: OriginalValueRead, ctx: Any) -> Finding | None:
+def inplace_changes_result(event: OriginalValueRead, ctx: RuleContext) -> Finding | None:
     """An in-place flag or augmented assignment changes the result: a later op reads the overwritten tensor.
 
     What: ``nn.ReLU(inplace=True)`` (or any ``inplace=True`` module or
@@ -80,8 +79,10 @@ def inplace_changes_result(event: OriginalValueRead, ctx: Any) -> Finding | None
             "On this input the values it read happen to equal the original (difference 0), but other inputs "
             "will differ."
         )
+    cause = ChangedResultCause.FLAG if event.kind == "flag" else ChangedResultCause.AUGMENTED
     return make_finding(
         "IPD105",
+        cause=cause,
         what=(
             f"{where(write.site, ctx.root_label)} overwrote {tensor_desc(write.shape, write.dtype)}, and then "
             f"{where(read, ctx.root_label)} read that same tensor. With the out-of-place form it would have read "
@@ -92,9 +93,8 @@ def inplace_changes_result(event: OriginalValueRead, ctx: Any) -> Finding | None
         fixes=write_fixes(write.site),
         mutation=write.site,
         read=read,
-        severity=Severity.ERROR if event.kind == "flag" else Severity.WARNING,
-        max_difference=event.max_difference,
-        kind=event.kind,
+        severity=Severity.ERROR if cause is ChangedResultCause.FLAG else Severity.WARNING,
+        facts=DifferenceFacts(event.max_difference),
     )
 
 
@@ -105,7 +105,9 @@ def inplace_changes_result(event: OriginalValueRead, ctx: Any) -> Finding | None
     Severity.WARNING,
     events=(SideEffectRepeated, SavedTensorOverwritten, StaleSavedTensorUsed, InplaceErrorRaised),
 )
-def side_effect_repeated(event: Any, ctx: Any) -> Finding | None:
+def side_effect_repeated(
+    event: SideEffectRepeated | SavedTensorOverwritten | StaleSavedTensorUsed | InplaceErrorRaised, ctx: RuleContext
+) -> Finding | None:
     """State changed in forward is changed again during backward: a checkpoint's recompute repeats a side effect.
 
     What: ``torch.utils.checkpoint`` (reentrant or not) runs the region's
@@ -147,6 +149,7 @@ def side_effect_repeated(event: Any, ctx: Any) -> Finding | None:
     write = event.write
     return make_finding(
         "IPD108",
+        cause=SideEffectCause.REPEATED,
         what=f"{where(write.site, ctx.root_label)} ran again during backward: {event.what} changed a second time.",
         why=(
             "A checkpointed region's forward is recomputed during backward, so its side effects happen twice; "
@@ -157,11 +160,13 @@ def side_effect_repeated(event: Any, ctx: Any) -> Finding | None:
             "accumulation so it runs once per step"
         ),
         mutation=write.site,
-        what_changed=event.what,
+        facts=SideEffectFacts(event.what),
     )
 
 
-def _write_to_checkpoint_input(event: Any, ctx: Any) -> Finding | None:
+def _write_to_checkpoint_input(
+    event: SavedTensorOverwritten | StaleSavedTensorUsed | InplaceErrorRaised, ctx: RuleContext
+) -> Finding | None:
     fix = (
         "make the write out of place inside the checkpointed function (`x = x * 2`, not `x.mul_(2)`), "
         "or clone the input first (`x = x.clone()`)"
@@ -175,15 +180,15 @@ def _write_to_checkpoint_input(event: Any, ctx: Any) -> Finding | None:
         if not event.in_checkpoint:
             return None
         if is_stale_saved_tensor_error(text):
-            earlier = [f for f in ctx.findings if f.code == "IPD108" and f.details.get("what_changed") == "a checkpoint input"]
-            if earlier:  # found at the write, with both lines: this error confirms it
-                return earlier[-1].with_(confirmed=True)
+            earlier = ctx.earlier(SideEffectCause.CHECKPOINT_INPUT)
+            if earlier is not None:  # found at the write, with both lines: this error confirms it
+                return earlier.with_(confirmed=True)
         elif "leaf variable" not in text:
             return None
         return make_finding(
             "IPD108", what=f"{where(event.site, ctx.root_label)} writes in place to a checkpointed region's input.",
             why=why, fix=fix, mutation=event.site, confirmed=True, severity=Severity.ERROR,
-            what_changed="a checkpoint input",
+            cause=SideEffectCause.CHECKPOINT_INPUT,
         )
     write = event.write if isinstance(event, SavedTensorOverwritten) else None
     if isinstance(event, StaleSavedTensorUsed):
@@ -201,5 +206,5 @@ def _write_to_checkpoint_input(event: Any, ctx: Any) -> Finding | None:
         ),
         why=why, fix=fix, mutation=write.site, saved=event.saved.site,
         confirmed=True if isinstance(event, StaleSavedTensorUsed) else None, severity=Severity.ERROR,
-        what_changed="a checkpoint input",
+        cause=SideEffectCause.CHECKPOINT_INPUT,
     )

@@ -9,10 +9,37 @@ from __future__ import annotations
 import difflib
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable, Protocol
 
+from ..causes import Cause, Facts, SiteRole
 from ..errors import UsageError
+from ..events import SavedTensorOverwritten
 from ..findings import Finding, Fix, Severity
+from ..sites import Site
+
+
+class RuleContext(Protocol):
+    """What a rule may ask of the session besides its event: three questions, all typed.
+
+    A rule never sees another rule's findings: `earlier` answers only with the asking rule's own.
+    """
+
+    @property
+    def root_label(self) -> str:
+        """What reports call the model (`model`), or "" when modules are named by path alone."""
+        ...
+
+    def overwrite_for(self, key: int) -> SavedTensorOverwritten | None:
+        """The last write that changed saved tensor `key`, if one was seen."""
+        ...
+
+    def earlier(self, cause: Cause) -> Finding | None:
+        """This rule's last finding with `cause`, if it made one (an error confirming it)."""
+        ...
+
+
+#: a rule: its event (of the types it registered for) and the context, to a finding or None
+Check = Callable[..., Finding | None]
 
 
 @dataclass(frozen=True)
@@ -22,7 +49,7 @@ class Rule:
     title: str
     severity: Severity
     events: tuple[type, ...]
-    check: Callable[[Any, Any], Finding | None]
+    check: Check
 
     @property
     def doc(self) -> str:
@@ -36,10 +63,8 @@ class Rule:
 RULES: dict[str, Rule] = {}
 
 
-def rule(
-    code: str, name: str, title: str, severity: Severity, events: Iterable[type]
-) -> Callable[[Callable[[Any, Any], Finding | None]], Callable[[Any, Any], Finding | None]]:
-    def register(check: Callable[[Any, Any], Finding | None]) -> Callable[[Any, Any], Finding | None]:
+def rule(code: str, name: str, title: str, severity: Severity, events: Iterable[type]) -> Callable[[Check], Check]:
+    def register(check: Check) -> Check:
         if code in RULES:
             raise ValueError(f"rule code {code} registered twice")
         RULES[code] = Rule(code, name, title, severity, tuple(events), check)
@@ -49,11 +74,13 @@ def rule(
 
 
 def make_finding(
-    code: str, *, what: str, why: str, fix: str, mutation: Any, saved: Any = None, read: Any = None,
-    confirmed: bool | None = None, severity: Severity | None = None, fixes: tuple[Fix, ...] = (), **details: Any,
+    code: str, *, cause: Cause, what: str, why: str, fix: str, mutation: Site, saved: Site | None = None,
+    read: Site | None = None, read_role: SiteRole = SiteRole.READ, confirmed: bool | None = None,
+    severity: Severity | None = None, facts: Facts | None = None, slot: str | None = None,
+    target: str | None = None, fixes: tuple[Fix, ...] = (),
 ) -> Finding:
-    """A finding of rule `code`: the message is what happened, why it matters, then the fix; `fixes`
-    are the fix as records (`rules/fix_builders.py`)."""
+    """A finding of rule `code`, its decision as fields (`cause`, `facts`, sites); `what`/`why`/`fix`
+    are its sentences; `fixes` the fix as records (`rules/fix_builders.py`)."""
     registered = RULES[code]
     return Finding(
         code=code,
@@ -66,9 +93,12 @@ def make_finding(
         confirmed=confirmed,
         read=read,
         why=why,
+        cause=cause,
+        facts=facts,
+        slot=slot,
+        target=target,
+        read_role=read_role,
         fixes=fixes,
-        places=(details["place"],) if details.get("place") else (),
-        details={"why": why, **details},
     )
 
 

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from ..events import InplaceErrorRaised, SavedTensorOverwritten, SavedTensorReached, StaleSavedTensorUsed
+from ..causes import SavedTensorCause, SilentOverwriteCause, VersionFacts
+from ..events import (
+    InplaceErrorRaised,
+    SavedInfo,
+    SavedTensorOverwritten,
+    SavedTensorReached,
+    StaleSavedTensorUsed,
+    WriteInfo,
+)
 from ..findings import Finding, Fix, Severity
 from ..sites import Phase, Site
 from ..trace.pytorch_errors import is_stale_saved_tensor_error
 from ..trace.stacks import capture_frames, make_site
 from .fix_builders import silent_write_fixes, step_fixes, write_fixes
 from .phrasing import fix_for_write, qualified, short_op, silent_write_fix, step_fix, where, written_desc
-from .registry import make_finding, rule
+from .registry import RuleContext, make_finding, rule
 
+# Over PyTorch's own error message (not over any text of ours): the saving node and shape it names.
 _STALE_DETAILS = re.compile(
     r"\[(?P<type>[\w.]+) \[(?P<shape>[^\]]*)\]\], which is (?:output \d+ of|saved by) (?P<node>\w+), "
     r"is at version (?P<now>\d+); expected version (?P<then>\d+)"
@@ -27,7 +35,9 @@ _STALE_DETAILS = re.compile(
     Severity.ERROR,
     events=(SavedTensorOverwritten, StaleSavedTensorUsed, InplaceErrorRaised),
 )
-def saved_tensor_overwritten(event: Any, ctx: Any) -> Finding | None:
+def saved_tensor_overwritten(
+    event: SavedTensorOverwritten | StaleSavedTensorUsed | InplaceErrorRaised, ctx: RuleContext
+) -> Finding | None:
     """A tensor autograd saved for backward is overwritten by an in-place op; backward will raise.
 
     What: an op saved a tensor for its backward (``sigmoid`` saves its output,
@@ -92,6 +102,7 @@ def saved_tensor_overwritten(event: Any, ctx: Any) -> Finding | None:
         )
     return make_finding(
         "IPD101",
+        cause=SavedTensorCause.OVERWRITTEN,
         what=(
             f"{where(write.site, ctx.root_label)} overwrote {written_desc(write, saved, ctx.root_label)}, which "
             f"{_saved_phrase_from(saved, ctx)}."
@@ -103,13 +114,12 @@ def saved_tensor_overwritten(event: Any, ctx: Any) -> Finding | None:
         saved=saved.site,
         confirmed=confirmed,
         slot=saved.slot,
-        saved_version=saved.version,
-        version_now=event.version_now,
+        facts=VersionFacts(saved.version, event.version_now),
         target=write.target,
     )
 
 
-def _fix(write: Any, backward: Site | None, ctx: Any, saved: Site | None = None) -> str:
+def _fix(write: WriteInfo, backward: Site | None, ctx: RuleContext, saved: Site | None = None) -> str:
     if (write.site.api and write.site.api.endswith(".step")) or write.target:
         # A parameter or buffer update is the program's intent: never drop it, order it.
         owner = (ctx.root_label or write.target.split(".")[0]) if write.target else None
@@ -118,7 +128,7 @@ def _fix(write: Any, backward: Site | None, ctx: Any, saved: Site | None = None)
     return fix_for_write(write.site, ctx.root_label, saved)
 
 
-def _fixes(write: Any, backward: Site | None, saved: Site | None) -> tuple[Fix, ...]:
+def _fixes(write: WriteInfo, backward: Site | None, saved: Site | None) -> tuple[Fix, ...]:
     if (write.site.api and write.site.api.endswith(".step")) or write.target:
         return step_fixes(write.site, backward)
     return write_fixes(write.site, saved)
@@ -130,14 +140,15 @@ def backward_site() -> Site | None:
     return make_site("backward", frames, api, None, "backward") if frames else None
 
 
-def _saved_phrase_from(saved: Any, ctx: Any) -> str:
+def _saved_phrase_from(saved: SavedInfo, ctx: RuleContext) -> str:
     return f"`{saved.slot}` saved for backward ({where(saved.site, ctx.root_label)})"
 
 
-def _stale_without_write(event: StaleSavedTensorUsed, ctx: Any) -> Finding:
+def _stale_without_write(event: StaleSavedTensorUsed, ctx: RuleContext) -> Finding:
     saved = event.saved
     return make_finding(
         "IPD101",
+        cause=SavedTensorCause.WRITE_NOT_SEEN,
         what="",
         why=(
             f"Backward reached `{saved.slot}`, saved at {saved.site.location}, and found it overwritten: "
@@ -149,10 +160,11 @@ def _stale_without_write(event: StaleSavedTensorUsed, ctx: Any) -> Finding:
         saved=saved.site,
         confirmed=True,
         slot=saved.slot,
+        facts=VersionFacts(saved.version, event.version_now),
     )
 
 
-def _from_pytorch_error(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
+def _from_pytorch_error(event: InplaceErrorRaised, ctx: RuleContext) -> Finding | None:
     text = str(event.error)
     if not is_stale_saved_tensor_error(text) or event.in_checkpoint:
         return None  # raised by a checkpoint's recompute: IPD108 explains it
@@ -160,6 +172,7 @@ def _from_pytorch_error(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
     what = f"`{found['node']}` saved a [{found['shape']}] tensor" if found else "a saved tensor"
     return make_finding(
         "IPD101",
+        cause=SavedTensorCause.RAISED_BEFORE_WATCH,
         what="",
         why=(
             f"PyTorch raised at backward ({event.site.location}): {what} that was modified in place after it "
@@ -179,7 +192,9 @@ def _from_pytorch_error(event: InplaceErrorRaised, ctx: Any) -> Finding | None:
     Severity.ERROR,
     events=(SavedTensorOverwritten, SavedTensorReached),
 )
-def saved_tensor_silently_overwritten(event: Any, ctx: Any) -> Finding | None:
+def saved_tensor_silently_overwritten(
+    event: SavedTensorOverwritten | SavedTensorReached, ctx: RuleContext
+) -> Finding | None:
     """A saved tensor's bytes are overwritten through an alias with its own version counter: silent wrong gradients.
 
     What: ``.data``, ``set_``, and tensors that share storage without sharing
@@ -219,10 +234,13 @@ def saved_tensor_silently_overwritten(event: Any, ctx: Any) -> Finding | None:
     write, saved = event.write, event.saved
     code = write.site.code or ""
     if not event.write_bumped_a_version:
+        cause = SilentOverwriteCause.NO_VERSION_BUMP
         alias = f"with `{short_op(write.site.op)}`, which bumps no version counter at all"
     elif ".data" in code:
+        cause = SilentOverwriteCause.DATA_ALIAS
         alias = "through `.data`"
     else:
+        cause = SilentOverwriteCause.OTHER_ALIAS
         alias = "through an alias that does not share its version counter"
     node = saved.node or "its autograd node"
     if confirmed:
@@ -242,6 +260,7 @@ def saved_tensor_silently_overwritten(event: Any, ctx: Any) -> Finding | None:
         fix, fixes = silent_write_fix(write.site), silent_write_fixes(write.site)
     return make_finding(
         "IPD104",
+        cause=cause,
         what=(
             f"{where(write.site, ctx.root_label)} changed the memory of {written_desc(write, saved, ctx.root_label)}, "
             f"which {_saved_phrase_from(saved, ctx)}, {alias}."
@@ -253,6 +272,6 @@ def saved_tensor_silently_overwritten(event: Any, ctx: Any) -> Finding | None:
         saved=saved.site,
         confirmed=confirmed,
         slot=saved.slot,
-        op=short_op(write.site.op),
+        facts=VersionFacts(saved.version, None),
         target=write.target,
     )

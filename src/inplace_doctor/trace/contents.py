@@ -103,7 +103,7 @@ class ContentChecks:
         for owner in (dlpack, torch):
             if getattr(owner, "to_dlpack", None) is original:
                 self._patched.append((owner, "to_dlpack", original))
-                setattr(owner, "to_dlpack", to_dlpack)
+                setattr(owner, "to_dlpack", to_dlpack)  # noqa: B010 (a patch of a module mypy types)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -32,6 +32,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .. import _compat
+from ..causes import WriteForm
 from ..events import OriginalValueRead, WriteInfo
 from .blame import call_through
 from .contents import HAND_OUTS
@@ -86,6 +87,9 @@ def _augmentable(func: Any) -> bool:
     return name.endswith("_") and not name.startswith("_") or name.startswith("__i")
 
 
+_FORMS = {"flag": WriteForm.FLAG, "augmented": WriteForm.AUGMENTED}
+
+
 class _Overwritten:
     """An object an in-place call overwrote, with its value from before (or the largest change made).
 
@@ -121,7 +125,7 @@ class _Overwritten:
         frames, api, _ = resolve_stack(self.stack, MAX_STACK)
         origin = self.find_origin(tuple({f[0] for f in frames})) if self.find_origin is not None else None
         return WriteInfo(
-            site=make_site(self.op, frames, api, self.module, "forward", origin),
+            site=make_site(self.op, frames, api, self.module, "forward", origin, _FORMS[self.kind]),
             shape=self.shape,
             dtype=self.dtype,
             writes_bytes=True,
@@ -294,7 +298,7 @@ class InplaceCalls(TorchFunctionMode):
             else:
                 alias = real.detach()
         name = getattr(func, "__name__", "in-place call")
-        op = f"{name} (inplace=True)" if kind == "flag" else f"{name} (augmented assignment)"
+        op = name  # the form (flag or augmented assignment) is the site's own field
         key = id(target)
         module = self.modules.current
         origin = None

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from .. import _compat
+from ..causes import WriteForm
 from ..sites import Frame, Phase, Site, source_line
 
 # inplace_doctor's own files are never the user's line (its bundled examples are).
@@ -320,6 +321,7 @@ def make_site(
     module: tuple[str, int, str, bool | None] | None,
     phase: str,
     origin: Frame | None = None,
+    form: WriteForm | None = None,
 ) -> Site:
     """A Site for `op` from captured frames; `phase` is "forward" or "backward"."""
     frames = tuple(Frame(*raw) for raw in raw_frames)
@@ -337,4 +339,5 @@ def make_site(
         api=api,
         phase=Phase(phase),
         origin=origin,
+        form=form,
     )

@@ -51,12 +51,22 @@ def is_bookkeeping_op(namespace: str, name: str) -> bool:
     return namespace in _BOOKKEEPING_NAMESPACES or name.startswith(_BOOKKEEPING_PREFIXES) or name in _BOOKKEEPING_OPS
 
 
+#: who allocated a tensor: the running module's path (relative to the model, "" the model itself)
+#: in forward, or the autograd node in backward; (None, None) outside both
+Owner = tuple[str | None, str | None]
+
+
+def _owner_label(owner: Owner) -> str | None:
+    """The owner as reports name it (`model.fc1`, `AddmmBackward0`)."""
+    return _module_path(owner[0]) if owner[0] is not None else owner[1]
+
+
 class Entry:
     """One live storage."""
 
     __slots__ = ("nbytes", "device", "ptr", "category", "op", "owner", "phase")
 
-    def __init__(self, nbytes: int, device: str, ptr: int, op: str, owner: str | None, phase: StepPhase) -> None:
+    def __init__(self, nbytes: int, device: str, ptr: int, op: str, owner: Owner, phase: StepPhase) -> None:
         self.nbytes = nbytes
         self.device = device
         self.ptr = ptr
@@ -97,7 +107,7 @@ class Ledger(TorchDispatchMode):
         except (RuntimeError, NotImplementedError, TypeError):
             return None
 
-    def track(self, t: torch.Tensor, category: Category | None, op: str = "", owner: str | None = None) -> None:
+    def track(self, t: torch.Tensor, category: Category | None, op: str = "", owner: Owner = (None, None)) -> None:
         st = self._storage(t)
         if st is None:
             return
@@ -164,20 +174,21 @@ class Ledger(TorchDispatchMode):
             self.overall_peak = self.live
         state = self.peaks.get(self.phase)
         if state is None or self.live > state[0]:
-            self.peaks[self.phase] = [self.live, self.ops, name, owner, None]
+            self.peaks[self.phase] = [self.live, self.ops, name, _owner_label(owner), None]
             if self.phase not in self._pending:
                 self._pending.append(self.phase)
         return out
 
-    def _owner(self) -> str | None:
+    def _owner(self) -> Owner:
+        """(module path, autograd node) that runs now: the node in backward, the module in forward."""
         node = current_autograd_node()
         if node is not None:
-            return str(node.name())
+            return None, str(node.name())
         if self.tracer is not None:
             ctx = self.tracer.modules.current
             if ctx is not None:
-                return _module_path(ctx[0])
-        return None
+                return ctx[0], None
+        return None, None
 
     # -- breakdowns --------------------------------------------------------
     def _take_pending(self) -> None:
@@ -221,7 +232,7 @@ def breakdown(rows: list[Row]) -> tuple[dict[str, int], list[Holding]]:
     for entry, category, place in rows:
         key: tuple[Any, ...]
         if category is not None:
-            cat, key = category, (category, "", None, None)
+            cat, key = category, (category, "", None, None, None)
         elif place is not None:
             cat = Category.SAVED
             node = place.node or "<unnamed node>"
@@ -229,21 +240,18 @@ def breakdown(rows: list[Row]) -> tuple[dict[str, int], list[Holding]]:
             frames, api, _ = located[id(place.stack)]
             module = place.module
             site = make_site(place.op or "", frames, api, module, "backward" if place.in_backward else "forward")
-            module_path = None
-            if module is not None:
-                module_path = _module_path(module[0])
-            key = (cat, label, module_path, site.location if site.file else None)
+            key = (cat, label, module[0] if module is not None else None, None, site.location if site.file else None)
         else:
             cat = Category.TEMPORARIES
             verb = "output" if entry.phase != StepPhase.BACKWARD else "result"
-            key = (cat, f"{entry.op} {verb}" if entry.op else "", entry.owner, None)
+            key = (cat, f"{entry.op} {verb}" if entry.op else "", entry.owner[0], entry.owner[1], None)
         by_category[cat] += entry.nbytes
         acc = groups.setdefault(key, [0, 0])
         acc[0] += entry.nbytes
         acc[1] += 1
     holdings = [
-        Holding(category=k[0], nbytes=v[0], tensors=v[1], label=k[1], module=k[2], location=k[3])
+        Holding(category=k[0], nbytes=v[0], tensors=v[1], label=k[1], module=k[2], node=k[3], location=k[4])
         for k, v in groups.items()
     ]
-    holdings.sort(key=lambda h: (-h.nbytes, h.category, h.label, h.module or ""))
+    holdings.sort(key=lambda h: (-h.nbytes, h.category, h.label, h.where))
     return by_category, holdings

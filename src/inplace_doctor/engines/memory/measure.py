@@ -162,7 +162,7 @@ class _Measurement:
             with self.tracer:
                 self.register_state()
                 with ledger:
-                    for step in range(1, steps + 1):
+                    for _ in range(steps):
                         ledger.new_step()
                         baseline = ledger.live
                         self.allocator.clear()

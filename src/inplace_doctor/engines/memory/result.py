@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from ...printing import Printable
+from ...sites import module_path
 from ..training import StepPhase
 
 
@@ -38,8 +39,14 @@ class Holding:
     nbytes: int
     tensors: int
     label: str = ""  # `ConvolutionBackward0.input`, `conv2d output`, ...
-    module: str | None = None
+    module: str | None = None  # the module's path relative to the model (`fc1`; "" the model itself)
     location: str | None = None  # file:line that saved (saved activations)
+    node: str | None = None  # the autograd node that allocated a temporary in backward
+
+    @property
+    def where(self) -> str:
+        """Who holds it, as reports name it: `model.fc1`, or the autograd node; "" when neither."""
+        return module_path(self.module) if self.module is not None else self.node or ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -47,7 +54,7 @@ class Holding:
             "bytes": self.nbytes,
             "tensors": self.tensors,
             "label": self.label,
-            "module": self.module,
+            "module": self.where or None,
             "location": self.location,
         }
 
@@ -107,11 +114,12 @@ class MemoryReport(Printable):
         return max(self.peaks.values(), key=lambda p: p.nbytes)
 
     def saved_by_module(self, phase: str | None = None) -> list[tuple[str, int]]:
-        """(module path, saved-activation bytes) at a phase's peak, largest first."""
+        """(module path relative to the model, "" the model itself; saved-activation bytes) at a phase's
+        peak, largest first."""
         peak = self.peaks[phase] if phase else self.peak_phase
         totals: dict[str, int] = {}
         for h in peak.holdings:
-            if h.category == Category.SAVED and h.module:
+            if h.category == Category.SAVED and h.module is not None:
                 totals[h.module] = totals.get(h.module, 0) + h.nbytes
         return sorted(totals.items(), key=lambda kv: -kv[1])
 

@@ -30,7 +30,7 @@ def saved_by_module(report: MemoryReport) -> list[tuple[str, int]]:
     """Saved-activation bytes at the forward peak per module subtree, largest first (root excluded)."""
     totals: dict[str, int] = {}
     for module, nbytes in report.saved_by_module("forward" if "forward" in report.peaks else None):
-        parts = module.split(".")[1:]  # drop "model"; the root's own saves belong to no subtree
+        parts = module.split(".") if module else []  # the root's own saves belong to no subtree
         for i in range(1, len(parts) + 1):
             key = ".".join(parts[:i])
             totals[key] = totals.get(key, 0) + nbytes

@@ -189,5 +189,5 @@ def _site_of_call(f: Finding) -> str | None:
 
 def _describe(f: Finding) -> str:
     where = f" at {f.mutation.location}" if f.mutation.file else ""
-    slot = f" ({f.details['slot']})" if f.details.get("slot") else ""
+    slot = f" ({f.slot})" if f.slot else ""
     return f"{f.code} {f.title}{slot}{where}"

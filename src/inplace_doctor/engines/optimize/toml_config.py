@@ -232,7 +232,7 @@ def apply_config(
     for name, flag in plan.items():
         module = modules[name]
         if module.inplace is not flag:
-            setattr(module, "inplace", flag)
+            setattr(module, "inplace", flag)  # noqa: B010 (Module.__setattr__ is typed for tensors and modules)
             changed[name] = flag
     return changed
 

@@ -97,12 +97,13 @@ def stages(
         tag = f" (step {step})" if steps > 1 else ""
         stage: Stage = []
 
+        # B023: called within this iteration only (by step_phases below), so it reads this step's stage and tag
         def observed_loss(output: Any) -> Any:
             """The loss, after reading the outputs (a loss_fn may write them in place)."""
-            stage.extend((f"output[{i}]{tag}", t.detach().clone()) for i, t in enumerate(tensors_in(output)))
+            stage.extend((f"output[{i}]{tag}", t.detach().clone()) for i, t in enumerate(tensors_in(output)))  # noqa: B023
             loss = compute_loss(output, loss_fn)
             if isinstance(loss, torch.Tensor) and loss.requires_grad:
-                stage.append((f"loss{tag}", loss.detach()))
+                stage.append((f"loss{tag}", loss.detach()))  # noqa: B023
             return loss
 
         phases = step_phases(

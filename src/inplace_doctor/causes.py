@@ -1,0 +1,181 @@
+"""What a rule decided, as data (records): a cause per rule, the facts it measured, the roles of its sites.
+
+A rule picks one member of its cause enum and fills one frozen facts record; render/'s
+explanation module turns (code, cause, facts, sites) into English. Later code (the
+dispatcher, the renderers, the exit codes, IPD108 confirming its own earlier finding)
+decides on these fields, never on the wording of a sentence.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class SiteRole(enum.StrEnum):
+    """What a site of a finding is to it."""
+
+    WRITE = "write"              # the in-place write (`Finding.mutation`)
+    SAVE = "save"                # the op that saved the tensor for backward (`Finding.saved`)
+    READ = "read"                # the later op that read or used the written tensor (`Finding.read`)
+    VIEWS_MADE = "views-made"    # the line that made the views one of which was written (`Finding.read`, IPD103)
+    CONSTRUCTOR = "constructor"  # where the module with the `inplace` flag was constructed
+
+
+class WriteForm(enum.StrEnum):
+    """How Python code asked for an in-place op that is not an `op_` call: `Site.form`."""
+
+    FLAG = "inplace=True"                      # `nn.ReLU(inplace=True)`, `F.relu(x, inplace=True)`
+    AUGMENTED = "augmented assignment"         # `x += y`
+
+
+class SavedTensorCause(enum.StrEnum):
+    """IPD101."""
+
+    OVERWRITTEN = "overwritten"                  # a write the tracer saw bumped the saved tensor's version
+    ALSO_WRITTEN = "also-written"                # an earlier write to the same saved tensor, confirmed with the last one
+    WRITE_NOT_SEEN = "write-not-seen"            # backward found it stale; the write was outside the watched code
+    RAISED_BEFORE_WATCH = "raised-before-watch"  # only PyTorch's own check saw it (saved before watch() began)
+
+
+class SilentOverwriteCause(enum.StrEnum):
+    """IPD104: how the write got past the version counter."""
+
+    NO_VERSION_BUMP = "no-version-bump"  # an op that bumps no version counter at all (`set_`)
+    DATA_ALIAS = "data-alias"            # through `.data`
+    OTHER_ALIAS = "other-alias"          # an alias with its own version counter (`from_numpy` twins, storage views)
+
+
+class LeafCause(enum.StrEnum):
+    """IPD102."""
+
+    LEAF = "leaf"
+    VIEW_OF_LEAF = "view-of-leaf"
+
+
+class ForbiddenCause(enum.StrEnum):
+    """IPD103: which in-place error PyTorch raised at the op."""
+
+    EXPANDED = "expanded"
+    HOOKED_OUTPUT = "hooked-output"
+    MULTIPLE_VIEWS = "multiple-views"
+    NO_GRAD_VIEW = "no-grad-view"
+    CUSTOM_FUNCTION_VIEW = "custom-function-view"
+
+
+class ChangedResultCause(enum.StrEnum):
+    """IPD105: what made the write in place."""
+
+    FLAG = "flag"            # an `inplace=True` module or call
+    AUGMENTED = "augmented"  # `x += y`
+
+
+class CallerDataCause(enum.StrEnum):
+    """IPD106 and IPD107."""
+
+    CALLER_INPUT = "caller-input"          # IPD106: the model call's argument written
+    HELD_ALIAS_USED = "held-alias-used"    # IPD107: a state_dict() alias, overwritten, then used
+    HELD_ALIAS_OVERWRITTEN = "held-alias-overwritten"  # IPD107: overwritten and still held, not used in the watched code
+
+
+class SideEffectCause(enum.StrEnum):
+    """IPD108."""
+
+    REPEATED = "repeated"                  # state changed again by a checkpoint's recompute
+    CHECKPOINT_INPUT = "checkpoint-input"  # a checkpointed region writes its own saved input in place
+
+
+class OutsideWriteCause(enum.StrEnum):
+    """IPD109: what the tool saw of the write outside PyTorch."""
+
+    WRITE_SEEN = "write-seen"    # the writing line (checked line by line)
+    HANDED_OUT = "handed-out"    # only the line that handed the memory out
+    UNSEEN = "unseen"            # neither (found by `check_contents`)
+
+
+class GraphHistoryCause(enum.StrEnum):
+    """IPD110: how the write escaped autograd."""
+
+    DETACH = "detach"
+    DATA = "data"
+    NO_GRAD = "no_grad"
+    INFERENCE_MODE = "inference_mode"
+
+
+class RecomputeCause(enum.StrEnum):
+    """IPD111: why the recompute differed."""
+
+    RNG = "rng"            # a random op drew other numbers
+    STATE = "state"        # a tensor it reads was written between forward and recompute
+    UNKNOWN = "unknown"    # nothing the tracer saw: a nondeterministic kernel or an unseen write
+
+
+Cause = (
+    SavedTensorCause | SilentOverwriteCause | LeafCause | ForbiddenCause | ChangedResultCause | CallerDataCause
+    | SideEffectCause | OutsideWriteCause | GraphHistoryCause | RecomputeCause
+)
+
+
+@dataclass(frozen=True)
+class VersionFacts:
+    """IPD101/IPD104: the saved tensor's version when saved, and when written (None when not known)."""
+
+    saved_version: int | None = None
+    version_now: int | None = None
+
+
+@dataclass(frozen=True)
+class DifferenceFacts:
+    """IPD105: the largest difference between what the later op read and the original (inf, NaN: see the rule)."""
+
+    max_difference: float
+
+
+@dataclass(frozen=True)
+class ArgumentFacts:
+    """IPD106: which argument of the model call was written (`args[0]`, `kwargs['x']`)."""
+
+    argument: str
+
+
+@dataclass(frozen=True)
+class HeldFacts:
+    """IPD107: the state_dict() entry held, and where the dict was handed out."""
+
+    held: str
+    handed_out: str
+
+
+@dataclass(frozen=True)
+class SideEffectFacts:
+    """IPD108: what changed a second time (`BatchNorm running statistics`)."""
+
+    what_changed: str
+
+
+@dataclass(frozen=True)
+class HandOutFacts:
+    """IPD109: where and how the memory was handed out of PyTorch."""
+
+    handed_out: str | None
+    how: str | None
+
+
+@dataclass(frozen=True)
+class HistoryFacts:
+    """IPD110: the tensor's history (`the output of relu`), empty when unnamed."""
+
+    history: str
+
+
+@dataclass(frozen=True)
+class RecomputeFacts:
+    """IPD111: which op of the region (1-based) first differed."""
+
+    position: int
+
+
+Facts = (
+    VersionFacts | DifferenceFacts | ArgumentFacts | HeldFacts | SideEffectFacts | HandOutFacts | HistoryFacts
+    | RecomputeFacts
+)
