@@ -17,7 +17,8 @@ from ..findings import Finding, Fix, Severity
 from ..sites import Phase, Site
 from ..trace.pytorch_errors import is_stale_saved_tensor_error
 from ..trace.stacks import capture_frames, make_site
-from .fix_builders import silent_write_fixes, step_fixes, write_fixes
+from .fix_builders import silent_write_fixes, write_fixes
+from .fix_moves import step_fixes
 from .phrasing import fix_for_write, qualified, short_op, silent_write_fix, step_fix, where, written_desc
 from .registry import RuleContext, make_finding, rule
 
