@@ -250,6 +250,13 @@ def test_a_folder_that_is_not_writable_fails_before_the_factory_runs():
             path.chmod(0o555)  # readable and enterable by anyone, writable by nobody but root
         try:
             env = {"PYTHONPATH": f"{SRC}:{folder}", "PATH": os.environ.get("PATH", ""), "HOME": str(folder)}
+            if root:  # the checkout and its venv may sit where the unprivileged user cannot read (under /root)
+                probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                        sys.executable, "-c", "import torch, inplace_doctor"],
+                                       env=env, cwd=folder, capture_output=True, text=True, timeout=300)
+                if probe.returncode != 0:
+                    pytest.skip("the unprivileged user cannot run this interpreter or import the package here "
+                                f"(exit {probe.returncode}): {probe.stderr.strip()[-200:]}")
             argv = [sys.executable, "-m", "inplace_doctor", "audit", "loud_factory:make", "--output",
                     str(folder / "locked" / "report.txt")]
             if root:
