@@ -24,7 +24,7 @@ import ast
 from ..findings import Applicability, Edit, Fix, FixKind
 from ..sites import Frame, Site
 from .fix_moves import step_fixes
-from .source import Located, Source, function_at, read, statement_at
+from .source import Located, Source, function_at, passed_argument, read, statement_at
 
 _OPS: dict[type[ast.operator], str] = {
     ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.MatMult: "@",
@@ -273,22 +273,8 @@ def _written_name(stmt: ast.stmt) -> str | None:
 
 def _passed(stmt: ast.stmt, function: str, params: list[str], name: str) -> str | None:
     """The plain name the caller passed for parameter `name` of `function` (None for an expression)."""
-    for node in ast.walk(stmt):
-        if not isinstance(node, ast.Call):
-            continue
-        func = node.func
-        called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-        if called != function:
-            continue
-        for kw in node.keywords:
-            if kw.arg == name:
-                return kw.value.id if isinstance(kw.value, ast.Name) else None
-        positional = params[1:] if isinstance(func, ast.Attribute) and params[:1] in (["self"], ["cls"]) else params
-        index = positional.index(name) if name in positional else -1
-        if 0 <= index < len(node.args) and not any(isinstance(a, ast.Starred) for a in node.args[: index + 1]):
-            arg = node.args[index]
-            return arg.id if isinstance(arg, ast.Name) else None
-    return None
+    arg = passed_argument(stmt, function, params, name)
+    return arg.id if isinstance(arg, ast.Name) else None
 
 
 def silent_write_fixes(site: Site) -> tuple[Fix, ...]:

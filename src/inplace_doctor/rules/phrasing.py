@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..sites import Site, describe_site, module_ref
 from ..trace.nodes import in_user_terms
+from .source import passed_argument
 
 if TYPE_CHECKING:
     from ..findings import Finding
@@ -317,6 +318,8 @@ def _passed_argument(call_line: str, function: str, params: tuple[str, ...], nam
         tree = ast.parse(call_line.strip())
     except SyntaxError:
         return None
+    arg = passed_argument(tree, function, params, name)
+    return ast.unparse(arg) if arg is not None else None
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue

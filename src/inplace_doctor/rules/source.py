@@ -17,6 +17,7 @@ import ast
 import functools
 import linecache
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..findings import Edit, Position
@@ -169,3 +170,26 @@ def _blocks(tree: ast.AST) -> tuple[tuple[ast.AST, list[ast.stmt]], ...]:
     for node in ast.walk(tree):
         out.extend(_own_blocks(node))
     return tuple(out)
+
+
+def passed_argument(tree: ast.AST, function: str, params: Sequence[str], name: str) -> ast.expr | None:
+    """The expression a call of `function` in `tree` passes for its parameter `name` (`params`: the
+    function's parameter names; `self`/`cls` dropped for a method call), by keyword or by position
+    (not past a `*args`); None when no call passes it."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if called != function:
+            continue
+        for kw in node.keywords:
+            if kw.arg == name:
+                return kw.value
+        positional = list(params)
+        if isinstance(func, ast.Attribute) and positional[:1] in (["self"], ["cls"]):
+            positional = positional[1:]
+        index = positional.index(name) if name in positional else -1
+        if 0 <= index < len(node.args) and not any(isinstance(a, ast.Starred) for a in node.args[: index + 1]):
+            return node.args[index]
+    return None
