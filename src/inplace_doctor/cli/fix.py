@@ -127,11 +127,11 @@ def command(ns: argparse.Namespace) -> int:
 
 
 def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run") -> int:
-    from .prove import identity, serious
+    from .prove import How, identity, serious
     from .source_edits import EditError, plan, unified_diff, write_all
 
     reference = ws.run({}, reference=True)
-    if reference.record is None or reference.record.ended != "ran to the end":
+    if reference.record is None or reference.record.how is not How.RAN:
         ended = reference.record.ended if reference.record is not None else "did not start"
         last = (reference.stderr.strip().splitlines() or [""])[-1]
         print(f"inplace-doctor: the script with every saved tensor copied at save (the program it means) {ended}"
@@ -252,17 +252,17 @@ def _where_edit(edit: "Edit", root: str) -> str:
 
 
 def _judge(target: "Identity", trial: "Run", reference: "Run", known: "set[Identity]") -> "Verdict":
-    from .prove import Record, judge
+    from .prove import How, Record, judge
 
-    return judge(target, trial, reference.record or Record("did not start", ()), known)
+    return judge(target, trial, reference.record or Record(How.NOT_STARTED, "", 0, ()), known)
 
 
 def _verified(target: "Identity", trial: "Run", known: "set[Identity]") -> "Verdict":
     """An IPD105 flag change judged by `run --verify`: every model the edited script ran computes
     what its out-of-place form computes."""
-    from .prove import Record, Verdict, identity, judge, serious
+    from .prove import How, Record, Verdict, identity, judge, serious
 
-    verdict = judge(target, trial, Record("", ()), known)  # for gone and new; the record is not the measure here
+    verdict = judge(target, trial, Record(How.NOT_STARTED, "", 0, ()), known)  # for gone and new; the record is not the measure here
     report = trial.report or {}
     results = report.get("verify_results")  # `run --verify`'s verdicts as records: nothing reads its notes
     outcomes = [r.get("outcome") for r in results] if isinstance(results, list) else []

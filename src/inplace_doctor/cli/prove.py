@@ -15,6 +15,7 @@ every recorded value equal bit for bit.
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import shutil
@@ -29,23 +30,35 @@ SKIPPED = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".to
 Identity = tuple[str, str, str]  # rule code, file relative to the project, the written line's text
 
 
+class How(enum.StrEnum):
+    """How a recorded run ended (its value is also how it reads)."""
+
+    NOT_STARTED = "did not start"
+    RAN = "ran to the end"
+    EXITED = "exit"     # with a non-zero status
+    RAISED = "raised"   # with an exception, named in `Record.detail`
+
+
 @dataclass(frozen=True)
 class Record:
-    """What one run computed: its labelled fingerprints in order, and how it ended."""
+    """What one run computed: its fingerprints in order, each (stream, label, value), how it ended,
+    and the training steps it took (the most steps of one optimizer, or backward passes without one)."""
 
-    ended: str
-    entries: tuple[tuple[str, str], ...]
+    how: How
+    detail: str  # the exit status, or the exception's type
+    steps: int
+    entries: tuple[tuple[str, str, str], ...]
 
     @property
-    def steps(self) -> int:
-        """Training steps recorded: the most steps of one optimizer, or backward passes without one."""
-        return next((int(value) for label, value in self.entries if label == "end: training steps"), 0)
+    def ended(self) -> str:
+        """How it ended, in words (display only: decisions read `how`)."""
+        return f"{self.how} {self.detail}" if self.detail else str(self.how)
 
     def streams(self) -> dict[str, list[tuple[str, str]]]:
-        """The entries of each stream (`recorder.py`), in order; streams in the order they start."""
+        """The (label, value) entries of each stream (`recorder.py`), in order; streams in the order they start."""
         out: dict[str, list[tuple[str, str]]] = {}
-        for label, value in self.entries:
-            out.setdefault(label.split(":", 1)[0], []).append((label, value))
+        for stream, label, value in self.entries:
+            out.setdefault(stream, []).append((label, value))
         return out
 
 
@@ -108,7 +121,7 @@ def judge(target: Identity, trial: Run, reference: Record, known: set[Identity])
     verdict.steps = record.steps
     want_streams, got_streams = reference.streams(), record.streams()
     shorter = False
-    if record.ended != reference.ended:  # stopped early: its end state is not the end of the program
+    if (record.how, record.detail) != (reference.how, reference.detail):  # stopped early: its end state is not the end of the program
         want_streams.pop("end", None)
         got_streams.pop("end", None)
     for stream, want in want_streams.items():
@@ -129,9 +142,9 @@ def judge(target: Identity, trial: Run, reference: Record, known: set[Identity])
     extra = [s for s in got_streams if s not in want_streams]
     if extra:
         verdict.first_difference = f"the edited program recorded {got_streams[extra[0]][0][0]}, the intended one did not"
-    elif not shorter and record.ended == reference.ended:  # every stream, the end included, equal
+    elif not shorter and (record.how, record.detail) == (reference.how, reference.detail):  # every stream, the end included, equal
         verdict.comparison = "equal"
-    elif shorter and record.ended.startswith("raised") and ids - {target}:
+    elif shorter and record.how is How.RAISED and ids - {target}:
         # stopped by another finding (one no run had reached, or one reported and not yet fixed)
         code, path, text = sorted(ids - {target}, key=lambda i: (i in known, i))[0]
         verdict.comparison = "prefix"
@@ -187,7 +200,8 @@ class Workspace:
         run = Run(done.returncode, _load(report_path), None, done.stderr, tree)
         raw = _load(record_path)
         if raw is not None:
-            run.record = Record(str(raw["ended"]), tuple((str(a), str(b)) for a, b in raw["entries"]))
+            run.record = Record(How(raw["how"]), str(raw["detail"]), int(raw["steps"]),
+                                tuple((str(a), str(b), str(c)) for a, b, c in raw["entries"]))
         shutil.rmtree(tree, ignore_errors=True)
         return run
 

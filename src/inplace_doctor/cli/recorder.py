@@ -9,7 +9,7 @@
   parameters and the optimizer's state after it;
 - at the end: the parameters and buffers of those modules.
 Each value is a fingerprint of its bytes (`trace/fingerprint.py`: bit-exact),
-labelled `STREAM: where`, in order. The streams (forward calls, backward
+in its stream, with a label that says it in words, in order. The streams (forward calls, backward
 passes, each optimizer's steps, the end) are compared one by one, so moving an
 optimizer step past a backward reorders nothing that is compared.
 
@@ -36,20 +36,28 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from torch.utils._pytree import tree_leaves
 
 from ..trace.fingerprint import fingerprint
+from .prove import How
 
 
 def digest(t: torch.Tensor) -> str:
     """A short exact fingerprint of `t`'s bytes, with its dtype and shape."""
     fp = fingerprint(t.detach())
     body = hashlib.blake2b(repr(fp).encode(), digest_size=8).hexdigest() if fp is not None else "unreadable"
-    return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}:{body}"
+    return f"{_kind(t)}:{body}"
+
+
+def _kind(t: torch.Tensor) -> str:
+    """A tensor's dtype and shape, as a digest starts: `float32[4, 8]`."""
+    return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
 
 
 class Recorder:
     """Records a running program's values (module docstring); `entries` are (label, fingerprint)."""
 
     def __init__(self) -> None:
-        self.entries: list[tuple[str, str]] = []
+        #: (stream, label, fingerprint): each stream (a forward, a backward, an optimizer, the end) is
+        #: compared in its own order, the label says the value in words (display only)
+        self.entries: list[tuple[str, str, str]] = []
         self._depth = 0
         self._forwards = 0
         self._backwards = 0
@@ -59,6 +67,8 @@ class Recorder:
         self._undo: list[Callable[[], None]] = []
         self._names: dict[int, str] = {}
         self._step_of: dict[int, int] = {}
+        self._same_name: dict[str, int] = {}  # optimizers named alike so far
+        self.steps = 0  # training steps: the most steps of one optimizer, or backward passes without one
 
     def __enter__(self) -> "Recorder":
         mod = torch.nn.modules.module
@@ -78,11 +88,11 @@ class Recorder:
             self._backwards += 1
             label = f"backward: pass {self._backwards}"
             for i, t in enumerate(roots):
-                self._add(f"{label}: root {i}", t)
+                self._add("backward", f"{label}: root {i}", t)
             # graph order may differ between two programs computing the same thing: sort by value
-            pairs = sorted((digest(leaf), digest(leaf.grad)) for leaf in leaves if leaf.grad is not None)
-            for value, grad in pairs:
-                self.entries.append((f"{label}: gradient of the leaf {value.split(':')[0]}", f"{value} -> {grad}"))
+            triples = sorted((digest(leaf), digest(leaf.grad), _kind(leaf)) for leaf in leaves if leaf.grad is not None)
+            for value, grad, kind in triples:
+                self.entries.append(("backward", f"{label}: gradient of the leaf {kind}", f"{value} -> {grad}"))
             return result
 
         torch.autograd.backward = backward  # type: ignore[assignment]
@@ -96,13 +106,13 @@ class Recorder:
         tops, self._tops = self._tops, []
         for i, module in enumerate(tops):
             for name, p in module.named_parameters():
-                self._add(f"end: parameter {name} of top-level module {i} ({type(module).__name__})", p)
+                self._add("end", f"end: parameter {name} of top-level module {i} ({type(module).__name__})", p)
             for name, b in module.named_buffers():
-                self._add(f"end: buffer {name} of top-level module {i} ({type(module).__name__})", b)
-        self.entries.append(("end: training steps", str(max(self._step_of.values(), default=self._backwards))))
+                self._add("end", f"end: buffer {name} of top-level module {i} ({type(module).__name__})", b)
+        self.steps = max(self._step_of.values(), default=self._backwards)
 
-    def _add(self, label: str, t: torch.Tensor) -> None:
-        self.entries.append((label, digest(t)))
+    def _add(self, stream: str, label: str, t: torch.Tensor) -> None:
+        self.entries.append((stream, label, digest(t)))
 
     def _pre(self, module: torch.nn.Module, args: Any) -> None:
         self._depth += 1
@@ -116,9 +126,9 @@ class Recorder:
             self._forwards += 1
             label = f"forward: call {self._forwards} ({type(module).__name__})"
             for i, t in enumerate(x for x in tree_leaves(output) if isinstance(x, torch.Tensor)):
-                self._add(f"{label}: output {i}", t)
+                self._add("forward", f"{label}: output {i}", t)
             for name, b in module.named_buffers():
-                self._add(f"{label}: buffer {name} after it", b)
+                self._add("forward", f"{label}: buffer {name} after it", b)
 
     def _params(self, opt: torch.optim.Optimizer) -> list[tuple[str, torch.Tensor]]:
         return [(f"group {g} parameter {i}", p) for g, group in enumerate(opt.param_groups) for i, p in enumerate(group["params"])]
@@ -130,7 +140,8 @@ class Recorder:
         if key not in self._names:
             shapes = ",".join(str(list(p.shape)) for _, p in self._params(opt))
             name = f"{type(opt).__name__} over {hashlib.blake2b(shapes.encode(), digest_size=4).hexdigest()}"
-            self._names[key] = f"optimizer {name} #{sum(1 for v in self._names.values() if v.startswith(f'optimizer {name} #')) + 1}"
+            self._same_name[name] = self._same_name.get(name, 0) + 1
+            self._names[key] = f"optimizer {name} #{self._same_name[name]}"
             self._step_of[key] = 0
         return self._names[key]
 
@@ -138,17 +149,17 @@ class Recorder:
         stream = self._stream(opt)
         for name, p in self._params(opt):
             if p.grad is not None:
-                self._add(f"{stream}: step {self._step_of[id(opt)] + 1}: gradient of {name}", p.grad)
+                self._add(stream, f"{stream}: step {self._step_of[id(opt)] + 1}: gradient of {name}", p.grad)
 
     def _after_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         stream = self._stream(opt)
         self._step_of[id(opt)] += 1
         label = f"{stream}: step {self._step_of[id(opt)]}"
         for name, p in self._params(opt):
-            self._add(f"{label}: {name} after it", p)
+            self._add(stream, f"{label}: {name} after it", p)
             for key, value in sorted(opt.state.get(p, {}).items(), key=lambda kv: str(kv[0])):
                 if isinstance(value, torch.Tensor):
-                    self._add(f"{label}: optimizer state {key} of {name}", value)
+                    self._add(stream, f"{label}: optimizer state {key} of {name}", value)
 
 
 def _leaves(roots: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -176,7 +187,7 @@ def main(argv: Sequence[str]) -> int:
     rest = args[args.index("--") + 1 :]
     recorder = Recorder()
     status = 0
-    outcome = ["did not start"]
+    outcome: list[tuple[How, str]] = [(How.NOT_STARTED, "")]
     try:
         if reference:
             status, outcome[0] = _run_reference(rest, recorder)
@@ -192,9 +203,9 @@ def main(argv: Sequence[str]) -> int:
                     outcome[0] = _ended(e.code)
                     raise
                 except BaseException as e:
-                    outcome[0] = f"raised {type(e).__name__}"
+                    outcome[0] = (How.RAISED, type(e).__name__)
                     raise
-                outcome[0] = "ran to the end"
+                outcome[0] = (How.RAN, "")
                 return result
 
             runpy.run_path = run_path
@@ -205,15 +216,16 @@ def main(argv: Sequence[str]) -> int:
                 runpy.run_path = original
     finally:
         with open(out, "w", encoding="utf-8") as f:
-            json.dump({"ended": outcome[0], "entries": recorder.entries}, f)
+            how, detail = outcome[0]
+            json.dump({"how": str(how), "detail": detail, "steps": recorder.steps, "entries": recorder.entries}, f)
     return status
 
 
-def _ended(code: object) -> str:
-    return "ran to the end" if code in (None, 0) else f"exit {code if isinstance(code, int) else 1}"
+def _ended(code: object) -> tuple[How, str]:
+    return (How.RAN, "") if code in (None, 0) else (How.EXITED, str(code if isinstance(code, int) else 1))
 
 
-def _run_reference(rest: list[str], recorder: Recorder) -> tuple[int, str]:
+def _run_reference(rest: list[str], recorder: Recorder) -> tuple[int, tuple[How, str]]:
     script, script_args = rest[0], rest[1:]
     sys.argv = [script, *script_args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
@@ -225,8 +237,8 @@ def _run_reference(rest: list[str], recorder: Recorder) -> tuple[int, str]:
             return code, _ended(e.code)
         except Exception as e:  # the program the user meant failed too: fix says so
             print(f"{type(e).__name__}: {e}", file=sys.stderr)
-            return 1, f"raised {type(e).__name__}"
-    return 0, "ran to the end"
+            return 1, (How.RAISED, type(e).__name__)
+    return 0, (How.RAN, "")
 
 
 def _copy(t: torch.Tensor) -> torch.Tensor:
