@@ -108,6 +108,7 @@ class RecomputeCause(enum.StrEnum):
     RNG = "rng"            # a random op drew other numbers
     STATE = "state"        # a tensor it reads was written between forward and recompute
     UNKNOWN = "unknown"    # nothing the tracer saw: a nondeterministic kernel or an unseen write
+    SAVED_BEFORE_WRITE = "saved-before-write"  # the recompute stopped before a kernel wrote what it saved
 
 
 Cause = (

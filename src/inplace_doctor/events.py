@@ -183,6 +183,22 @@ class CheckpointRecomputeDiffers:
 
 
 @dataclass(frozen=True)
+class CheckpointSavedBeforeWrite:
+    """In a checkpointed region, an op whose kernel writes an argument its node saved before the kernel
+    ran (`rrelu_with_noise`'s `noise`): the recompute stopped before the kernel, and what it saved for
+    that argument differs from what the forward's kernel wrote."""
+
+    site: Site  # the op, at its line inside the region
+    checkpoint_call: Site | None  # the line that called checkpoint
+    position: int  # its place among the region's value-computing ops, from 1
+    argument: str  # the written argument, by its schema name: "noise"
+    shape: tuple[int, ...]
+    dtype: str
+    written: tuple[float, ...]  # its first values as the forward's kernel wrote them
+    saved: tuple[float, ...]  # its first values as the recompute saved them (before the kernel)
+
+
+@dataclass(frozen=True)
 class GraphTensorChangedOutsideAutograd:
     """A write autograd did not record changed a non-leaf tensor that requires grad (through a
     `.detach()`/`.data` alias, or under `no_grad`/`inference_mode`), and a later op with grad on used
@@ -225,6 +241,7 @@ Event = (
     | HeldTensorUsed
     | SavedTensorChangedOutside
     | CheckpointRecomputeDiffers
+    | CheckpointSavedBeforeWrite
     | GraphTensorChangedOutsideAutograd
     | ChangedGraphTensorReached
     | ChangedGraphTensorFreed

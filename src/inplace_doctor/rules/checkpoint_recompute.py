@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..causes import RecomputeCause, RecomputeFacts
-from ..events import CheckpointRecomputeDiffers
+from ..events import CheckpointRecomputeDiffers, CheckpointSavedBeforeWrite
 from ..findings import Finding, Severity
 from .phrasing import qualified, tensor_desc, where
 from .registry import RuleContext, make_finding, rule
@@ -14,9 +14,11 @@ from .registry import RuleContext, make_finding, rule
     "checkpoint-recompute-differs",
     "Checkpoint recompute differs from the forward",
     Severity.ERROR,
-    events=(CheckpointRecomputeDiffers,),
+    events=(CheckpointRecomputeDiffers, CheckpointSavedBeforeWrite),
 )
-def checkpoint_recompute_differs(event: CheckpointRecomputeDiffers, ctx: RuleContext) -> Finding | None:
+def checkpoint_recompute_differs(
+    event: CheckpointRecomputeDiffers | CheckpointSavedBeforeWrite, ctx: RuleContext
+) -> Finding | None:
     """A checkpointed region's recompute produced other values than its forward did.
 
     What: ``torch.utils.checkpoint`` (non-reentrant, ``use_reentrant=False``)
@@ -42,19 +44,42 @@ def checkpoint_recompute_differs(event: CheckpointRecomputeDiffers, ctx: RuleCon
         y = checkpoint(block, x, use_reentrant=False, preserve_rng_state=False)
         y.sum().backward()      # IPD111: the recompute's dropout draws another mask
 
+    A kernel that writes an argument its backward saved before the kernel ran
+    (``rrelu_with_noise``, the op of ``F.rrelu(x, training=True)`` and
+    ``nn.RReLU`` in training mode, which draws its noise into the buffer it
+    saved): with early stop (the default) the recompute stops once it has
+    saved as many tensors as the forward did, so when that op's saves are the
+    region's last, its kernel never runs again and backward reads the buffer
+    as it was before the write (uninitialised memory for ``F.rrelu``): the
+    output is bit-exact and the gradient silently wrong. The forward's written
+    values are fingerprinted and compared with what the recompute saved; both
+    lines are named, the op's and the ``checkpoint`` call's. Outside
+    checkpoint, or when the kernel left the buffer as it was (eval mode), the
+    saved buffer holds what backward needs, and nothing is said.
+
     Severity: an error, except when the tracer sees no cause and the op ran on
     an accelerator with nondeterministic algorithms allowed (atomics may differ
     in the last bits): then a warning, which says how to tell the two apart.
 
-    Not seen: the reentrant form (``use_reentrant=True``), selective
-    checkpointing's cached ops (comparison stops at the first one), and ops
-    after the last tensor the backward needs (the recompute stops early).
+    Not seen: the reentrant form (``use_reentrant=True``, whose recompute
+    runs the whole region and is right for ``F.rrelu``), selective
+    checkpointing's cached ops (comparison stops at the first one), ops after
+    the last tensor the backward needs (the recompute stops early), a
+    recompute whose path differs from the forward's before the writing op,
+    and kernels that write a saved argument without a write marker in their
+    schema (BatchNorm's running statistics; none is known to save only
+    before the kernel).
 
     Fix: keep ``preserve_rng_state=True`` (the default); run whatever changes
     state the region reads (``optimizer.step()``, an annealed scale, an EMA
     update) after ``backward()``, or give the region a copy (``.clone()``);
-    move in-place state updates out of the region.
+    move in-place state updates out of the region. For a kernel that writes
+    what it saved: pass ``early_stop=False`` to ``checkpoint`` (the recompute
+    then runs the region to its end, drawing the same noise with the
+    preserved RNG state), or call ``F.rrelu``/``nn.RReLU`` outside the region.
     """
+    if isinstance(event, CheckpointSavedBeforeWrite):
+        return _saved_before_write(event, ctx)
     site = event.site
     place = where(site, ctx.root_label)
     write = event.changed_by
@@ -137,3 +162,50 @@ def checkpoint_recompute_differs(event: CheckpointRecomputeDiffers, ctx: RuleCon
 def _ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
+
+
+def _saved_before_write(event: CheckpointSavedBeforeWrite, ctx: RuleContext) -> Finding:
+    site = event.site
+    call = where(event.checkpoint_call, ctx.root_label) if event.checkpoint_call else "the `checkpoint` call"
+    return make_finding(
+        "IPD111",
+        cause=RecomputeCause.SAVED_BEFORE_WRITE,
+        what=_saved_before_write_what(event, where(site, ctx.root_label), call),
+        why=_saved_before_write_why(event),
+        fix=_saved_before_write_fix(call),
+        mutation=site,
+        saved=site,
+        facts=RecomputeFacts(event.position),
+    )
+
+
+def _values(values: tuple[float, ...]) -> str:
+    return ", ".join(f"{v:.4g}" for v in values) + ", ..."
+
+
+def _saved_before_write_what(event: CheckpointSavedBeforeWrite, place: str, call: str) -> str:
+    return (
+        f"{place} (the {_ordinal(event.position)} op of the region checkpointed by {call}) writes its argument "
+        f"`{event.argument}` ({tensor_desc(event.shape, event.dtype)}) after autograd saved it for backward. "
+        f"The checkpoint's recompute stopped before that write: backward read `{event.argument}` as the "
+        f"recompute saved it ({_values(event.saved)}), not the values the forward wrote "
+        f"({_values(event.written)})."
+    )
+
+
+def _saved_before_write_why(event: CheckpointSavedBeforeWrite) -> str:
+    return (
+        "Non-reentrant checkpoint with early stop (the default) ends the recompute as soon as it has saved as "
+        "many tensors as the forward did; this op's own input saves are the region's last, so its kernel does "
+        f"not run again and `{event.argument}` keeps its value from before the write (for F.rrelu, "
+        "uninitialised memory). PyTorch checks only the recomputed shapes, dtypes and devices: the forward "
+        "output is bit-exact while the gradients are silently wrong."
+    )
+
+
+def _saved_before_write_fix(call: str) -> str:
+    return (
+        f"pass early_stop=False to {call} (the recompute then runs the region to its "
+        "end and, with preserve_rng_state=True, the default, writes the same values again), or move the op "
+        "(F.rrelu, nn.RReLU) out of the checkpointed region"
+    )

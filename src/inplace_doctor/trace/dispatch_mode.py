@@ -86,6 +86,8 @@ class TracingMode(_compat.TorchDispatchMode):
             hooks = _compat.top_saved_tensors_hooks(False)
             if hooks is not None and hooks[0] is not self.own_pack:
                 region = _compat.checkpoint_region(hooks[0])  # inside a non-reentrant checkpoint region
+                if region is not None and written:  # an op that saved what it writes: its value before the kernel
+                    self.recompute.before_write(region, func, args, kwargs)
         try:
             out = func(*args, **kwargs)
         except BaseException as exc:

@@ -21,8 +21,9 @@ from typing import Any, Callable
 import torch
 
 from .. import _compat
-from ..events import CheckpointRecomputeDiffers, Event, WriteInfo
+from ..events import CheckpointRecomputeDiffers, CheckpointSavedBeforeWrite, Event, WriteInfo
 from .modules import ModulePaths
+from .saved_writes import SAVED_THEN_WRITTEN, SavedWrite, differs, recomputed_saves, sample, saved_argument, written_argument
 from .ops import op_name, writes_bytes
 from .stacks import MAX_STACK, capture_stack, checkpoint_split, make_site, resolve_stack
 from .storage import storage_key
@@ -34,17 +35,19 @@ _UNINITIALISED = frozenset(
 )
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
-_kinds: dict[Any, tuple[bool, bool, bool]] = {}
+_kinds: dict[Any, tuple[bool, bool, bool, str | None]] = {}
 
 
-def _kind(func: Any) -> tuple[bool, bool, bool]:
-    """(counted: not a view, fingerprinted: its output is initialised, random: it takes a generator)."""
+def _kind(func: Any) -> tuple[bool, bool, bool, str | None]:
+    """(counted: not a view, fingerprinted: its output is initialised, random: it takes a generator,
+    the argument it saves and then writes: `saved_writes.SAVED_THEN_WRITTEN`)."""
     known = _kinds.get(func)
     if known is None:
         schema = func._schema
         view = any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
         random = any("Generator" in str(a.type) for a in schema.arguments)
-        known = _kinds[func] = (not view, op_name(func) not in _UNINITIALISED, random)
+        name = op_name(func)
+        known = _kinds[func] = (not view, name not in _UNINITIALISED, random, SAVED_THEN_WRITTEN.get(name))
     return known
 
 
@@ -93,6 +96,8 @@ class RegionCount:
     n = 0
     _users = 0
     _saved: list[tuple[type, Any, Any]] = []
+    #: the RecomputeChecks told when a recompute ends (`RecomputeCheck.recompute_ended`)
+    listeners: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
     def __enter__(self) -> "RegionCount":
         cls = type(self)
@@ -100,7 +105,7 @@ class RegionCount:
         if cls._users == 1:
             for hook_class in _compat.CHECKPOINT_HOOK_CLASSES:
                 cls._saved.append((hook_class, hook_class.__dict__.get("__enter__"), hook_class.__dict__.get("__exit__")))
-                _count_blocks(hook_class)
+                _count_blocks(hook_class, hook_class is _compat.CHECKPOINT_HOOK_CLASSES[1])
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -117,7 +122,7 @@ class RegionCount:
             cls.n = 0
 
 
-def _count_blocks(hook_class: type) -> None:
+def _count_blocks(hook_class: type, recompute: bool) -> None:
     enter, exit_ = hook_class.__enter__, hook_class.__exit__  # type: ignore[attr-defined]
 
     def __enter__(self: Any) -> Any:
@@ -129,7 +134,13 @@ def _count_blocks(hook_class: type) -> None:
     def __exit__(self: Any, *exc: object) -> Any:
         if self.__dict__.pop("_inplace_doctor_counted", False):
             RegionCount.n = max(0, RegionCount.n - 1)
-        return exit_(self, *exc)
+        out = exit_(self, *exc)
+        if recompute and RegionCount.listeners:
+            region = _compat.checkpoint_region(self.pack_hook)
+            if region is not None:
+                for listener in list(RegionCount.listeners):
+                    listener.recompute_ended(*region)
+        return out
 
     hook_class.__enter__ = __enter__  # type: ignore[attr-defined]
     hook_class.__exit__ = __exit__  # type: ignore[attr-defined]
@@ -138,15 +149,21 @@ def _count_blocks(hook_class: type) -> None:
 class _Region:
     """What one region's forward ran: per op (op, output fingerprints, outside inputs, write serial)."""
 
-    __slots__ = ("ops", "produced", "rng_preserved", "next_op", "outside", "called_from", "__weakref__")
+    __slots__ = (
+        "ops", "produced", "rng_preserved", "next_op", "outside", "called_from", "saved_writes", "rebuilt", "__weakref__"
+    )
 
     def __init__(self, rng_preserved: bool | None, called_from: Any) -> None:
         self.called_from = called_from  # a stack capture at its first op: the lines that called checkpoint
         self.ops: list[tuple[Any, tuple[tuple[int, ...] | None, ...] | None, tuple[tuple[int, int], ...], int]] = []
-        self.produced: set[int] = set()  # storages the region's out-of-place ops allocated
+        #: storages the region's out-of-place ops allocated -> (the op's index, which output)
+        self.produced: dict[int, tuple[int, int]] = {}
         self.rng_preserved = rng_preserved
         self.next_op: dict[Any, int] = {}  # graph task -> index of the next recomputed op; -1: stopped
         self.outside: set[int] = set()  # storages read from outside the region (watched for writes)
+        self.saved_writes: list[SavedWrite] = []  # ops that wrote an argument they saved (`saved_writes.py`)
+        #: graph task -> {index of an op that made a `saved_writes` argument: the storage its recompute made}
+        self.rebuilt: dict[Any, dict[int, int]] = {}
 
 
 class _Watched:
@@ -171,10 +188,12 @@ class RecomputeCheck:
         self.watched: dict[int, _Watched] = {}
         self._serial = 0
         self.compared = 0  # recomputed ops compared with their forward's
+        #: (op, fingerprint before its kernel) of an op that saves and then writes an argument
+        self._before: tuple[Any, Any] | None = None
 
     def after_op(self, region: tuple[Any, Any], func: Any, args: Any, kwargs: Any, out: Any, written: Any) -> None:
         """An op ran inside a region (its forward when `region[1]` is None, else its recompute)."""
-        counted, initialised, random = _kind(func)
+        counted, initialised, random, _ = _kind(func)
         if not counted:
             return
         frame, task = region
@@ -204,8 +223,81 @@ class RecomputeCheck:
             if any(storage_key(t) not in record.produced for t in written):
                 fingerprints = None  # a write to state outside the region: IPD108's side effect, not a value
         else:
-            record.produced.update(storage_key(t) for t in outs)
+            record.produced.update((storage_key(t), (len(record.ops), slot)) for slot, t in enumerate(outs))
+        if self._before is not None:
+            self._saved_write(record, frame, func, args, kwargs)
         record.ops.append((func, fingerprints, tuple(outside), self._serial))
+
+    # -- ops that write an argument they saved (`saved_writes.py`) --------------
+    def before_write(self, region: tuple[Any, Any], func: Any, args: Any, kwargs: Any) -> None:
+        """An op that writes runs in a region: for the class, fingerprint the argument before its kernel."""
+        argument = _kind(func)[3]
+        if argument is None or region[1] is not None:
+            return
+        t = written_argument(func, argument, args, kwargs)
+        self._before = (func, fingerprint(t)) if t is not None else None
+
+    def _saved_write(self, record: _Region, frame: Any, func: Any, args: Any, kwargs: Any) -> None:
+        before_func, before = self._before  # type: ignore[misc]
+        self._before = None
+        argument = _kind(func)[3]
+        t = written_argument(func, argument, args, kwargs) if argument is not None else None
+        if before_func is not func or t is None:
+            return
+        written = fingerprint(t)
+        if written is None or written == before:
+            return  # the kernel left it as saved (eval mode): backward reads the same either way
+        key = storage_key(t)
+        frame_holders = getattr(frame, "weak_holders", None)
+        record.saved_writes.append(
+            SavedWrite(
+                index=len(record.ops),
+                saves=len(frame_holders) if frame_holders is not None else -1,
+                argument=argument,  # type: ignore[arg-type]
+                producer=record.produced.get(key),
+                outside=key if key not in record.produced else None,
+                written=written,
+                sample=sample(t),
+                shape=tuple(t.shape),
+                dtype=str(t.dtype).removeprefix("torch."),
+                stack=capture_stack(),
+                module=self._modules.current,
+            )
+        )
+        RegionCount.listeners.add(self)
+
+    def recompute_ended(self, frame: Any, task: Any) -> None:
+        """A region's recompute ended (ran to the end or stopped early): did it skip a write it saved?"""
+        record = self._regions.get(frame)
+        if record is None or not record.saved_writes:
+            return
+        reached = record.next_op.get(task, 0)
+        rebuilt = record.rebuilt.pop(task, {})
+        for write in record.saved_writes:
+            if reached < 0 or reached > write.index or write.saves < 0:
+                continue  # the recompute ran the op (or pairing ended): its kernel wrote the argument again
+            key = rebuilt.get(write.producer[0]) if write.producer is not None else write.outside
+            saved = saved_argument(recomputed_saves(frame, task, write.saves), key)
+            if saved is None or not differs(saved, write):
+                continue
+            self._emit_saved_write(record, write, saved)
+
+    def _emit_saved_write(self, record: _Region, write: SavedWrite, saved: torch.Tensor) -> None:
+        inner, api, outer = checkpoint_split(write.stack, MAX_STACK)
+        frames = (outer + inner)[-MAX_STACK:]
+        op = op_name(record.ops[write.index][0])
+        self._emit(
+            CheckpointSavedBeforeWrite(
+                site=make_site(op, frames, api, write.module, "forward"),
+                checkpoint_call=make_site("checkpoint", outer, None, None, "forward") if outer else None,
+                position=write.index + 1,
+                argument=write.argument,
+                shape=write.shape,
+                dtype=write.dtype,
+                written=write.sample,
+                saved=sample(saved),
+            )
+        )
 
     def _recomputed_op(
         self, frame: Any, task: Any, func: Any, args: Any, kwargs: Any, out: Any, initialised: bool, random: bool
@@ -220,6 +312,12 @@ class RecomputeCheck:
             record.next_op[task] = -1  # a different path: pairing by order ends here
             return
         record.next_op[task] = index + 1
+        if record.saved_writes:
+            for write in record.saved_writes:
+                if write.producer is not None and write.producer[0] == index:
+                    outs = _tensors(out)
+                    if write.producer[1] < len(outs):
+                        record.rebuilt.setdefault(task, {})[index] = storage_key(outs[write.producer[1]])
         _, expected, outside, serial = record.ops[index]
         if expected is None or not initialised:
             return
