@@ -23,7 +23,7 @@ import torch
 from .. import _compat
 from ..events import CheckpointRecomputeDiffers, CheckpointSavedBeforeWrite, Event, WriteInfo
 from .modules import ModulePaths
-from .saved_writes import SAVED_THEN_WRITTEN, SavedWrite, differs, recomputed_saves, sample, saved_argument, written_argument
+from .saved_writes import SAVED_THEN_WRITTEN, SavedWrite, recomputed_saves, sample, saved_argument, written_argument
 from .ops import op_name, writes_bytes
 from .stacks import MAX_STACK, capture_stack, checkpoint_split, make_site, resolve_stack
 from .storage import storage_key
@@ -278,7 +278,7 @@ class RecomputeCheck:
                 continue  # the recompute ran the op (or pairing ended): its kernel wrote the argument again
             key = rebuilt.get(write.producer[0]) if write.producer is not None else write.outside
             saved = saved_argument(recomputed_saves(frame, task, write.saves), key)
-            if saved is None or not differs(saved, write):
+            if saved is None or fingerprint(saved) == write.written:
                 continue
             self._emit_saved_write(record, write, saved)
 

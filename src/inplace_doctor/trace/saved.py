@@ -247,6 +247,11 @@ class SavedTensors:
             return []
         return [r for _, ref in sorted(bucket.items()) if (r := ref()) is not None]
 
+    @property
+    def nodes_seen(self) -> int:
+        """How many nodes with saved tensors were named: the `node_serial` of the latest."""
+        return self._nodes_seen
+
     def live(self) -> int:
         return sum(len(b) for b in self.by_storage.values())
 

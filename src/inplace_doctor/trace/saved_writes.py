@@ -26,7 +26,6 @@ from typing import Any
 import torch
 
 from .. import _compat
-from .fingerprint import fingerprint
 from .storage import storage_key
 
 #: op name -> the written argument its node saves as an input, with no save after the kernel.
@@ -53,7 +52,7 @@ class SavedWrite:
         self.argument = argument
         self.producer = producer  # the region's op that made the argument's memory, or None
         self.outside = outside  # the argument's storage, when it comes from outside the region
-        self.written = written  # fingerprint of what the kernel wrote
+        self.written = written  # `recompute.fingerprint` of what the kernel wrote
         self.sample = sample
         self.shape = shape
         self.dtype = dtype
@@ -97,7 +96,3 @@ def saved_argument(saves: list[torch.Tensor], key: int | None) -> torch.Tensor |
     if key is None:
         return None
     return next((t for t in saves if storage_key(t) == key), None)
-
-
-def differs(saved: torch.Tensor, record: SavedWrite) -> bool:
-    return fingerprint(saved) != record.written

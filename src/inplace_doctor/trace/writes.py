@@ -29,6 +29,7 @@ from .ops import op_name, writes_bytes
 from .owner import Busy
 from .recompute import RecomputeCheck
 from .saved import SavedRecord, SavedTensors
+from .saved_writes import SAVED_THEN_WRITTEN
 from .stacks import MAX_STACK, capture_stack, in_ddp_state_sync, make_site, resolve_stack
 from .storage import elements_overlap, storage_span
 
@@ -36,12 +37,15 @@ from .storage import elements_overlap, storage_span
 class PendingWrite:
     """A write to the storage of saved tensors: (weakref to the record, its version before) candidates."""
 
-    __slots__ = ("info", "span", "candidates", "written", "written_version")
+    __slots__ = ("info", "span", "candidates", "written", "written_version", "own_save")
 
     def __init__(
-        self, info: WriteInfo, span: tuple[int, int, int], candidates: list[tuple[Any, int]], written: torch.Tensor
+        self, info: WriteInfo, span: tuple[int, int, int], candidates: list[tuple[Any, int]], written: torch.Tensor,
+        own_save: str | None = None,
     ) -> None:
         self.info = info
+        #: the field under which the writing op's own node saved what it writes (`saved_writes.py`)
+        self.own_save = own_save
         self.span = span
         self.candidates = candidates
         self.written = weakref.ref(written)
@@ -150,7 +154,7 @@ class WriteRecorder:
         if argument is not None:
             self._emit(CallerInputWritten(info, argument))
         if candidates:
-            self.pending.append(PendingWrite(info, span, candidates, t))
+            self.pending.append(PendingWrite(info, span, candidates, t, SAVED_THEN_WRITTEN.get(info.site.op)))
 
     def _state_written_again(self, func: Any, t: torch.Tensor, span: tuple[int, int, int]) -> None:
         if self._forward_state.pop(span[0])() is None:  # that tensor died; its memory was reused
@@ -217,7 +221,7 @@ class WriteRecorder:
             reported: set[tuple[Any, ...]] = set()  # one event per node a write hits (`a * a` saves a twice)
             for ref, version_before in write.candidates:
                 record = ref()
-                if record is None:
+                if record is None or _own_save(write, record, self._saved.nodes_seen):
                     continue
                 version_now = record.tensor._version
                 shares = version_now != version_before
@@ -263,6 +267,13 @@ class WriteRecorder:
         self.pending.clear()
         self._inputs = {}
         self._forward_state = {}
+
+
+def _own_save(write: PendingWrite, record: SavedRecord, nodes_seen: int) -> bool:
+    """The write is the kernel of the op whose node saved `record` just before it ran (`F.rrelu`'s
+    noise): backward reads what the kernel wrote, which is what it needs. Not so for a node of an
+    earlier call of the op on the same buffer (`node_serial` tells them apart)."""
+    return write.own_save is not None and record.field == write.own_save and record.node_serial == nodes_seen
 
 
 def _frameworks_own(func: Any) -> bool:
