@@ -44,13 +44,13 @@ class SavedWrite:
     __slots__ = ("index", "saves", "argument", "producer", "outside", "written", "sample", "shape", "dtype", "stack", "module")
 
     def __init__(
-        self, index: int, saves: int, argument: str, producer: int | None, outside: int | None,
+        self, index: int, saves: int, argument: str, producer: tuple[int, int] | None, outside: int | None,
         written: Any, sample: tuple[float, ...], shape: tuple[int, ...], dtype: str, stack: Any, module: Any,
     ) -> None:
         self.index = index  # the op's place among the region's counted ops
         self.saves = saves  # the region's saves so far (its own input saves included)
         self.argument = argument
-        self.producer = producer  # the region's op that made the argument's memory, or None
+        self.producer = producer  # (index, output) of the region's op that made the argument's memory, or None
         self.outside = outside  # the argument's storage, when it comes from outside the region
         self.written = written  # `recompute.fingerprint` of what the kernel wrote
         self.sample = sample
