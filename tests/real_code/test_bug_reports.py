@@ -489,3 +489,35 @@ def test_vae_exp_inplace_is_clean_and_unchanged_by_watching():
     with session:
         watched = runpy.run_path(str(path), run_name="__main__")["result"]
     assert_same(watched, plain)
+
+
+# -- 12. `nn.RReLU` under non-reentrant checkpoint: the recompute stops before the noise is drawn --
+# https://github.com/pytorch/pytorch/issues/193671
+
+
+def test_rrelu_checkpoint_names_both_lines():
+    path = program("rrelu_checkpoint")
+    findings = diagnose(path)
+    write, call = f"{path.name}:{marker(path, 'write')}", f"{path.name}:{marker(path, 'checkpoint')}"
+    finding = naming(findings, "IPD111", Severity.ERROR, write, write)  # the op saved and wrote `noise`
+    assert [f.code for f in findings] == ["IPD111"], describe(findings)
+    assert set(finding.places) == {"model.blocks.0.act", "model.blocks.1.act"}, finding.places
+    assert f"checkpointed by `checkpoint` at {call}" in finding.what, finding.what
+    assert f"pass early_stop=False to `checkpoint` at {call}" in finding.fix, finding.fix
+
+
+def test_rrelu_checkpoint_fix_gives_the_unchecked_networks_gradients():
+    """The fix is prose: 'pass early_stop=False to `checkpoint` at FILE:LINE', applied literally at
+    that line. The fixed program draws no finding and trains exactly as the network without
+    checkpointing does; the unfixed one trains to other weights with the same forward."""
+    path = program("rrelu_checkpoint")
+    [finding] = diagnose(path)
+    edit_line(path, marker(path, "checkpoint"), "use_reentrant=False", "use_reentrant=False, early_stop=False")
+    assert diagnose(path) == [], path.read_text()
+    intended = derived(
+        "rrelu_checkpoint",
+        "intended",
+        ("x = checkpoint(block, x, use_reentrant=False)  # <checkpoint>", "x = block(x)"),
+    )
+    assert_same(run_plain(path), run_plain(intended))
+    assert not torch.equal(run_plain(program("rrelu_checkpoint"))["blocks.0.fc.weight"], run_plain(intended)["blocks.0.fc.weight"])
