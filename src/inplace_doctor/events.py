@@ -196,6 +196,8 @@ class CheckpointSavedBeforeWrite:
     dtype: str
     written: tuple[float, ...]  # its first values as the forward's kernel wrote them
     saved: tuple[float, ...]  # its first values as the recompute saved them (before the kernel)
+    uninitialised: bool  # the region made it with `empty*` (F.rrelu's `empty_like`): garbage until written
+    outside: bool  # it comes from outside the region: the recompute saved it as it is at backward
 
 
 @dataclass(frozen=True)

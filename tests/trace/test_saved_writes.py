@@ -139,6 +139,7 @@ def test_f_rrelu_under_checkpoint_is_reported_and_its_gradient_is_wrong() -> Non
     assert finding.mutation.line == _rrelu.__code__.co_firstlineno + 1
     assert finding.saved is not None and finding.saved.line == finding.mutation.line
     assert "writes its argument `noise` (a [4, 5] float32 tensor) after autograd saved it" in finding.what
+    assert "uninitialised memory (`empty_like`)" in finding.why
     assert "pass early_stop=False to `checkpoint` at" in finding.fix
 
 
@@ -186,7 +187,9 @@ def test_a_buffer_from_outside_rewritten_before_backward_is_reported() -> None:
         RRELU(torch.randn(4, 5), buffer, 0.1, 0.3, True)
         y.sum().backward()
 
-    assert [(f.code, f.cause) for f in _watch(run)] == [("IPD111", RecomputeCause.SAVED_BEFORE_WRITE)]
+    [finding] = _watch(run)
+    assert (finding.code, finding.cause) == ("IPD111", RecomputeCause.SAVED_BEFORE_WRITE)
+    assert "a tensor from outside the region, is saved as it is at backward" in finding.why
 
 
 def test_outside_checkpoint_a_second_call_on_the_same_noise_is_still_an_overwrite() -> None:

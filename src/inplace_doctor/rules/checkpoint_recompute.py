@@ -180,7 +180,7 @@ def _saved_before_write(event: CheckpointSavedBeforeWrite, ctx: RuleContext) -> 
 
 
 def _values(values: tuple[float, ...]) -> str:
-    return ", ".join(f"{v:.4g}" for v in values) + ", ..."
+    return ", ".join(f"{v:.4g}" for v in values) + ", ..." if values else "..."
 
 
 def _saved_before_write_what(event: CheckpointSavedBeforeWrite, place: str, call: str) -> str:
@@ -197,10 +197,20 @@ def _saved_before_write_why(event: CheckpointSavedBeforeWrite) -> str:
     return (
         "Non-reentrant checkpoint with early stop (the default) ends the recompute as soon as it has saved as "
         "many tensors as the forward did; this op's own input saves are the region's last, so its kernel does "
-        f"not run again and `{event.argument}` keeps its value from before the write (for F.rrelu, "
-        "uninitialised memory). PyTorch checks only the recomputed shapes, dtypes and devices: the forward "
-        "output is bit-exact while the gradients are silently wrong."
+        f"not run again and {_saved_value(event)}. PyTorch checks only the recomputed shapes, dtypes and "
+        "devices: the forward output is bit-exact while the gradients are silently wrong."
     )
+
+
+def _saved_value(event: CheckpointSavedBeforeWrite) -> str:
+    if event.outside:
+        return (
+            f"`{event.argument}`, a tensor from outside the region, is saved as it is at backward: written "
+            "again since the forward wrote it"
+        )
+    if event.uninitialised:
+        return f"`{event.argument}` keeps its value from before the write: uninitialised memory (`empty_like`)"
+    return f"`{event.argument}` keeps the value the region gave it before the write"
 
 
 def _saved_before_write_fix(call: str) -> str:

@@ -296,6 +296,9 @@ class RecomputeCheck:
                 dtype=write.dtype,
                 written=write.sample,
                 saved=sample(saved),
+                uninitialised=write.producer is not None
+                and op_name(record.ops[write.producer[0]][0]) in _UNINITIALISED,
+                outside=write.outside is not None,
             )
         )
 
@@ -381,3 +384,5 @@ class RecomputeCheck:
     def clear(self) -> None:
         self._regions = weakref.WeakKeyDictionary()
         self.watched = {}
+        self._before = None
+        RegionCount.listeners.discard(self)
