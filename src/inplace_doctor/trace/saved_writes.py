@@ -78,14 +78,17 @@ def sample(t: torch.Tensor) -> tuple[float, ...]:
 
 
 def recomputed_saves(frame: Any, gid: Any, upto: int) -> list[torch.Tensor]:
-    """The tensors a recompute saved for the region's first `upto` forward saves, last first."""
-    recomputed = frame.recomputed.get(gid)
-    if recomputed is None:
+    """The tensors a recompute saved for the region's first `upto` forward saves, last first (none
+    where this torch's checkpoint frame keeps them otherwise: checked at import by `_compat` only
+    for the hooks' closures, so read defensively here, in the user's backward)."""
+    recomputed = getattr(frame, "recomputed", {}).get(gid)
+    holders = getattr(frame, "weak_holders", None)
+    if recomputed is None or not isinstance(holders, list):
         return []
     out = []
-    for ref in reversed(frame.weak_holders[:upto]):
+    for ref in reversed(holders[:upto]):
         holder = ref()
-        handle = holder.handles.get(gid) if holder is not None else None
+        handle = getattr(holder, "handles", {}).get(gid) if holder is not None else None
         if handle is not None and handle in recomputed:
             out.append(recomputed[handle])
     return out
