@@ -206,3 +206,12 @@ def test_outside_checkpoint_a_second_call_on_the_same_noise_is_still_an_overwrit
     findings = _watch(run)
     assert [f.code for f in findings] == ["IPD104"]
     assert findings[0].mutation.line == run.__code__.co_firstlineno + 3
+
+
+def test_the_fused_observer_saves_none_of_what_it_writes() -> None:
+    x = torch.randn(4, 5, requires_grad=True)
+    written = [torch.tensor([float("inf")]), torch.tensor([float("-inf")]), torch.tensor([1.0]), torch.tensor([0], dtype=torch.int32)]
+    op = torch.ops.aten._fused_moving_avg_obs_fq_helper
+    on = torch.tensor([1])
+    saved = [_saves(op.default, lambda: op(x * 1.0, on, on, *written, 0.01, 0, 255, 0), t) for t in written]
+    assert all(before + after and not any(before + after) for before, after in saved)
