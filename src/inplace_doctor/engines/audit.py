@@ -17,7 +17,7 @@ from ..sites import ROOT_LABEL
 from ..trace.blame import UNPRINTABLE, exception_text, internal_error, passed_through, raised_by_the_tool
 from ..trace.modules import refuse_opaque, unique_label, variable_name
 from ..trace.tracer import Tracer
-from . import nesting
+from . import nesting, replay_writes
 from .preserve import Preserved, labelled_tensors, private_inputs, refuse_lazy, refuse_meta, tensors_in
 from .training import default_loss
 
@@ -132,7 +132,11 @@ def audit(
         tracer.check_contents_now()
         analyzer.finish("backward was not run (forward only); a backward through this tensor would.", Severity.WARNING)
         del output
-    return _finish(report, tracer, analyzer)
+    report = _finish(report, tracer, analyzer)
+    if tracer.contents.unlocated:  # IPD109 without the writing line: the run repeats, so look for it
+        replay_writes.name_write_lines(report, tracer.contents.unlocated, model, args, kwargs, inputs, modules, loss_fn, backward)
+        report.findings = _sorted(report.findings)
+    return report
 
 
 def _forget_frames(exc: BaseException | None) -> None:

@@ -31,15 +31,16 @@ from typing import Any, Callable
 
 import torch
 
-from ..events import Event, SavedTensorChangedOutside
+from ..events import Event, SavedTensorChangedOutside, WriteLineSearch
 from ..sites import Site
-from .fingerprint import fingerprint
+from .fingerprint import Fingerprint, fingerprint
 from .saved import SavedRecord, SavedTensors
 from .stacks import MAX_STACK, PACKAGE_DIR, TORCH_DIR, capture_stack, is_user_file, make_site, resolve_stack
 from .storage import storage_span
 
 LINE_BUDGET = 200  # lines checked per hand-out, at most
 _PER_STORAGE = 8  # hand-outs remembered per storage
+_UNLOCATED = 64  # changes without their line remembered for a replay, at most
 #: torch's own Python that hands a pointer to nobody: `__dlpack__` itself, and the dispatch of overrides
 _PASS_THROUGH = tuple(os.path.join(TORCH_DIR, name) for name in ("_tensor.py", "overrides.py", "utils/dlpack.py"))
 _HAND_OUT_METHODS = {"numpy": "`.numpy()`", "__dlpack__": "`__dlpack__()`", "data_ptr": "`.data_ptr()`"}
@@ -86,6 +87,11 @@ class ContentChecks:
         #: function frames that were traced: their locals snapshot is dropped once outside a trace call
         self.traced: list[FrameType] = []
         self._patched: list[tuple[Any, str, Any]] = []
+        #: a replay's search for the writing line (`write_lines.LineSearch`), set by the engine that replays
+        self.search: Any = None
+        #: changes reported without the writing line, each with the tensor's fingerprint when saved:
+        #: what a replay looks for (engines/replay_writes.py)
+        self.unlocated: list[tuple[SavedTensorChangedOutside, Fingerprint]] = []
 
     # -- lifecycle: `to_dlpack` is a module function no TorchFunctionMode sees -----------------
     def __enter__(self) -> "ContentChecks":
@@ -153,6 +159,8 @@ class ContentChecks:
 
     def on_pack(self, record: SavedRecord, ptr: int) -> None:
         """A new saved tensor: fingerprinted when its memory is handed out (or every one, with check_all)."""
+        if self.search is not None:
+            self.search.on_pack(record)
         entries = self.by_storage.get(ptr)
         if entries:
             for entry in entries:
@@ -177,9 +185,9 @@ class ContentChecks:
         now = fingerprint(t)
         if now is None or now == record.fingerprint:
             return
-        record.fingerprint = record.seen = now  # a second backward through a retained graph: once
+        before, record.fingerprint, record.seen = record.fingerprint, now, now  # a second backward through a retained graph: once
         self.saved.settled(record.key)
-        self.emit(self._event(record, reached=True))
+        self.emit(self._event(record, reached=True, before=before))
 
     def checkpoint(self) -> None:
         """The session ends: fingerprinted saved tensors that changed, not yet unpacked, are predictions."""
@@ -196,17 +204,21 @@ class ContentChecks:
                 now = fingerprint(record.tensor)
                 if now is not None and now != record.fingerprint:
                     self.saved.predicted(record.key)
-                    self.emit(self._event(record, reached=False))
+                    self.emit(self._event(record, reached=False, before=record.fingerprint))
 
-    def _event(self, record: SavedRecord, reached: bool) -> SavedTensorChangedOutside:
+    def _event(self, record: SavedRecord, reached: bool, before: Fingerprint) -> SavedTensorChangedOutside:
         entry = record.handout
-        return SavedTensorChangedOutside(
+        event = SavedTensorChangedOutside(
             saved=record.info(),
             handed_out=entry.site() if entry is not None else None,
             how=entry.how if entry is not None else None,
             write=record.written_at,
             reached=reached,
+            search=WriteLineSearch.HANDOUT_FRAME if self.check_all and entry is not None else WriteLineSearch.NOT_SEARCHED,
         )
+        if record.written_at is None and len(self.unlocated) < _UNLOCATED:
+            self.unlocated.append((event, before))
+        return event
 
     # -- the writing line -----------------------------------------------------------------
     def _start_lines(self, entry: HandOut) -> None:
