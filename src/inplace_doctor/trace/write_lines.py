@@ -17,6 +17,7 @@ while the search runs; no tensor is kept (records are held weakly).
 
 from __future__ import annotations
 
+import os
 import sys
 import weakref
 from types import FrameType
@@ -31,6 +32,23 @@ from .stacks import MAX_STACK, is_user_file, make_site
 
 #: line events checked at most in one replay: bounds the cost of a long forward
 LINE_BUDGET = 200_000
+#: installed array packages whose Python is the write itself (`np.clip` -> `_methods._clip`): the
+#: line named is the one that called into them
+_ARRAY_PACKAGES = frozenset({"numpy", "cupy", "numba", "jax", "jaxlib"})
+_SITE_MARKERS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+_searched: dict[str, bool] = {}
+
+
+def searched(filename: str) -> bool:
+    """Whether lines of `filename` are checked: the user's code, not torch's nor an array package's."""
+    known = _searched.get(filename)
+    if known is None:
+        known = is_user_file(filename)
+        for marker in _SITE_MARKERS:
+            if known and marker in filename:
+                known = filename.split(marker, 1)[1].split(os.sep, 1)[0] not in _ARRAY_PACKAGES
+        _searched[filename] = known
+    return known
 
 
 class LineSearch:
@@ -86,7 +104,7 @@ class LineSearch:
 
     # -- the trace functions ----------------------------------------------------------------
     def _call(self, frame: FrameType, event: str, arg: Any) -> Any:
-        if not self._tracing or not is_user_file(frame.f_code.co_filename):
+        if not self._tracing or not searched(frame.f_code.co_filename):
             return None
         self._check()
         self._at, self._line = frame, frame.f_lineno
@@ -137,7 +155,7 @@ def _traced_caller(frame: FrameType) -> FrameType | None:
     """The user frame a returning frame goes back to, when it was called inside the search (its
     current line runs on); None when the search did not start inside it (the tool's own code)."""
     caller = frame.f_back
-    while caller is not None and not is_user_file(caller.f_code.co_filename):
+    while caller is not None and not searched(caller.f_code.co_filename):
         caller = caller.f_back
     return caller if caller is not None and caller.f_trace is not None else None
 
@@ -147,7 +165,7 @@ def _site(frame: FrameType, line: int) -> Site:
     frames: list[tuple[str, int, str]] = [(frame.f_code.co_filename, line, frame.f_code.co_name)]
     f = frame.f_back
     while f is not None and len(frames) < MAX_STACK:
-        if is_user_file(f.f_code.co_filename):
+        if searched(f.f_code.co_filename):
             if f.f_trace is None:
                 break  # a frame the search did not enter: the caller of the replayed code
             frames.append((f.f_code.co_filename, f.f_lineno, f.f_code.co_name))
