@@ -283,3 +283,55 @@ def test_audit_without_backward_predicts_the_change():
     report = ipd.audit(_PlotsItsActivation(), torch.randn(2, 4), backward=False)
     [finding] = [f for f in report.findings if f.code == "IPD109"]
     assert not finding.confirmed and finding.severity is Severity.WARNING
+
+
+class _WritesOnce(torch.nn.Module):
+    """Writes its activation through NumPy on its first call only: a second run does not repeat it."""
+
+    def __init__(self, shift_each_call: bool) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.calls = 0
+        self.shift_each_call = shift_each_call
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        shift = float(self.calls) if self.shift_each_call else 0.0
+        h = torch.sigmoid(self.fc(x) + shift)
+        shown = h.detach().numpy()  # once-hands-out
+        if self.calls == 1 or self.shift_each_call:
+            shown *= 255.0
+        return h
+
+
+@pytest.mark.parametrize("shift_each_call, reason", [(False, "no line of your code changed them"), (True, "not deterministic")])
+def test_audit_says_why_a_second_run_did_not_name_the_line(shift_each_call, reason):
+    """State outside parameters, buffers and RNG (a call counter) makes the second run differ: the
+    finding keeps the hand-out line and says which way the run did not repeat."""
+    model = _WritesOnce(shift_each_call)
+    report = ipd.audit(model, torch.randn(2, 4))
+    [finding] = [f for f in report.findings if f.code == "IPD109"]
+    assert finding.confirmed and finding.mutation.line == _line("once-hands-out")
+    assert reason in finding.what
+    assert model.calls == 2  # the model ran twice, and the report says so
+    assert any("ran a second time" in note for note in report.notes)
+
+
+def test_audit_without_an_outside_write_runs_the_model_once():
+    model = _WritesOnce(shift_each_call=False)
+    model.calls = 1  # past its first call: it no longer writes
+    report = ipd.audit(model, torch.randn(2, 4))
+    assert not [f for f in report.findings if f.code == "IPD109"] and model.calls == 2
+    assert not any("ran a second time" in note for note in report.notes)
+
+
+def test_the_search_leaves_no_trace_function_and_keeps_nothing_alive():
+    model = _PlotsItsActivation()
+    x = torch.randn(2, 4)
+    tracing = sys.gettrace()
+    report = ipd.audit(model, x)
+    assert sys.gettrace() is tracing
+    gc.collect()
+    alive = [o for o in gc.get_objects() if type(o).__name__ == "SavedRecord"]
+    assert alive == [], alive
+    assert [f.code for f in report.findings] == ["IPD109"]

@@ -57,6 +57,8 @@ def audit(
             in findings: `D.2.weight` instead of `model.discriminator.2.weight`.
         check_contents: fingerprint every saved tensor and compare it at unpack
             (IPD109 for writes no op makes: extension kernels, NumPy, pointers).
+            When IPD109 finds a change without its writing line, the model runs
+            a second time, all of the above restored, to name the line.
 
     Example:
         >>> import inplace_doctor as ipd
