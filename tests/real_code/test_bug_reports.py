@@ -525,3 +525,22 @@ def test_numpy_clip_saved_probs_under_watch_names_the_hand_out_and_says_the_line
     assert findings and all(f.confirmed for f in findings)
     assert {(Path(f.mutation.file).name, f.mutation.line) for f in findings} == {(path.name, marker(path, "handout"))}
     assert all("not looked for" in f.what for f in findings)
+
+
+def test_numpy_clip_saved_probs_run_check_contents_names_the_writing_line_in_both_steps():
+    """`run --check-contents` checks the lines after each hand-out, in the user functions they call
+    too: the NumPy line in the helper, in each step (not the step's `model(x)` line)."""
+    path = program("numpy_clip_saved_probs")
+    proc = subprocess.run(
+        [sys.executable, "-m", "inplace_doctor", "run", "--check-contents", "--format", "json", "--output",
+         "report.json", path.name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(Path("report.json").read_text())
+    hits = [f for f in report["findings"] if f["code"] == "IPD109"]
+    assert hits, json.dumps(report["findings"], indent=1)
+    assert {(Path(f["mutation"]["file"]).name, f["mutation"]["line"]) for f in hits} == {(path.name, marker(path, "write"))}
+    assert {(Path(f["saved"]["file"]).name, f["saved"]["line"]) for f in hits} == {(path.name, marker(path, "saved"))}

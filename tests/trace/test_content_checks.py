@@ -338,3 +338,26 @@ def test_the_search_leaves_no_trace_function_and_keeps_nothing_alive():
     assert sys.gettrace() is tracing
     assert records() - before == set()
     assert [f.code for f in report.findings] == ["IPD109"]
+
+
+def _halve(values: np.ndarray) -> None:
+    values *= 0.5  # helper-writes
+
+
+def test_check_contents_names_the_line_in_a_user_function_the_hand_out_frame_calls_in_every_step():
+    """The write is in a helper the hand-out's frame calls; in the second step a new hand-out comes
+    while the checks still follow the first one's caller: each step names the helper's line."""
+    lin = torch.nn.Linear(4, 4)
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        h = torch.sigmoid(lin(x))
+        _halve(h.detach().numpy())
+        return h
+
+    with ipd.watch(check_contents=True) as session:
+        for _ in range(2):
+            forward(torch.randn(2, 4)).sum().backward()
+    findings = _ipd109(session)
+    assert findings and all(f.confirmed for f in findings)
+    assert {(f.mutation.line, f.mutation.stack[-1].function) for f in findings} == {(_line("helper-writes"), "_halve")}
+    assert sum(f.count for f in findings) == 2

@@ -45,16 +45,17 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
     is reported as info; a graph freed unread is harmless and not reported.
     The finding names the saving line and the hand-out line; with
     ``check_contents`` it also names the line that wrote (checked line by line
-    in the frame that handed the memory out, for a bounded number of lines).
+    in the frame that handed the memory out, the functions of yours it calls
+    and its callers, for a bounded number of lines).
     ``audit`` names the writing line wherever it is: when its run found such a
     change without the line, it runs the model a second time (parameters,
     buffers, inputs and RNG state restored) and checks the changed tensor's
     bytes after each line of your code, NumPy's own frames left out.
 
     What this rule does not see: the writing line under ``watch()`` and
-    ``run`` when the write is not in the frame that handed the memory out
-    (the program cannot be run twice: the finding names the hand-out and
-    says the line was not looked for); under ``audit``, a write that the
+    ``run`` without ``check_contents``, or past its line budget (the program
+    cannot be run twice: the finding names the hand-out and says how the
+    line was looked for); under ``audit``, a write that the
     second run does not repeat (it depends on state outside the model's
     parameters, buffers and RNG, such as a call counter, or runs in another
     thread): the finding says which. Writes to memory no saved tensor uses.
