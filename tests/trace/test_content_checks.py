@@ -361,3 +361,24 @@ def test_check_contents_names_the_line_in_a_user_function_the_hand_out_frame_cal
     assert findings and all(f.confirmed for f in findings)
     assert {(f.mutation.line, f.mutation.stack[-1].function) for f in findings} == {(_line("helper-writes"), "_halve")}
     assert sum(f.count for f in findings) == 2
+
+
+def _busy(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += i
+    return total
+
+
+def test_lines_in_called_functions_do_not_spend_the_hand_out_frames_budget():
+    """A long user function between the hand-out and the write: its lines have their own budget
+    (past it, it runs unchecked), and the write after it in the hand-out's frame is still named."""
+    x = torch.randn(8, requires_grad=True)
+    with ipd.watch(check_contents=True) as session:
+        s = torch.sigmoid(x)
+        a = s.detach().numpy()
+        _busy(5000)
+        a *= 0.5  # after-busy-writes
+        s.sum().backward()
+    [finding] = _ipd109(session)
+    assert finding.mutation.line == _line("after-busy-writes")

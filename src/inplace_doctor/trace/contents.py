@@ -14,7 +14,8 @@ silently reads the new values. So:
 - with `check_all`, the frame that handed the memory out, the user functions it calls (not
   NumPy's own Python: the line that called into it is named) and, once it returns, its callers
   are checked line by line while the hand-out lives, so the writing line is named: bounded to
-  `LINE_BUDGET` line events after the latest hand-out, only while no other trace function (a
+  `LINE_BUDGET` line events (and `CALLEE_BUDGET` in called functions) after the latest
+  hand-out, only while no other trace function (a
   debugger, coverage) is set, and undone when the tracer exits; without it, `audit` looks for
   the line in a second run (`write_lines.py`, engines/replay_writes.py);
 - the session's end is a checkpoint: a change found there, never unpacked, is a prediction.
@@ -41,7 +42,8 @@ from .stacks import MAX_STACK, PACKAGE_DIR, TORCH_DIR, capture_stack, make_site,
 from .storage import storage_span
 from .write_lines import searched
 
-LINE_BUDGET = 200  # lines checked per hand-out, at most
+LINE_BUDGET = 200  # lines checked per hand-out, at most, in its frame and its callers
+CALLEE_BUDGET = 2000  # lines checked per hand-out, at most, in the user functions those call
 _PER_STORAGE = 8  # hand-outs remembered per storage
 _UNLOCATED = 64  # changes without their line remembered for a replay, at most
 #: torch's own Python that hands a pointer to nobody: `__dlpack__` itself, and the dispatch of overrides
@@ -252,7 +254,8 @@ class ContentChecks:
 class _LineChecks:
     """The trace functions that check, line by line, the frame (user code) that holds a hand-out, the
     user functions it calls (NumPy's own frames left out: the line that called into them is named)
-    and, once it returns, its callers: `LINE_BUDGET` line events after the latest hand-out."""
+    and, once it returns, its callers: after the latest hand-out, `LINE_BUDGET` events in its frame
+    and callers, `CALLEE_BUDGET` in the functions they call (then those run unchecked)."""
 
     def __init__(self, checks: ContentChecks, frame: FrameType) -> None:
         self.checks = checks
@@ -261,6 +264,7 @@ class _LineChecks:
         self.at: FrameType | None = frame  # the frame whose line `self.line` is running
         self.line = frame.f_lineno
         self.left = 0
+        self.callee_left = 0
         self.running = True
         self._traced(frame)
         self._calls_fn = self._calls  # one bound method: `sys.gettrace()` is compared with it
@@ -269,12 +273,13 @@ class _LineChecks:
     def add(self, entry: HandOut) -> None:
         self.entries.append(entry)
         self.left = LINE_BUDGET
+        self.callee_left = CALLEE_BUDGET
 
     def _calls(self, frame: FrameType, event: str, arg: Any) -> Any:
         """A new frame: a user function called while checking is traced too."""
-        if not self.running or not searched(frame.f_code.co_filename):
+        if not self.running or self.callee_left <= 0 or not searched(frame.f_code.co_filename):
             return None
-        if self._check():
+        if self._check(callee=True):
             return None
         self.at, self.line = frame, frame.f_lineno
         self._traced(frame)
@@ -283,13 +288,19 @@ class _LineChecks:
     def trace(self, frame: FrameType, event: str, arg: Any) -> Any:
         if not self.running:
             return None
-        if event in ("line", "return") and self._check():
+        callee = frame is not self.frame
+        if event in ("line", "return") and self._check(callee):
+            return None
+        if callee and self.callee_left <= 0:  # the callees' budget is spent: their caller's line runs on
+            frame.f_trace = None
+            self.at = _traced_caller(frame)
+            self.line = self.at.f_lineno if self.at is not None else 0
             return None
         if event == "line":
             self.at, self.line = frame, frame.f_lineno
         elif event == "return":
             frame.f_trace = None
-            if frame is not self.frame:  # a callee returns: its caller's line runs on
+            if callee:  # its caller's line runs on
                 self.at = _traced_caller(frame)
                 self.line = self.at.f_lineno if self.at is not None else 0
                 return None
@@ -302,12 +313,15 @@ class _LineChecks:
             self._traced(caller)
         return self.trace
 
-    def _check(self) -> bool:
+    def _check(self, callee: bool) -> bool:
         """Check the line that ran since the last event; True when checking stops."""
         self.entries = [e for e in self.entries if e.alive()]
         if self.entries and self.at is not None:
             self.checks.check_line(self.entries, self.at, self.line)
-        self.left -= 1
+        if callee:
+            self.callee_left -= 1
+        else:
+            self.left -= 1
         if not self.entries or self.left <= 0:
             self.stop()
             return True
