@@ -382,3 +382,27 @@ def test_lines_in_called_functions_do_not_spend_the_hand_out_frames_budget():
         s.sum().backward()
     [finding] = _ipd109(session)
     assert finding.mutation.line == _line("after-busy-writes")
+
+
+class _ZeroesThroughAStoragePointer(torch.nn.Module):
+    """Stands for an extension kernel: writes its activation through a storage's raw pointer, a
+    path no hand-out call sees."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.sigmoid(self.fc(x))  # pointer-saves
+        pointer = h.untyped_storage().data_ptr()
+        ctypes.memset(pointer, 0, 4)  # pointer-writes
+        return h
+
+
+def test_audit_with_check_contents_names_a_write_no_hand_out_saw():
+    report = ipd.audit(_ZeroesThroughAStoragePointer(), torch.randn(2, 4), check_contents=True)
+    [finding] = [f for f in report.findings if f.code == "IPD109"]
+    assert finding.confirmed and finding.saved.line == _line("pointer-saves")
+    assert finding.mutation.line == _line("pointer-writes") and HERE.samefile(finding.mutation.file)
+    assert finding.facts.handed_out is None
+    assert f"test_content_checks.py:{_line('pointer-writes')}" in finding.fix

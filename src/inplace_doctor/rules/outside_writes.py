@@ -114,7 +114,7 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
         cause=cause,
         what=what + ".",
         why=why,
-        fix=_fix(handed, how),
+        fix=_fix(handed, how, write),
         fixes=copy_at_handout(handed, _HANDED_BY[how]) if how in _HANDED_BY else (),
         mutation=mutation,
         saved=saved.site,
@@ -127,11 +127,16 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
 _HANDED_BY = {"`.numpy()`": "numpy", "`__dlpack__()`": "__dlpack__"}  # the method a copy edit appends to
 
 
-def _fix(handed: Site | None, how: str) -> str:
+def _fix(handed: Site | None, how: str, write: Site | None) -> str:
     tail = (
         "the array then owns its memory and the saved tensor keeps its values; to change the tensor itself, "
         "do it in PyTorch (`s = s * 0.5`) so autograd sees it, or after backward"
     )
+    if (handed is None or not handed.file) and write is not None and write.file:
+        return (
+            f"give the code at {write.location} a copy of the tensor (`t.detach().clone()`) to write, or declare "
+            f"the kernel's write: {tail}"
+        )
     if handed is None or not handed.file:
         return (
             "find the code that writes this tensor's memory outside PyTorch (NumPy, DLPack, a pointer, an "
