@@ -26,7 +26,7 @@ from ..findings import Finding
 from ..report import Report
 from ..rules import select_rules
 from ..rules.dispatch import Analyzer
-from ..trace.blame import passed_through
+from ..trace.blame import internal_error, passed_through, raised_by_the_tool
 from ..trace.fingerprint import Fingerprint
 from ..trace.storage import storage_span
 from ..trace.tracer import Tracer
@@ -90,11 +90,12 @@ def _replay(
                             loss.backward()
                         del loss
                     del output
-            except Exception as exc:  # the first run got past this point: the run did not repeat
+            except Exception as exc:  # the program's error, where the first run may have raised too
                 passed_through(exc)
-                for key in search.expected:
-                    if key not in search.found:
-                        search.outcome[key] = WriteLineSearch.FAILED
+                if raised_by_the_tool(exc):
+                    raise internal_error(exc) from exc
+                for key in search.expected:  # a tensor saved again keeps what the search found of it
+                    search.outcome.setdefault(key, WriteLineSearch.FAILED)
                 _forget_frames(exc)
     finally:
         for storage, saved in kept:

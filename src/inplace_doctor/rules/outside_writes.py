@@ -175,7 +175,7 @@ def _line_not_named(search: WriteLineSearch) -> str:
         WriteLineSearch.BUDGET: f"the writing line is not named: {replay} ran out of its line budget before the change",
         WriteLineSearch.TRACED: "the writing line is not named: another trace function (a debugger, coverage) was "
         "active, so a second run could not check the lines",
-        WriteLineSearch.FAILED: f"the writing line is not named: {replay} raised before the change, so the run does "
+        WriteLineSearch.FAILED: f"the writing line is not named: {replay} raised before it saved this tensor, so the run does "
         "not repeat",
     }
     return reasons.get(search, reasons[WriteLineSearch.NOT_SEARCHED])
