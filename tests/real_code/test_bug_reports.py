@@ -502,7 +502,8 @@ def test_numpy_clip_saved_probs_audit_names_the_writing_line():
     namespace = runpy.run_path(str(path), run_name="__main__")
     model, x = namespace["model"], namespace["x"]
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    rng = torch.get_rng_state()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    rng, x_before = torch.get_rng_state(), x.clone()
     report = ipd.audit(model, x)
     [finding] = [f for f in report.findings if f.code == "IPD109"]
     assert finding.confirmed is True and finding.severity is Severity.ERROR
@@ -514,8 +515,8 @@ def test_numpy_clip_saved_probs_audit_names_the_writing_line():
     assert (Path(finding.saved.file).name, finding.saved.line) == (path.name, marker(path, "saved"))
     assert finding.facts.handed_out == f"{path.name}:{marker(path, 'handout')}"
     # the second run left the model and the RNG as the caller had them
-    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
-    assert torch.equal(torch.get_rng_state(), rng)
+    assert all(torch.equal(p, before[n]) and torch.equal(p.grad, grads[n]) for n, p in model.named_parameters())
+    assert torch.equal(torch.get_rng_state(), rng) and torch.equal(x, x_before)
 
 
 def test_numpy_clip_saved_probs_under_watch_names_the_hand_out_and_says_the_line_was_not_looked_for():
