@@ -1,7 +1,7 @@
 """audit's second run, to name the line that wrote a saved tensor through NumPy, DLPack or a pointer.
 
 IPD109 sees at unpack that a saved tensor's bytes changed with no op, but not which line changed
-them, unless `check_contents` caught it in the frame that handed the memory out. `audit` can repeat
+them, unless `check_contents` caught it in the lines after the hand-out. `audit` can repeat
 its run exactly: `Preserved` gives back the parameters, buffers, inputs, flags and RNG state after
 the first run. So when the first run reports such a change without its line, the model runs once
 more with a `LineSearch` (trace/write_lines.py) that checks the changed tensors' bytes after every

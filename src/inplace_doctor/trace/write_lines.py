@@ -1,8 +1,8 @@
 """The line that wrote a saved tensor outside PyTorch, found in a replay of a repeatable run.
 
 A write through NumPy, DLPack or a pointer runs no op: IPD109 sees the changed bytes at unpack,
-not when they changed. `contents.py` looks for the line only in the frame that handed the memory
-out, and only with `check_contents`. When the run can be repeated exactly (`audit` restores the
+not when they changed. `contents.py` looks for the line only with `check_contents`, from the frame
+that handed the memory out on, for a bounded number of lines. When the run can be repeated exactly (`audit` restores the
 model, inputs and RNG, see engines/replay_writes.py), it runs again with a `LineSearch`: the
 saved tensors found changed (by their pack order, `SavedRecord.key`) are fingerprinted at save
 and again after every line of every user frame (`sys.settrace`, user files only; torch and
