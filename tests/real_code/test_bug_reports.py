@@ -521,3 +521,59 @@ def test_rrelu_checkpoint_fix_gives_the_unchecked_networks_gradients():
     )
     assert_same(run_plain(path), run_plain(intended))
     assert not torch.equal(run_plain(program("rrelu_checkpoint"))["blocks.0.fc.weight"], run_plain(intended)["blocks.0.fc.weight"])
+
+
+# -- NumPy clips the probabilities sigmoid saved, through `.numpy()` -------------------------------
+# https://github.com/pytorch/pytorch/issues/97586
+
+
+def test_numpy_clip_saved_probs_audit_names_the_writing_line():
+    """No op writes, so the first run sees only that the bytes changed; audit runs the model again,
+    state restored, and names the NumPy line in the helper, with the forward line that called it."""
+    path = program("numpy_clip_saved_probs")
+    namespace = runpy.run_path(str(path), run_name="__main__")
+    model, x = namespace["model"], namespace["x"]
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    rng, x_before = torch.get_rng_state(), x.clone()
+    report = ipd.audit(model, x)
+    [finding] = [f for f in report.findings if f.code == "IPD109"]
+    assert finding.confirmed is True and finding.severity is Severity.ERROR
+    assert (Path(finding.mutation.file).name, finding.mutation.line) == (path.name, marker(path, "write"))
+    assert [(Path(f.file).name, f.line) for f in finding.mutation.stack] == [
+        (path.name, marker(path, "handout")),
+        (path.name, marker(path, "write")),
+    ]
+    assert (Path(finding.saved.file).name, finding.saved.line) == (path.name, marker(path, "saved"))
+    assert finding.facts.handed_out == f"{path.name}:{marker(path, 'handout')}"
+    # the second run left the model and the RNG as the caller had them
+    assert all(torch.equal(p, before[n]) and torch.equal(p.grad, grads[n]) for n, p in model.named_parameters())
+    assert torch.equal(torch.get_rng_state(), rng) and torch.equal(x, x_before)
+
+
+def test_numpy_clip_saved_probs_under_watch_names_the_hand_out_and_says_the_line_was_not_looked_for():
+    """watch() cannot run the program twice: the finding stands on the hand-out line, and says so."""
+    path = program("numpy_clip_saved_probs")
+    findings = [f for f in diagnose(path) if f.code == "IPD109"]
+    assert findings and all(f.confirmed for f in findings)
+    assert {(Path(f.mutation.file).name, f.mutation.line) for f in findings} == {(path.name, marker(path, "handout"))}
+    assert all("not looked for" in f.what for f in findings)
+
+
+def test_numpy_clip_saved_probs_run_check_contents_names_the_writing_line_in_both_steps():
+    """`run --check-contents` checks the lines after each hand-out, in the user functions they call
+    too: the NumPy line in the helper, in each step (not the step's `model(x)` line)."""
+    path = program("numpy_clip_saved_probs")
+    proc = subprocess.run(
+        [sys.executable, "-m", "inplace_doctor", "run", "--check-contents", "--format", "json", "--output",
+         "report.json", path.name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(Path("report.json").read_text())
+    hits = [f for f in report["findings"] if f["code"] == "IPD109"]
+    assert hits, json.dumps(report["findings"], indent=1)
+    assert {(Path(f["mutation"]["file"]).name, f["mutation"]["line"]) for f in hits} == {(path.name, marker(path, "write"))}
+    assert {(Path(f["saved"]["file"]).name, f["saved"]["line"]) for f in hits} == {(path.name, marker(path, "saved"))}

@@ -17,7 +17,7 @@ from ..sites import ROOT_LABEL
 from ..trace.blame import UNPRINTABLE, exception_text, internal_error, passed_through, raised_by_the_tool
 from ..trace.modules import refuse_opaque, unique_label, variable_name
 from ..trace.tracer import Tracer
-from . import nesting
+from . import nesting, replay_writes
 from .preserve import Preserved, labelled_tensors, private_inputs, refuse_lazy, refuse_meta, tensors_in
 from .training import default_loss
 
@@ -57,6 +57,8 @@ def audit(
             in findings: `D.2.weight` instead of `model.discriminator.2.weight`.
         check_contents: fingerprint every saved tensor and compare it at unpack
             (IPD109 for writes no op makes: extension kernels, NumPy, pointers).
+            When IPD109 finds a change without its writing line, the model runs
+            a second time, all of the above restored, to name the line.
 
     Example:
         >>> import inplace_doctor as ipd
@@ -132,7 +134,11 @@ def audit(
         tracer.check_contents_now()
         analyzer.finish("backward was not run (forward only); a backward through this tensor would.", Severity.WARNING)
         del output
-    return _finish(report, tracer, analyzer)
+    report = _finish(report, tracer, analyzer)
+    if tracer.contents.unlocated:  # IPD109 without the writing line: the run repeats, so look for it
+        replay_writes.name_write_lines(report, tracer.contents.unlocated, model, args, kwargs, inputs, modules, loss_fn, backward)
+        report.findings = _sorted(report.findings)
+    return report
 
 
 def _forget_frames(exc: BaseException | None) -> None:

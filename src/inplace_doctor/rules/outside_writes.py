@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from ..causes import HandOutFacts, OutsideWriteCause
-from ..events import SavedTensorChangedOutside
+from ..events import SavedTensorChangedOutside, WriteLineSearch
 from ..findings import Finding, Severity
 from ..sites import Phase, Site
 from .fix_builders import copy_at_handout
@@ -45,7 +45,20 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
     is reported as info; a graph freed unread is harmless and not reported.
     The finding names the saving line and the hand-out line; with
     ``check_contents`` it also names the line that wrote (checked line by line
-    in the frame that handed the memory out, for a bounded number of lines).
+    in the frame that handed the memory out, the functions of yours it calls
+    and its callers, for a bounded number of lines).
+    ``audit`` names the writing line wherever it is: when its run found such a
+    change without the line, it runs the model a second time (parameters,
+    buffers, inputs and RNG state restored) and checks the changed tensor's
+    bytes after each line of your code, NumPy's own frames left out.
+
+    What this rule does not see: the writing line under ``watch()`` and
+    ``run`` without ``check_contents``, or past its line budget (the program
+    cannot be run twice: the finding names the hand-out and says how the
+    line was looked for); under ``audit``, a write that the
+    second run does not repeat (it depends on state outside the model's
+    parameters, buffers and RNG, such as a call counter, or runs in another
+    thread): the finding says which. Writes to memory no saved tensor uses.
 
     Example::
 
@@ -70,18 +83,17 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
     if write is not None and write.file:
         cause = OutsideWriteCause.WRITE_SEEN
         what = f"`{without_comment(write.code or '')}` at {write.location} changed the bytes of {desc}, {saving},{through}"
+        if event.search is WriteLineSearch.LINE:
+            what += f" ({_found_by_replay()})"
     elif handed is not None:
         cause = OutsideWriteCause.HANDED_OUT
-        what = (
-            f"The bytes of {desc}, {saving}, changed{through}, with no PyTorch op "
-            "(run with check_contents=True to find the writing line)"
-        )
+        what = f"The bytes of {desc}, {saving}, changed{through}, with no PyTorch op ({_line_not_named(event.search)})"
     else:
         cause = OutsideWriteCause.UNSEEN
         what = (
             f"The bytes of {desc}, {saving}, changed with no PyTorch op and no hand-out of its memory seen "
             "(a C/CUDA extension kernel that writes an input without declaring it, or a pointer taken before "
-            "the session)"
+            f"the session; {_line_not_named(event.search)})"
         )
     version = f"the saved tensor's version stayed {saved.version}"
     if event.reached:
@@ -102,7 +114,7 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
         cause=cause,
         what=what + ".",
         why=why,
-        fix=_fix(handed, how),
+        fix=_fix(handed, how, write),
         fixes=copy_at_handout(handed, _HANDED_BY[how]) if how in _HANDED_BY else (),
         mutation=mutation,
         saved=saved.site,
@@ -115,11 +127,16 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
 _HANDED_BY = {"`.numpy()`": "numpy", "`__dlpack__()`": "__dlpack__"}  # the method a copy edit appends to
 
 
-def _fix(handed: Site | None, how: str) -> str:
+def _fix(handed: Site | None, how: str, write: Site | None) -> str:
     tail = (
         "the array then owns its memory and the saved tensor keeps its values; to change the tensor itself, "
         "do it in PyTorch (`s = s * 0.5`) so autograd sees it, or after backward"
     )
+    if (handed is None or not handed.file) and write is not None and write.file:
+        return (
+            f"give the code at {write.location} a copy of the tensor (`t.detach().clone()`) to write, or declare "
+            f"the kernel's write: {tail}"
+        )
     if handed is None or not handed.file:
         return (
             "find the code that writes this tensor's memory outside PyTorch (NumPy, DLPack, a pointer, an "
@@ -131,3 +148,34 @@ def _fix(handed: Site | None, how: str) -> str:
         value = assigned["value"]
         return f"replace `{code}` with `{assigned['target']} = {value}.copy()` at {handed.location}: {tail}"
     return f"hand out a copy at {handed.location} (`t.detach().clone()` before {how}): {tail}"
+
+
+def _found_by_replay() -> str:
+    return "found by running the model a second time, state restored, and checking the bytes after each line of your code"
+
+
+def _line_not_named(search: WriteLineSearch) -> str:
+    """Why the writing line is not named: how it was looked for, and what kept the search from it."""
+    replay = "a second run of the model, to find the writing line,"
+    reasons = {
+        WriteLineSearch.NOT_SEARCHED: (
+            "the writing line was not looked for: `ipd.audit(model, x)` of the model that writes runs it a second "
+            "time and names the line; `check_contents=True` checks the lines after the hand-out"
+        ),
+        WriteLineSearch.HANDOUT_FRAME: (
+            "the lines after the hand-out, in its frame, were checked and none changed the bytes: the write ran "
+            "elsewhere; `ipd.audit(model, x)` of the model that writes runs it a second time and checks every line"
+        ),
+        WriteLineSearch.NOT_SAVED_AGAIN: f"the writing line is not named: {replay} saved no tensor at this place, "
+        "so the run does not repeat",
+        WriteLineSearch.OTHER_BYTES: f"the writing line is not named: {replay} saved this tensor with other bytes, "
+        "so the run is not deterministic (random draws the RNG state does not cover, or state the first run changed)",
+        WriteLineSearch.NO_CHANGE: f"the writing line is not named: {replay} saved the same bytes, and no line of your "
+        "code changed them (the write may depend on state the first run changed, or run in another thread)",
+        WriteLineSearch.BUDGET: f"the writing line is not named: {replay} ran out of its line budget before the change",
+        WriteLineSearch.TRACED: "the writing line is not named: another trace function (a debugger, coverage) was "
+        "active, so a second run could not check the lines",
+        WriteLineSearch.FAILED: f"the writing line is not named: {replay} raised before it saved this tensor, so the run does "
+        "not repeat",
+    }
+    return reasons.get(search, reasons[WriteLineSearch.NOT_SEARCHED])

@@ -11,10 +11,13 @@ silently reads the new values. So:
   which also catches kernels that write an input without declaring it;
 - unpack compares the fingerprint: changed bytes with an unchanged version and no write the
   tracer saw is a silent write, reported confirmed (`SavedTensorChangedOutside`, reached=True);
-- with `check_all`, the frame that handed the memory out (and its callers, in user code) is
-  checked line by line while the hand-out lives, so the writing line is named: bounded to
-  `LINE_BUDGET` lines per hand-out, only while no other trace function (a debugger, coverage)
-  is set, and undone when the tracer exits;
+- with `check_all`, the frame that handed the memory out, the user functions it calls (not
+  NumPy's own Python: the line that called into it is named) and, once it returns, its callers
+  are checked line by line while the hand-out lives, so the writing line is named: bounded to
+  `LINE_BUDGET` line events (and `CALLEE_BUDGET` in called functions) after the latest
+  hand-out, only while no other trace function (a
+  debugger, coverage) is set, and undone when the tracer exits; without it, `audit` looks for
+  the line in a second run (`write_lines.py`, engines/replay_writes.py);
 - the session's end is a checkpoint: a change found there, never unpacked, is a prediction.
 
 Fingerprints are computed with the tool's modes off and hold no tensor.
@@ -31,15 +34,18 @@ from typing import Any, Callable
 
 import torch
 
-from ..events import Event, SavedTensorChangedOutside
+from ..events import Event, SavedTensorChangedOutside, WriteLineSearch
 from ..sites import Site
-from .fingerprint import fingerprint
+from .fingerprint import Fingerprint, fingerprint
 from .saved import SavedRecord, SavedTensors
-from .stacks import MAX_STACK, PACKAGE_DIR, TORCH_DIR, capture_stack, is_user_file, make_site, resolve_stack
+from .stacks import MAX_STACK, PACKAGE_DIR, TORCH_DIR, capture_stack, make_site, resolve_stack
 from .storage import storage_span
+from .write_lines import searched
 
-LINE_BUDGET = 200  # lines checked per hand-out, at most
+LINE_BUDGET = 200  # lines checked per hand-out, at most, in its frame and its callers
+CALLEE_BUDGET = 2000  # lines checked per hand-out, at most, in the user functions those call
 _PER_STORAGE = 8  # hand-outs remembered per storage
+_UNLOCATED = 64  # changes without their line remembered for a replay, at most
 #: torch's own Python that hands a pointer to nobody: `__dlpack__` itself, and the dispatch of overrides
 _PASS_THROUGH = tuple(os.path.join(TORCH_DIR, name) for name in ("_tensor.py", "overrides.py", "utils/dlpack.py"))
 _HAND_OUT_METHODS = {"numpy": "`.numpy()`", "__dlpack__": "`__dlpack__()`", "data_ptr": "`.data_ptr()`"}
@@ -86,6 +92,11 @@ class ContentChecks:
         #: function frames that were traced: their locals snapshot is dropped once outside a trace call
         self.traced: list[FrameType] = []
         self._patched: list[tuple[Any, str, Any]] = []
+        #: a replay's search for the writing line (`write_lines.LineSearch`), set by the engine that replays
+        self.search: Any = None
+        #: changes reported without the writing line, each with the tensor's fingerprint when saved:
+        #: what a replay looks for (engines/replay_writes.py)
+        self.unlocated: list[tuple[SavedTensorChangedOutside, Fingerprint]] = []
 
     # -- lifecycle: `to_dlpack` is a module function no TorchFunctionMode sees -----------------
     def __enter__(self) -> "ContentChecks":
@@ -153,6 +164,8 @@ class ContentChecks:
 
     def on_pack(self, record: SavedRecord, ptr: int) -> None:
         """A new saved tensor: fingerprinted when its memory is handed out (or every one, with check_all)."""
+        if self.search is not None:
+            self.search.on_pack(record)
         entries = self.by_storage.get(ptr)
         if entries:
             for entry in entries:
@@ -177,9 +190,9 @@ class ContentChecks:
         now = fingerprint(t)
         if now is None or now == record.fingerprint:
             return
-        record.fingerprint = record.seen = now  # a second backward through a retained graph: once
+        before, record.fingerprint, record.seen = record.fingerprint, now, now  # a second backward through a retained graph: once
         self.saved.settled(record.key)
-        self.emit(self._event(record, reached=True))
+        self.emit(self._event(record, reached=True, before=before))
 
     def checkpoint(self) -> None:
         """The session ends: fingerprinted saved tensors that changed, not yet unpacked, are predictions."""
@@ -196,17 +209,21 @@ class ContentChecks:
                 now = fingerprint(record.tensor)
                 if now is not None and now != record.fingerprint:
                     self.saved.predicted(record.key)
-                    self.emit(self._event(record, reached=False))
+                    self.emit(self._event(record, reached=False, before=record.fingerprint))
 
-    def _event(self, record: SavedRecord, reached: bool) -> SavedTensorChangedOutside:
+    def _event(self, record: SavedRecord, reached: bool, before: Fingerprint) -> SavedTensorChangedOutside:
         entry = record.handout
-        return SavedTensorChangedOutside(
+        event = SavedTensorChangedOutside(
             saved=record.info(),
             handed_out=entry.site() if entry is not None else None,
             how=entry.how if entry is not None else None,
             write=record.written_at,
             reached=reached,
+            search=WriteLineSearch.HANDOUT_FRAME if self.check_all and entry is not None else WriteLineSearch.NOT_SEARCHED,
         )
+        if record.written_at is None and len(self.unlocated) < _UNLOCATED:
+            self.unlocated.append((event, before))
+        return event
 
     # -- the writing line -----------------------------------------------------------------
     def _start_lines(self, entry: HandOut) -> None:
@@ -235,44 +252,80 @@ class ContentChecks:
 
 
 class _LineChecks:
-    """The local trace function of the frames (user code) that hold a hand-out, for `LINE_BUDGET` lines."""
+    """The trace functions that check, line by line, the frame (user code) that holds a hand-out, the
+    user functions it calls (NumPy's own frames left out: the line that called into them is named)
+    and, once it returns, its callers: after the latest hand-out, `LINE_BUDGET` events in its frame
+    and callers, `CALLEE_BUDGET` in the functions they call (then those run unchecked)."""
 
     def __init__(self, checks: ContentChecks, frame: FrameType) -> None:
         self.checks = checks
         self.entries: list[HandOut] = []
-        self.frame: FrameType | None = frame
+        self.frame: FrameType | None = frame  # the outermost frame traced: the hand-out's, then its callers
+        self.at: FrameType | None = frame  # the frame whose line `self.line` is running
         self.line = frame.f_lineno
         self.left = 0
+        self.callee_left = 0
         self.running = True
         self._traced(frame)
-        sys.settrace(_no_new_frames)  # line events need a thread trace function; callees are not traced
+        self._calls_fn = self._calls  # one bound method: `sys.gettrace()` is compared with it
+        sys.settrace(self._calls_fn)  # line events need a thread trace function
 
     def add(self, entry: HandOut) -> None:
         self.entries.append(entry)
         self.left = LINE_BUDGET
+        self.callee_left = CALLEE_BUDGET
+
+    def _calls(self, frame: FrameType, event: str, arg: Any) -> Any:
+        """A new frame: a user function called while checking is traced too."""
+        if not self.running or self.callee_left <= 0 or not searched(frame.f_code.co_filename):
+            return None
+        if self._check(callee=True):
+            return None
+        self.at, self.line = frame, frame.f_lineno
+        self._traced(frame)
+        return self.trace
 
     def trace(self, frame: FrameType, event: str, arg: Any) -> Any:
-        if not self.running or frame is not self.frame:
+        if not self.running:
             return None
-        if event in ("line", "return"):
-            self.entries = [e for e in self.entries if e.alive()]
-            if self.entries:
-                self.checks.check_line(self.entries, frame, self.line)
-            self.left -= 1
-            self.line = frame.f_lineno
-            if not self.entries or self.left <= 0:
-                self.stop()
-                return None
-        if event == "return":
-            caller = _user_frame(frame.f_back)
+        callee = frame is not self.frame
+        if event in ("line", "return") and self._check(callee):
+            return None
+        if callee and self.callee_left <= 0:  # the callees' budget is spent: their caller's line runs on
             frame.f_trace = None
-            self.frame = caller
+            self.at = _traced_caller(frame)
+            self.line = self.at.f_lineno if self.at is not None else 0
+            return None
+        if event == "line":
+            self.at, self.line = frame, frame.f_lineno
+        elif event == "return":
+            frame.f_trace = None
+            if callee:  # its caller's line runs on
+                self.at = _traced_caller(frame)
+                self.line = self.at.f_lineno if self.at is not None else 0
+                return None
+            caller = _user_frame(frame.f_back)
+            self.frame = self.at = caller
             if caller is None:
                 self.stop()
                 return None
             self.line = caller.f_lineno
             self._traced(caller)
         return self.trace
+
+    def _check(self, callee: bool) -> bool:
+        """Check the line that ran since the last event; True when checking stops."""
+        self.entries = [e for e in self.entries if e.alive()]
+        if self.entries and self.at is not None:
+            self.checks.check_line(self.entries, self.at, self.line)
+        if callee:
+            self.callee_left -= 1
+        else:
+            self.left -= 1
+        if not self.entries or self.left <= 0:
+            self.stop()
+            return True
+        return False
 
     def _traced(self, frame: FrameType) -> None:
         frame.f_trace = self.trace
@@ -282,15 +335,19 @@ class _LineChecks:
     def stop(self) -> None:
         if self.frame is not None:
             self.frame.f_trace = None
-        self.frame = None  # the frame holds the user's locals: never kept past the check
+        self.frame = self.at = None  # frames hold the user's locals: never kept past the check
         self.entries = []
         self.running = False
-        if sys.gettrace() is _no_new_frames:
+        if sys.gettrace() == self._calls_fn:
             sys.settrace(None)
 
 
-def _no_new_frames(frame: FrameType, event: str, arg: Any) -> None:
-    return None
+def _traced_caller(frame: FrameType) -> FrameType | None:
+    """The traced user frame a returning callee goes back to (None: none is traced)."""
+    caller = frame.f_back
+    while caller is not None and not searched(caller.f_code.co_filename):
+        caller = caller.f_back
+    return caller if caller is not None and caller.f_trace is not None else None
 
 
 def _asked_by_torch(frame: FrameType | None) -> bool:
@@ -305,14 +362,22 @@ def _asked_by_torch(frame: FrameType | None) -> bool:
 
 
 def _user_frame(frame: FrameType | None) -> FrameType | None:
-    while frame is not None and not is_user_file(frame.f_code.co_filename):
+    while frame is not None and not searched(frame.f_code.co_filename):
         frame = frame.f_back
     return frame
 
 
 def _line_site(frame: FrameType, line: int, how: str) -> Site:
-    return make_site(f"write through {how.strip('`')}", ((frame.f_code.co_filename, line, frame.f_code.co_name),), None, None,
-                     "forward")
+    """`line` of `frame`, after the traced user frames that called it."""
+    frames = [(frame.f_code.co_filename, line, frame.f_code.co_name)]
+    caller = frame.f_back
+    while caller is not None and len(frames) < MAX_STACK:
+        if searched(caller.f_code.co_filename):
+            if caller.f_trace is None:
+                break
+            frames.append((caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name))
+        caller = caller.f_back
+    return make_site(f"write through {how.strip('`')}", tuple(reversed(frames)), None, None, "forward")
 
 
 def _overlaps(record: SavedRecord, span: tuple[int, int, int]) -> bool:

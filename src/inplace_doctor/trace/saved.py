@@ -164,7 +164,7 @@ class SavedTensors:
                 bucket = self.by_storage[ptr] = {}
             bucket[key] = ref
             contents = self.contents
-            if contents is not None and (contents.check_all or contents.by_storage):
+            if contents is not None and (contents.check_all or contents.by_storage or contents.search is not None):
                 contents.on_pack(record, ptr)
         return record
 

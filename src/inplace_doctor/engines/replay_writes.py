@@ -1,0 +1,141 @@
+"""audit's second run, to name the line that wrote a saved tensor through NumPy, DLPack or a pointer.
+
+IPD109 sees at unpack that a saved tensor's bytes changed with no op, but not which line changed
+them, unless `check_contents` caught it in the lines after the hand-out. `audit` can repeat
+its run exactly: `Preserved` gives back the parameters, buffers, inputs, flags and RNG state after
+the first run. So when the first run reports such a change without its line, the model runs once
+more with a `LineSearch` (trace/write_lines.py) that checks the changed tensors' bytes after every
+line of user code, and the first run's IPD109 findings are rewritten with the line it names, or
+with what kept it from naming one (the run did not repeat, or no user line changed the bytes).
+
+Runs without such a finding never come here. The replay snapshots the bytes of the parameters and
+inputs first and writes them back after, since a write that no op makes is not one `Preserved`
+can see; effects outside the model (prints, files, counters) happen a second time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+
+from ..causes import OutsideWriteCause
+from ..events import SavedTensorChangedOutside, WriteLineSearch
+from ..findings import Finding
+from ..report import Report
+from ..rules import select_rules
+from ..rules.dispatch import Analyzer
+from ..trace.blame import internal_error, passed_through, raised_by_the_tool
+from ..trace.fingerprint import Fingerprint
+from ..trace.storage import storage_span
+from ..trace.tracer import Tracer
+from ..trace.write_lines import LineSearch
+from .preserve import Preserved
+from .training import default_loss
+
+Unlocated = list[tuple[SavedTensorChangedOutside, Fingerprint]]
+
+
+def name_write_lines(
+    report: Report,
+    unlocated: Unlocated,
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    inputs: list[torch.Tensor],
+    modules: list[torch.nn.Module],
+    loss_fn: Callable[[Any], torch.Tensor] | None,
+    backward: bool,
+) -> None:
+    """Replay `model(*args, **kwargs)` (and backward) once with line checks; rewrite the IPD109
+    findings of `report` that have no writing line with what the replay found."""
+    search = LineSearch({event.saved.key: before for event, before in unlocated})
+    _replay(search, model, args, kwargs, inputs, modules, loss_fn, backward)
+    amended = Analyzer(select_rules(["IPD109"]), root_label=report.root_label)
+    for event, _ in unlocated:
+        key = event.saved.key
+        outcome = search.outcome.get(key, WriteLineSearch.NOT_SAVED_AGAIN)
+        again = dataclasses.replace(event, write=search.found.get(key), search=outcome)
+        for new in amended.handle(again):
+            _rewrite(report, new)
+    report.notes.append(replay_note(len(unlocated)))
+
+
+def _replay(
+    search: LineSearch,
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    inputs: list[torch.Tensor],
+    modules: list[torch.nn.Module],
+    loss_fn: Callable[[Any], torch.Tensor] | None,
+    backward: bool,
+) -> None:
+    """The audit's run again, watched only for the search; nothing it finds is reported."""
+    analyzer = Analyzer(select_rules(["IPD109"]))
+    preserved = Preserved(model, inputs, modules)
+    tracer = Tracer(analyzer, before_write=preserved.before_write, track_call_inputs=False)
+    tracer.contents.search = search
+    kept = _snapshot([*[p for m in modules for p in m._parameters.values() if p is not None], *inputs])
+    try:
+        with preserved, tracer:
+            try:
+                with search:
+                    output = model(*args, **kwargs)
+                    tracer.flush()
+                    if backward:
+                        loss = loss_fn(output) if loss_fn is not None else default_loss(output)
+                        if isinstance(loss, torch.Tensor) and loss.requires_grad:
+                            loss.backward()
+                        del loss
+                    del output
+            except Exception as exc:  # the program's error, where the first run may have raised too
+                passed_through(exc)
+                if raised_by_the_tool(exc):
+                    raise internal_error(exc) from exc
+                for key in search.expected:  # a tensor saved again keeps what the search found of it
+                    search.outcome.setdefault(key, WriteLineSearch.FAILED)
+                _forget_frames(exc)
+    finally:
+        for storage, saved in kept:
+            storage.copy_(saved)  # bytes only: no version moves
+
+
+def _snapshot(tensors: list[torch.Tensor]) -> list[tuple[Any, Any]]:
+    """Each distinct storage under `tensors`, with a copy of its bytes."""
+    kept: dict[int, tuple[Any, Any]] = {}
+    with torch.no_grad():
+        for t in tensors:
+            span = storage_span(t)
+            if span is not None and span[0] not in kept:
+                storage = t.untyped_storage()
+                kept[span[0]] = (storage, storage.clone())
+    return list(kept.values())
+
+
+def _forget_frames(exc: BaseException | None) -> None:
+    while exc is not None:
+        exc.__traceback__ = None
+        exc = exc.__cause__ or exc.__context__
+
+
+def _rewrite(report: Report, new: Finding) -> None:
+    """Put what the replay found into the first run's finding for the same saved tensor, which
+    names no writing line (its severity and confirmation stay the first run's)."""
+    for i, old in enumerate(report.findings):
+        if old.code == new.code and old.saved == new.saved and old.slot == new.slot and old.cause is not OutsideWriteCause.WRITE_SEEN:
+            report.findings[i] = old.with_(
+                what=new.what, mutation=new.mutation, cause=new.cause, fix=new.fix, fixes=new.fixes, facts=new.facts
+            )
+            return
+
+
+def replay_note(changes: int) -> str:
+    """The report's note on the second run."""
+    return (
+        f"to find the line that wrote {'a saved tensor' if changes == 1 else f'{changes} saved tensors'} outside "
+        "PyTorch (IPD109), the model ran a second time, its parameters, buffers, inputs and RNG state restored "
+        "first and after, with the tensor's bytes checked after each line of your code; effects outside the "
+        "model (prints, files) happened twice"
+    )
