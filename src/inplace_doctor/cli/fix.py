@@ -1,6 +1,6 @@
-"""`inplace-doctor fix SCRIPT.py [ARGS ...]`: apply the fixes a script's findings carry, once each is proven.
+"""`inplace-doctor fix (SCRIPT.py | -m MODULE) [ARGS ...]`: apply the fixes a script's findings carry, once each is proven.
 
-1. The script runs under `inplace-doctor run` (a child process, in the working
+1. The script (or module) runs under `inplace-doctor run` (a child process, in the working
    directory, its output shown). Each finding's `fixes[]` in the JSON report
    are the candidates: `Edit` records built from the source, applied as data.
 2. A fix is checked on a scratch copy of the project (`prove.py`): the edits
@@ -53,16 +53,20 @@ if TYPE_CHECKING:
 def add_parser(sub: "Subcommands") -> None:
     fixer = sub.add_parser(
         "fix", help="apply the fixes a script's findings carry, each proven on a copy of your program first",
-        usage="inplace-doctor fix [--diff] [--force] [--unsafe-fixes] [--steps N] SCRIPT.py [ARGS ...]",
-        description="Run SCRIPT.py under `inplace-doctor run`; check each fix its findings carry on a copy of the "
-                    "project (the finding gone, no new one, and forward values, gradients and optimizer state equal "
-                    "bit for bit to the program with every saved tensor copied at save); apply the proven ones.",
+        usage="inplace-doctor fix [--diff] [--force] [--unsafe-fixes] [--steps N] (SCRIPT.py | -m MODULE) [ARGS ...]",
+        description="Run SCRIPT.py (or -m MODULE) under `inplace-doctor run`; check each fix its findings carry on a "
+                    "copy of the project (the finding gone, no new one, and forward values, gradients and optimizer "
+                    "state equal bit for bit to the program with every saved tensor copied at save); apply the proven "
+                    "ones. For a report with the proven fixes marked (JSON, SARIF for code scanning) and no file "
+                    "changed: `inplace-doctor run --prove`.",
     )
     fixer.add_argument("--diff", action="store_true", help="print the patch, byte for byte; change no file")
     fixer.add_argument("--force", action="store_true", help="skip git's checks (uncommitted changes, git missing)")
     fixer.add_argument("--unsafe-fixes", action="store_true",
                        help="also apply fixes whose finding goes but whose results are not proven equal")
     fixer.add_argument("--steps", type=int, metavar="N", help="watch only the first N training steps (as run)")
+    fixer.add_argument("-m", dest="module", metavar="MODULE",
+                       help="run a module, as python -m does (from the copy of the project, for each check)")
     fixer.add_argument("target", nargs=argparse.REMAINDER, metavar="SCRIPT.py [ARGS ...]")
     fixer.set_defaults(handler=command)
 
@@ -71,18 +75,21 @@ def command(ns: argparse.Namespace) -> int:
     from .prove import Workspace, serious
     from .source_edits import fixes_from_json
 
-    if not ns.target:
-        raise CliUsageError("fix needs a script: inplace-doctor fix train.py [ARGS ...]")
-    script, args = ns.target[0], list(ns.target[1:])
-    if not os.path.isfile(script):
-        raise CliUsageError(f"no script {script!r}: give a path to a .py file")
+    if ns.module:
+        script, args = ns.module, list(ns.target)
+    elif ns.target:
+        script, args = ns.target[0], list(ns.target[1:])
+        if not os.path.isfile(script):
+            raise CliUsageError(f"no script {script!r}: give a path to a .py file, or -m MODULE")
+    else:
+        raise CliUsageError("fix needs a script: inplace-doctor fix train.py [ARGS ...] or -m MODULE [ARGS ...]")
     if ns.steps is not None and ns.steps < 1:
         raise CliUsageError(f"--steps must be at least 1, got {ns.steps}")
     if not (ns.diff or ns.force) and shutil.which("git") is None:
         raise CliUsageError("git is not on PATH, and fix edits only files git can give back: install git, see the "
                             "edit with --diff, or pass --force")
     root = os.path.realpath(os.getcwd())
-    first = _watch(script, args, ns.steps)
+    first = _watch(["-m", script] if ns.module else [script], args, ns.steps)
     if first.report is None:
         sys.stderr.write(first.stderr)
         print(f"inplace-doctor: the script's run under inplace-doctor gave no report (exit {first.status})",
@@ -101,7 +108,7 @@ def command(ns: argparse.Namespace) -> int:
         _suggest(targets, os.path.realpath(os.getcwd()))
         return 1
     _refuse(ns, root, {os.path.join(root, e.path) for f in editable for fx in fixes_from_json(f) for e in fx.edits})
-    ws = Workspace(root, script, args, ns.steps)
+    ws = Workspace(root, script, args, ns.steps, module=bool(ns.module))
     try:
         return _fix(ns, ws, first)
     finally:
@@ -172,8 +179,9 @@ def _suggest(findings: list[dict[str, Any]], tree: str) -> None:
         print(f"  {f['code']} at {where_written(f, tree)}: {f.get('fix')}")
 
 
-def _watch(script: str, args: list[str], steps: int | None) -> "Run":
-    """The script under `inplace-doctor run` in the working directory, its output shown."""
+def _watch(program: list[str], args: list[str], steps: int | None) -> "Run":
+    """The script (`[SCRIPT]` or `["-m", MODULE]`) under `inplace-doctor run` in the working
+    directory, its output shown."""
     import tempfile
 
     from .prove import Run, _load
@@ -182,7 +190,7 @@ def _watch(script: str, args: list[str], steps: int | None) -> "Run":
         out = os.path.join(tmp, "report.json")
         argv = [sys.executable, "-m", "inplace_doctor", "run", "--format", "json", "--output", out]
         argv += ["--steps", str(steps)] if steps is not None else []
-        done = subprocess.run([*argv, script, *args], capture_output=True, text=True)
+        done = subprocess.run([*argv, *program, *args], capture_output=True, text=True)
         sys.stdout.write(done.stdout)  # the script's own output, as `run` leaves it
         return Run(done.returncode, _load(out), None, done.stderr, os.path.realpath(os.getcwd()))
 
