@@ -411,3 +411,41 @@ def test_fix_runs_a_module_as_python_m_does_and_edits_it_in_a_src_layout(tmp_pat
     assert done.returncode == 0, done.stdout + done.stderr
     assert changed_lines(project) == ["+    h = h.clone()"]
     assert "fixed IPD101 at src/proj/train.py:9: insert `h = h.clone()` at src/proj/train.py:9 (proven" in done.stdout
+
+
+NET = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn
+
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+            self.gate = nn.Sigmoid()
+            self.act = nn.ReLU(inplace=True)  # overwrites the sigmoid's output, saved for its backward
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.act(self.gate(self.lin(x)))
+
+
+    def make() -> nn.Module:
+        return Net()
+    """
+)
+
+
+def test_fix_takes_a_model_factory_and_input_as_audit_does_and_proves_by_forward_and_backward(tmp_path: Path) -> None:
+    project = git_project(tmp_path, {"models.py": NET})
+    done = fix_cli("models:make", "--input", "4x8", cwd=project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert changed_lines(project) == [
+        "-        self.act = nn.ReLU(inplace=True)  # overwrites the sigmoid's output, saved for its backward",
+        "+        self.act = nn.ReLU(inplace=False)  # overwrites the sigmoid's output, saved for its backward",
+    ]
+    assert ("fixed IPD101 at models.py:13: replace `self.act = nn.ReLU(inplace=True)` with "
+            "`self.act = nn.ReLU(inplace=False)` at models.py:10 (proven") in done.stdout
+    bad = fix_cli("models:nothing", "--input", "4x8", cwd=project)  # a factory that is not there: one line, exit 2
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.strip().splitlines() == ["inplace-doctor: error: 'models' has no attribute 'nothing'"]

@@ -50,14 +50,26 @@ if TYPE_CHECKING:
     from .prove import Run, Verdict, Workspace
 
 
+# A model factory runs as this module (not imported here: `run -m` runs it as __main__ in the child).
+ENTRY = "inplace_doctor.cli.model_entry"
+
+
+def looks_like_spec(target: str) -> bool:
+    """`pkg.mod:factory`, as `audit` takes it (a path to a script is never one)."""
+    module, _, factory = target.partition(":")
+    return bool(module and factory) and not target.endswith(".py") and "/" not in module
+
+
 def add_parser(sub: "Subcommands") -> None:
     fixer = sub.add_parser(
         "fix", help="apply the fixes a script's findings carry, each proven on a copy of your program first",
-        usage="inplace-doctor fix [--diff] [--force] [--unsafe-fixes] [--steps N] (SCRIPT.py | -m MODULE) [ARGS ...]",
+        usage="inplace-doctor fix [--diff] [--force] [--unsafe-fixes] [--steps N] "
+              "(SCRIPT.py | -m MODULE | PKG.MODULE:FACTORY --input SHAPE) [ARGS ...]",
         description="Run SCRIPT.py (or -m MODULE) under `inplace-doctor run`; check each fix its findings carry on a "
                     "copy of the project (the finding gone, no new one, and forward values, gradients and optimizer "
                     "state equal bit for bit to the program with every saved tensor copied at save); apply the proven "
-                    "ones. For a report with the proven fixes marked (JSON, SARIF for code scanning) and no file "
+                    "ones. A model factory (as `audit` takes it, with --input, --eval, --seed) runs once forward "
+                    "and backward of the sum of its outputs. For a report with the proven fixes marked (JSON, SARIF for code scanning) and no file "
                     "changed: `inplace-doctor run --prove`.",
     )
     fixer.add_argument("--diff", action="store_true", help="print the patch, byte for byte; change no file")
@@ -77,6 +89,8 @@ def command(ns: argparse.Namespace) -> int:
 
     if ns.module:
         script, args = ns.module, list(ns.target)
+    elif ns.target and not os.path.isfile(ns.target[0]) and looks_like_spec(ns.target[0]):
+        ns.module, script, args = ENTRY, ENTRY, list(ns.target)  # a model factory, run as a program
     elif ns.target:
         script, args = ns.target[0], list(ns.target[1:])
         if not os.path.isfile(script):
