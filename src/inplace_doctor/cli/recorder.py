@@ -194,7 +194,7 @@ def main(argv: Sequence[str]) -> int:
         else:
             from .main import main as cli_main
 
-            originals = {"run_path": runpy.run_path, "run_module": runpy.run_module}
+            originals: dict[str, Callable[..., Any]] = {"run_path": runpy.run_path, "run_module": runpy.run_module}
 
             def watched(original: Callable[..., Any]) -> Callable[..., Any]:
                 def run(*a: Any, **k: Any) -> Any:  # how the script (or module) ended, as `run` runs it
