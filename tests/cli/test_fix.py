@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -238,14 +239,32 @@ def test_fix_refuses_in_one_line_without_git(tmp_path: Path) -> None:
     ]
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root may write a read-only file")
-def test_fix_refuses_in_one_line_a_file_it_cannot_write(tmp_path: Path) -> None:
-    project = git_project(tmp_path, {"train.py": TWO_WRITES})
-    (project / "train.py").chmod(0o444)
-    refused = fix_cli("train.py", cwd=project)
-    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith(
-        "inplace-doctor: error: train.py is not writable"), refused.stderr
-    assert (project / "train.py").read_text() == TWO_WRITES
+def test_fix_refuses_in_one_line_a_file_it_cannot_write() -> None:
+    """As an unprivileged user (root may write any file): through `setpriv` when the suite runs as root."""
+    root = hasattr(os, "geteuid") and os.geteuid() == 0
+    if root and shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: no unprivileged user for whom a file is not writable")
+    with tempfile.TemporaryDirectory(prefix="ipd-fix-readonly-") as tmp:
+        project = git_project(Path(tmp), {"train.py": TWO_WRITES})
+        (project / "train.py").chmod(0o444)
+        project.chmod(0o755)  # readable by anyone, writable by its owner only: not by the unprivileged user
+        env = {**os.environ, "NO_COLOR": "1", "HOME": tmp}
+        prefix: list[str] = []
+        if root:  # the checkout and its venv may sit where the unprivileged user cannot read (under /root)
+            prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+            # fix starts this interpreter again for its runs: the user must be able to, from inside it too
+            code = "import subprocess, sys, torch, inplace_doctor; subprocess.run([sys.executable, '-c', ''], check=True)"
+            probe = subprocess.run([*prefix, sys.executable, "-c", code],
+                                   env=env, cwd=project, capture_output=True, text=True, timeout=300)
+            if probe.returncode != 0:
+                pytest.skip("the unprivileged user cannot run this interpreter (or start it again from inside it) "
+                            f"or import the package here (exit {probe.returncode}): {probe.stderr.strip()[-200:]}")
+        refused = subprocess.run([*prefix, sys.executable, "-m", "inplace_doctor", "fix", "train.py"],
+                                 env=env, cwd=project, capture_output=True, text=True, timeout=600)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert refused.stderr.strip().splitlines()[-1].startswith(
+            "inplace-doctor: error: train.py is not writable"), refused.stderr
+        assert (project / "train.py").read_text() == TWO_WRITES
 
 
 def test_fix_never_edits_a_file_outside_the_project(tmp_path: Path) -> None:
@@ -380,3 +399,53 @@ def test_fix_flips_flags_and_rebinds_a_method_statement_and_the_program_computes
     intended = intended.replace("t.mul_(2)", "t = t * 2").replace("0.6, inplace=True", "0.6, inplace=False")
     (project / "intended.py").write_text(intended)
     assert output_of(project, "train.py") == output_of(project, "intended.py")
+
+
+def test_fix_runs_a_module_as_python_m_does_and_edits_it_in_a_src_layout(tmp_path: Path) -> None:
+    # issue 23: "run the same entry": `fix -m pkg.train`, the package found through PYTHONPATH=src,
+    # which each check points into its copy of the project (else the copy's edit would go unseen)
+    (tmp_path / "src" / "proj").mkdir(parents=True)
+    project = git_project(tmp_path, {"src/proj/__init__.py": "", "src/proj/train.py": TWO_WRITES})
+    path = os.pathsep.join([str(project / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
+    done = fix_cli("-m", "proj.train", cwd=project, env={"PYTHONPATH": path})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert changed_lines(project) == ["+    h = h.clone()"]
+    assert "fixed IPD101 at src/proj/train.py:9: insert `h = h.clone()` at src/proj/train.py:9 (proven" in done.stdout
+
+
+NET = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn
+
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+            self.gate = nn.Sigmoid()
+            self.act = nn.ReLU(inplace=True)  # overwrites the sigmoid's output, saved for its backward
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.act(self.gate(self.lin(x)))
+
+
+    def make() -> nn.Module:
+        return Net()
+    """
+)
+
+
+def test_fix_takes_a_model_factory_and_input_as_audit_does_and_proves_by_forward_and_backward(tmp_path: Path) -> None:
+    project = git_project(tmp_path, {"models.py": NET})
+    done = fix_cli("models:make", "--input", "4x8", cwd=project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert changed_lines(project) == [
+        "-        self.act = nn.ReLU(inplace=True)  # overwrites the sigmoid's output, saved for its backward",
+        "+        self.act = nn.ReLU(inplace=False)  # overwrites the sigmoid's output, saved for its backward",
+    ]
+    assert ("fixed IPD101 at models.py:13: replace `self.act = nn.ReLU(inplace=True)` with "
+            "`self.act = nn.ReLU(inplace=False)` at models.py:10 (proven") in done.stdout
+    bad = fix_cli("models:nothing", "--input", "4x8", cwd=project)  # a factory that is not there: one line, exit 2
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.strip().splitlines() == ["inplace-doctor: error: 'models' has no attribute 'nothing'"]

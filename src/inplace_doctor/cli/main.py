@@ -73,7 +73,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         argv = list(sys.argv[1:] if argv is None else argv)
         script_args: list[str] | None = None
-        if argv[:1] == ["run"]:
+        if argv[:1] in (["run"], ["fix"]):  # the script's (or -m module's) arguments are its own
             argv, script_args = split_run(argv)
         ns = _parser().parse_args(argv)
         if script_args is not None:

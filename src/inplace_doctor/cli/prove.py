@@ -95,7 +95,7 @@ class Verdict:
     """What a trial showed of one fix."""
 
     gone: bool
-    new: list[str] = field(default_factory=list)  # "IPD1xx at file: line" of errors/warnings never seen before
+    new: list[Identity] = field(default_factory=list)  # errors/warnings no earlier run showed
     comparison: str = "differs"  # "equal", "prefix" (equal until the trial stopped at a new error), "differs"
     first_difference: str = ""
     steps: int = 0
@@ -113,7 +113,7 @@ class Verdict:
 def judge(target: Identity, trial: Run, reference: Record, known: set[Identity]) -> Verdict:
     ids = {identity(f, trial.tree) for f in serious(trial.findings)}
     new = sorted(i for i in ids if i not in known)
-    verdict = Verdict(gone=target not in ids, new=[f"{c} at {p}: {t}" for c, p, t in new])
+    verdict = Verdict(gone=target not in ids, new=new)
     record = trial.record
     if record is None:
         verdict.first_difference = "the edited program left no record (it did not start)"
@@ -157,9 +157,14 @@ def judge(target: Identity, trial: Run, reference: Record, known: set[Identity])
 class Workspace:
     """A scratch copy of the project at `root`, and runs of the program in fresh copies of it."""
 
-    def __init__(self, root: str, script: str, args: list[str], steps: int | None) -> None:
+    def __init__(self, root: str, script: str, args: list[str], steps: int | None, *, module: bool = False,
+                 options: tuple[str, ...] = ()) -> None:
+        """`script` is a path (or, with `module`, a module run as `python -m` runs it, from the copy);
+        `options` are more `inplace-doctor run` options for the trials (`--select ...`)."""
         self.root = os.path.realpath(root)
-        self.script, self.args, self.steps = os.path.realpath(os.path.join(self.root, script)), args, steps
+        self.module, self.options = module, options
+        self.script = script if module else os.path.realpath(os.path.join(self.root, script))
+        self.args, self.steps = args, steps
         self.tmp = tempfile.mkdtemp(prefix="inplace-doctor-fix-")
         self.base = os.path.join(self.tmp, "base")
         shutil.copytree(self.root, self.base, symlinks=True, ignore=_skip)
@@ -187,16 +192,16 @@ class Workspace:
                 f.write(data)
         record_path = os.path.join(self.tmp, f"record{self._count}.json")
         report_path = os.path.join(self.tmp, f"report{self._count}.json")
-        script = os.path.join(tree, os.path.relpath(self.script, self.root))
+        program = ["-m", self.script] if self.module else [os.path.join(tree, os.path.relpath(self.script, self.root))]
         argv = [sys.executable, "-m", "inplace_doctor.cli.recorder", "--record", record_path]
         if reference:
-            argv += ["--reference", "--", script, *self.args]
+            argv += ["--reference", "--", *program, *self.args]
         else:
-            argv += ["--", "--format", "json", "--output", report_path]
+            argv += ["--", "--format", "json", "--output", report_path, *self.options]
             argv += ["--steps", str(self.steps)] if self.steps is not None else []
             argv += ["--verify"] if verify else []
-            argv += [script, *self.args]
-        done = subprocess.run(argv, cwd=tree, capture_output=True, text=True)
+            argv += [*program, *self.args]
+        done = subprocess.run(argv, cwd=tree, capture_output=True, text=True, env=self._environment(tree))
         run = Run(done.returncode, _load(report_path), None, done.stderr, tree)
         raw = _load(record_path)
         if raw is not None:
@@ -204,6 +209,21 @@ class Workspace:
                                 tuple((str(a), str(b), str(c)) for a, b, c in raw["entries"]))
         shutil.rmtree(tree, ignore_errors=True)
         return run
+
+    def _environment(self, tree: str) -> dict[str, str]:
+        """The environment of a run in `tree`: `PYTHONPATH` folders inside the project point into the
+        copy (a `src/` layout, a `-m` package), so the copy's edited files are the ones imported."""
+        env = dict(os.environ)
+        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if paths:
+            env["PYTHONPATH"] = os.pathsep.join(self._in_copy(p, tree) for p in paths)
+        return env
+
+    def _in_copy(self, path: str, tree: str) -> str:
+        real = os.path.realpath(path)
+        if real == self.root or real.startswith(os.path.join(self.root, "")):
+            return os.path.join(tree, os.path.relpath(real, self.root))
+        return path
 
     def rebase(self, path: str, tree: str) -> str:
         """An edit's path as a trial's report names it, as the path in the user's project."""

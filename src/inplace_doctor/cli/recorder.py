@@ -194,26 +194,31 @@ def main(argv: Sequence[str]) -> int:
         else:
             from .main import main as cli_main
 
-            original = runpy.run_path
+            originals: dict[str, Callable[..., Any]] = {"run_path": runpy.run_path, "run_module": runpy.run_module}
 
-            def run_path(*a: Any, **k: Any) -> Any:  # how the script ended, as `run` runs it
-                try:
-                    result = original(*a, **k)
-                except SystemExit as e:
-                    outcome[0] = _ended(e.code)
-                    raise
-                except BaseException as e:
-                    outcome[0] = (How.RAISED, type(e).__name__)
-                    raise
-                outcome[0] = (How.RAN, "")
-                return result
+            def watched(original: Callable[..., Any]) -> Callable[..., Any]:
+                def run(*a: Any, **k: Any) -> Any:  # how the script (or module) ended, as `run` runs it
+                    try:
+                        result = original(*a, **k)
+                    except SystemExit as e:
+                        outcome[0] = _ended(e.code)
+                        raise
+                    except BaseException as e:
+                        outcome[0] = (How.RAISED, type(e).__name__)
+                        raise
+                    outcome[0] = (How.RAN, "")
+                    return result
 
-            runpy.run_path = run_path
+                return run
+
+            for name, original in originals.items():
+                setattr(runpy, name, watched(original))
             try:
                 with recorder:
                     status = cli_main(["run", *rest])
             finally:
-                runpy.run_path = original
+                for name, original in originals.items():
+                    setattr(runpy, name, original)
     finally:
         with open(out, "w", encoding="utf-8") as f:
             how, detail = outcome[0]
@@ -226,12 +231,17 @@ def _ended(code: object) -> tuple[How, str]:
 
 
 def _run_reference(rest: list[str], recorder: Recorder) -> tuple[int, tuple[How, str]]:
-    script, script_args = rest[0], rest[1:]
+    """`SCRIPT [ARGS ...]` or `-m MODULE [ARGS ...]`, as python runs them, every saved tensor copied."""
+    module = rest[0] == "-m"
+    script, script_args = (rest[1], rest[2:]) if module else (rest[0], rest[1:])
     sys.argv = [script, *script_args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    sys.path.insert(0, os.getcwd() if module else os.path.dirname(os.path.abspath(script)))
     with torch.autograd.graph.saved_tensors_hooks(_copy, _same), recorder:
         try:
-            runpy.run_path(script, run_name="__main__")
+            if module:
+                runpy.run_module(script, run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(script, run_name="__main__")
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
             return code, _ended(e.code)

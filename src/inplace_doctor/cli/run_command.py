@@ -24,6 +24,7 @@ from .errors import EXIT_FINDINGS, CliUsageError
 from .output import check_outputs, write_report
 
 if TYPE_CHECKING:
+    from ..report import Report
     from .args import Subcommands
 
 
@@ -49,6 +50,14 @@ def add_parser(sub: "Subcommands") -> None:
         help="after the script ends, verify each model it ran (the first call of each top-level module while "
              "watched) against its out-of-place form, as `inplace-doctor verify` does: outputs, gradients, "
              "buffers and inputs, on the arguments of that call; exit 1 when one differs",
+    )
+    runner.add_argument(
+        "--prove", action="store_true",
+        help="after the script ends, check each fix its error and warning findings carry on a scratch copy of "
+             "the project, as `inplace-doctor fix` does (no file of yours changes), and write the report with "
+             "what the checks showed: proven fixes are `proven` (JSON fixes[].applicability and evidence; "
+             "SARIF fixes[], which GitHub code scanning offers as suggested changes). Each check runs the "
+             "script again",
     )
     add_rule_selection(runner, "only these rule codes or prefixes", "skip these rule codes or prefixes")
     add_fail_on(runner, "error, warning (default), info or never")
@@ -109,6 +118,7 @@ def command(ns: argparse.Namespace) -> int:
     if ns.output and not module and os.path.realpath(outputs["--output"].path) == os.path.realpath(target):
         raise CliUsageError(f"--output {ns.output!r} is the script being run; name another file for the report")
     models = ModelCalls() if ns.verify else None
+    root = os.path.realpath(os.getcwd())  # the project the fixes are checked in: before the script moves
     status, report, stats = run_script(
         target, args, module=module, fail_fast=ns.fail_fast, steps=ns.steps, select=config.select,
         ignore=config.ignore, per_module_ignores=config.per_module_ignores, check_contents=ns.check_contents,
@@ -123,6 +133,8 @@ def command(ns: argparse.Namespace) -> int:
     report.command = "run"
     report.stack = ns.stack
     summary = stats.summary(ns.steps)
+    if ns.prove:
+        report = _proven(report, root, target, args, module, ns)
     if ns.output:  # the report, and what was watched, to FILE; the terminal keeps the script's output only
         report.notes.append(summary)
         write_report(outputs["--output"], renderer, report)
@@ -147,3 +159,41 @@ def command(ns: argparse.Namespace) -> int:
     if report.verified_different:
         return EXIT_FINDINGS
     return findings_exit(config, report)
+
+
+def _proven(report: "Report", root: str, target: str, args: list[str], module: bool, ns: argparse.Namespace) -> "Report":
+    """`run --prove`: the report with each fix checked on a scratch copy of the project (`fix_search`)."""
+    from ..findings import Applicability
+    from .fix_search import search, why_not, with_evidence
+    from .prove import Run, Workspace, serious
+
+    first = Run(0, report.to_dict(), None, "", root)
+    if not serious(first.findings):
+        return report
+    options = tuple(x for option, value in (("--select", ns.select), ("--ignore", ns.ignore)) if value
+                    for x in (option, value))
+
+    def say(line: str) -> None:  # with --output the terminal keeps the script's output only
+        if not ns.output:
+            print(line, file=sys.stderr)
+
+    ws = Workspace(root, target, args, ns.steps, module=module, options=options)
+    try:
+        found = search(ws, first, unsafe=False, say=say)
+    except CliUsageError as e:  # an edit that cannot be planned: the report stands, unproven
+        report.notes.append(f"--prove: no fix was checked: {e}")
+        return report
+    finally:
+        ws.close()
+    marked = with_evidence(report, found, root)
+    proven = sum(fx.applicability is Applicability.PROVEN for f in marked.findings for fx in f.fixes)
+    if proven:
+        marked.notes.append(
+            f"--prove: {proven} fix(es) proven on this program: with the edits, in a copy of the project, the "
+            "findings they fix are gone, nothing new is reported, and forward values, gradients and state equal "
+            "the intended program's bit for bit; `inplace-doctor fix` writes them")
+    else:
+        why = found.reference_failed or (why_not(found.accepted[-1].verdict) if found.accepted
+                                         else "; ".join(found.rejected[:3]) or "no finding has a fix with edits")
+        marked.notes.append(f"--prove: no fix proven: {why}")
+    return marked

@@ -8,7 +8,7 @@ the current repository are relative to `%SRCROOT%`; others are absolute
 
 A result carries `fixes[]` (`artifactChanges` with `replacements`, which GitHub
 code scanning offers as a suggested change) only for fixes that are `proven`:
-checked on the user's program by `inplace-doctor fix` and found to compute what
+checked on the user's program (`inplace-doctor run --prove`, `fix`) and found to compute what
 was intended. An unproven edit is never offered for one-click acceptance; its
 words stay in the message. Columns count Unicode code points
 (`columnKind: unicodeCodePoints`), as the edits do.

@@ -70,6 +70,8 @@ class Analyzer:
         self.fail_fast = fail_fast
         self.findings: list[Finding] = []
         self._index: dict[tuple[object, ...], int] = {}
+        #: per folded finding, what each of its fix sentences fixes (`_fixed_by`): folding compares these, never the words
+        self._fixes_said: dict[tuple[object, ...], list[tuple[object, ...]]] = {}
         self._overwrites: OrderedDict[int, SavedTensorOverwritten] = OrderedDict()
         #: saved-tensor key -> the findings predicted for it, not yet reported
         self.pending: dict[int, list[Finding]] = {}
@@ -234,7 +236,9 @@ class Analyzer:
         old = self.findings[index]
         places = old.places + tuple(p for p in finding.places if p not in old.places)
         alternatives = old.fix_alternatives
-        if finding.fix and finding.fix != old.fix and finding.fix not in alternatives and len(alternatives) + 1 < _FIXES_SHOWN:
+        said = self._fixes_said.setdefault(key, [_fixed_by(old)])
+        if finding.fix and _fixed_by(finding) not in said and len(alternatives) + 1 < _FIXES_SHOWN:
+            said.append(_fixed_by(finding))
             alternatives += (finding.fix,)
         # a flag fix differs per module folded in: each is kept, once
         records = old.fixes + tuple(x for x in finding.fixes if x not in old.fixes)[: max(0, _FIXES_SHOWN - len(old.fixes))]
@@ -272,6 +276,14 @@ class Analyzer:
             "again to confirm this.",
             Severity.WARNING,
         )
+
+
+def _fixed_by(finding: Finding) -> tuple[object, ...]:
+    """What a finding's fix changes, as data: its `Fix` records, and for a module's `inplace` flag the
+    module (the same records with no edit, `set <module>.inplace = False`, differ per module). Two
+    occurrences folded into one finding add a second fix only when these differ."""
+    site = finding.mutation
+    return (finding.fixes, site.module if site.module_inplace else None)
 
 
 def _alternatives(writes: list[Finding]) -> tuple[Fix, ...]:
