@@ -11,7 +11,7 @@ from ..errors import InplaceDoctorError, InplaceError, ModelError, UnsupportedMo
 from ..findings import Finding, Severity
 from ..report import Report
 from ..rules import select_rules
-from ..rules.dispatch import Analyzer
+from ..rules.dispatch import STOPPED, Analyzer
 from ..rules.phrasing import raised_in_backward
 from ..sites import ROOT_LABEL
 from ..trace.blame import UNPRINTABLE, exception_text, internal_error, passed_through, raised_by_the_tool
@@ -154,6 +154,8 @@ def _finish(report: Report, tracer: Tracer, analyzer: Analyzer) -> Report:
         "writes": tracer.writes,
         "predictions_dropped": analyzer.dropped,
     }
+    if analyzer.harmless:  # IPD110 predictions whose written positions backward sent exactly zero gradient
+        report.stats["predictions_harmless"] = analyzer.harmless
     compiled = tracer.compiled.note()
     if compiled is not None:
         report.stats["compiled_calls_run_eagerly"] = tracer.compiled.calls
@@ -347,11 +349,7 @@ class watch:
     ) -> Literal[False]:
         self._tracer.__exit__(exc_type, exc, tb)
         if isinstance(exc, InplaceError):
-            self._analyzer.finish(
-                "backward stopped at an earlier in-place error before reaching this tensor; fix that one and "
-                "run again to confirm this.",
-                Severity.WARNING,
-            )
+            self._analyzer.finish(STOPPED, Severity.WARNING)
         self._analyzer.finish(
             "no backward reached this tensor while watch() was active; a backward through its graph would "
             "(a graph that is freed without one is harmless)."
