@@ -93,7 +93,11 @@ def function_node(node: Any, forwards: tuple[CodeType, ...]) -> bool:
     if not forwards or not isinstance(node, torch.autograd.function.BackwardCFunction):
         return False
     forward = getattr(getattr(node, "_forward_cls", None), "forward", None)
-    return getattr(forward, "__code__", None) in forwards
+    for _ in range(_VIEW_STEPS):  # through decorators on forward (`functools.wraps`) to the code that ran
+        if getattr(forward, "__code__", None) in forwards:
+            return True
+        forward = getattr(forward, "__wrapped__", None)
+    return False
 
 
 def through_function(t: torch.Tensor, forwards: tuple[CodeType, ...]) -> bool:
