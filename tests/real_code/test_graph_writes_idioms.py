@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -139,6 +140,41 @@ def test_a_data_mask_whose_positions_the_softmax_does_not_zero_is_confirmed() ->
         F.softmax(scores, dim=1)[:, 0].sum().backward()
     (f,) = [f for f in session.findings if f.code == "IPD110"]
     assert f.confirmed is True
+
+
+def _write_masked(form: str, scores: torch.Tensor, value: float) -> None:
+    """Positions 3 and 4 of each row set to `value`, written where autograd does not record it."""
+    mask = torch.zeros(scores.shape, dtype=torch.bool)
+    mask[:, 3:] = True
+    if form == "data":
+        scores.data.masked_fill_(mask, value)
+    elif form == "detach-index":
+        scores.detach()[mask] = value
+    elif form == "no_grad":
+        with torch.no_grad():
+            scores.masked_fill_(mask, value)
+    elif form == "data-slice":
+        scores.data[:, 3:].fill_(value)
+    else:  # integer index
+        scores.detach()[:, torch.tensor([3, 4])] = value
+
+
+@pytest.mark.parametrize("form", ["data", "detach-index", "no_grad", "data-slice", "integer-index"])
+@pytest.mark.parametrize("value", [-float("inf"), 0.0])
+def test_the_written_positions_decide_in_every_form_of_the_write(form: str, value: float) -> None:
+    """`scores` is a strided view of a linear layer's output: the positions are mapped onto it."""
+    torch.manual_seed(0)
+    proj = nn.Linear(8, 8)
+    with ipd.watch() as session:
+        scores = proj(torch.randn(2, 5, 8))[..., 0]
+        _write_masked(form, scores, value)
+        (F.softmax(scores, dim=-1) * torch.arange(5.0)).sum().backward()
+    hits = [f for f in session.findings if f.code == "IPD110"]
+    if value == -float("inf"):  # softmax's output, and so the gradient, is exactly 0 there
+        assert hits == [] and session.report().stats["predictions_harmless"] == 1
+    else:
+        (f,) = hits
+        assert f.confirmed is True and f.facts.nonzero_gradient == 4 and f.facts.written == 4
 
 
 # -- TSM (mit-han-lab/temporal-shift-module, ops/temporal_shift.py) --------------------------------
