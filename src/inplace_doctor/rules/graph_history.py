@@ -68,8 +68,10 @@ def graph_tensor_changed_outside_autograd(
     gradient checked is all that reaches the tensor, including what ops that
     read it before the write send there; a gradient check is skipped (backward
     through the use confirms) where the written elements cannot be lined up
-    with the tensor's (a view of another dtype). Writes into leaves and views
-    of leaves (parameter init, EMA and target-network updates,
+    with the tensor's (a view of another dtype) or their map would pass 2**27
+    elements. A read inside the forward of the Function that wrote, with grad
+    turned back on there, is taken as the use. Writes into leaves and views of
+    leaves (parameter init, EMA and target-network updates,
     ``p.data.clamp_()``), into tensors that do not require grad, and writes
     after ``h = h.detach()`` are not this rule.
 

@@ -11,7 +11,8 @@ exactly 0 there), both programs compute the same gradients and the write is harm
 - `written_positions`: which elements of the graph tensor a write changed, as a boolean tensor of the
   graph tensor's shape, from the op's own arguments (`masked_fill_`'s mask, `index_put_`'s indices;
   every element of the written view otherwise). None when the elements do not line up (a view of
-  another dtype): the prediction is then confirmed when backward runs through the use, as before.
+  another dtype) or the map would pass 2**27 elements: the prediction is then confirmed when backward
+  runs through the use.
 - `GradientCheck`: the pre-hook on the graph tensor's node (the tensor itself may be gone by backward:
   `s = softmax(s)`) that reads the gradient at those positions once backward has run through the use.
   It returns None (the gradient is never changed) and holds no tensor of the user's: the positions are
@@ -39,6 +40,7 @@ _MASKED = frozenset({
 })
 _FRAMES = 64  # frames looked at for a custom Function's forward around a watched write
 _VIEW_STEPS = 8  # view nodes walked from a tensor to the node whose output it views
+_MAX_ELEMENTS = 1 << 27  # a position map past this (128 MiB of bools) is not made: backward through the use confirms
 
 
 def written_positions(func: Any, args: Any, written: torch.Tensor, root: torch.Tensor) -> torch.Tensor | None:
@@ -55,6 +57,8 @@ def written_positions(func: Any, args: Any, written: torch.Tensor, root: torch.T
             _INDEX_PUT(which, list(args[1]), torch.ones((), dtype=torch.bool, device=written.device))
         low = min(written.storage_offset(), root.storage_offset())
         high = max(_end(written), _end(root))
+        if high - low > _MAX_ELEMENTS:
+            return None
         flat = torch.zeros(max(high - low, 0), dtype=torch.bool, device=root.device)
         if written.numel():
             view = flat.as_strided(written.shape, written.stride(), written.storage_offset() - low)
