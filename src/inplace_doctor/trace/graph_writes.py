@@ -17,8 +17,8 @@ How it is seen, at a cost only where such writes happen:
 - at the next op the use's output has its autograd node (an op that records none, a comparison or
   `.item()`, is no use): a pre-hook on that node says when backward runs through the use, and its
   release without that (a value only logged, a graph dropped) withdraws the prediction;
-- where the written elements can be told (`graph_gradients.written_positions`), a tensor hook on the
-  graph tensor reads the gradient reaching them once backward has run through the use: non-zero
+- where the written elements can be told (`graph_gradients.written_positions`), a pre-hook on the
+  graph tensor's node reads the gradient reaching them once backward has run through the use: non-zero
   confirms the prediction, exactly zero everywhere (a `-inf` mask before a softmax) clears it
   (`ChangedGraphTensorHarmless`, counted, not reported);
 - a write inside a custom `autograd.Function`'s forward is that Function's for the tensors it returns
@@ -259,8 +259,9 @@ class UnrecordedWrites:
     def _gradient_check(
         self, watched: Watched, event: GraphTensorChangedOutsideAutograd
     ) -> tuple[GradientCheck | None, Any]:
-        """A tensor hook on the changed graph tensor that decides by the gradient at the written
-        positions; (None, None) where they are not known (backward through the use then confirms)."""
+        """A pre-hook on the changed graph tensor's node that decides by the gradient at the written
+        positions (with its handle); (None, None) where they are not known (backward through the use
+        then confirms)."""
         target, positions = watched.target, watched.positions
         watched.target = watched.positions = None
         if target is None or positions is None:
