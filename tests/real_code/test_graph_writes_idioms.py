@@ -280,3 +280,31 @@ def test_an_inplace_function_that_marks_its_write_dirty_is_silent() -> None:
             opt.step()
 
     twin(build, train, lambda objs: objs[:2])
+
+
+def test_the_gradient_check_changes_no_gradient_and_keeps_no_tensor_alive() -> None:
+    import gc
+    import weakref
+
+    def step(watched: bool, value: float) -> tuple[torch.Tensor, weakref.ref[torch.Tensor]]:
+        torch.manual_seed(0)
+        proj = nn.Linear(8, 8)
+        session = ipd.watch() if watched else None
+        if session is not None:
+            session.__enter__()
+        scores = proj(torch.randn(2, 5, 8))[..., 0]
+        root = weakref.ref(scores._base)
+        _write_masked("data", scores, value)
+        loss = (F.softmax(scores, dim=-1) * torch.arange(5.0)).sum()
+        loss.backward()
+        del scores, loss
+        if session is not None:
+            session.__exit__(None, None, None)
+        gc.collect()
+        assert proj.weight.grad is not None
+        return proj.weight.grad, root
+
+    for value in (-float("inf"), 0.0):
+        plain, _ = step(False, value)
+        watched, root = step(True, value)
+        assert torch.equal(plain, watched) and root() is None
