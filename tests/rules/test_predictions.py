@@ -313,3 +313,29 @@ def test_run_reports_what_the_script_s_stopped_backward_did_not_reach_as_a_warni
         ("IPD101", "error", True),
     ]
     assert "stopped at an earlier in-place error" in findings[0]["unconfirmed_reason"]
+
+
+class _FailsInBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[override]
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        raise ValueError("this backward is broken")
+
+
+def test_a_backward_that_raised_another_error_leaves_what_it_did_not_reach_a_warning():
+    torch.manual_seed(0)
+    a = nn.Linear(4, 4)
+    try:
+        with ipd.watch() as session:
+            h = torch.sigmoid(a(torch.randn(2, 4)))
+            h.mul_(2)  # <behind the broken backward>
+            _FailsInBackward.apply(h).sum().backward()
+    except ValueError:
+        pass
+    (f,) = session.findings
+    assert f.mutation.line == line_of(__file__, "# <behind the broken backward>")
+    assert (f.code, f.severity, f.confirmed) == ("IPD101", Severity.WARNING, False)
+    assert "backward stopped at an earlier error" in f.unconfirmed_reason

@@ -18,9 +18,10 @@ tensor. The prediction is kept, not reported, until one of:
 - the run ends (`finish`): still pending, reported unconfirmed with the
   reason. One policy for its severity: a prediction backward would have
   reached but did not, because backward (or forward) stopped at an earlier
-  error first, is a warning (`STOPPED`), wherever the run ended (`audit`,
-  `watch`, a script under `run` that raised); one with no backward run
-  through its graph while the session was active is info.
+  error first, is a warning (`STOPPED`, `STOPPED_AT_ERROR`), wherever the
+  run ended (`audit`, `watch`, a script under `run` that raised, an error the
+  program caught); one with no backward run through its graph while the
+  session was active is info.
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ _REMEMBERED_OVERWRITES = 4096
 STOPPED = (
     "backward stopped at an earlier in-place error before reaching this tensor; fix that one and run "
     "again to confirm this."
+)
+#: the same, when the error backward stopped at was not an in-place one
+STOPPED_AT_ERROR = (
+    "backward stopped at an earlier error (raised inside backward) before reaching this tensor; fix that "
+    "one and run again to confirm this."
 )
 _FIXES_SHOWN = 4
 
