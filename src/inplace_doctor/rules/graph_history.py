@@ -134,8 +134,8 @@ def backward_showed(reached: ChangedGraphTensorReached | None) -> str:
         )
     return (
         f" Backward ran through the use and sent non-zero gradient to {reached.nonzero} of the "
-        f"{reached.written} written element{'s' if reached.written != 1 else ''}, computed there as if the "
-        "write had not happened."
+        f"{reached.written} written element{'s' if reached.written != 1 else ''} (exactly zero at all of "
+        "them would have made the write harmless)."
     )
 
 
