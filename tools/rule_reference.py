@@ -42,6 +42,14 @@ def index() -> str:
         "`from torch import nn` and `from torch.utils.checkpoint import checkpoint`; the test suite runs "
         "each one under `ipd.watch()` and checks that its rule reports it.",
         "",
+        "Predictions (IPD101, IPD104, IPD109, IPD110) have one severity policy. The severity in the table "
+        "is that of a finding backward confirmed. A prediction backward never settled is reported "
+        "unconfirmed, with the reason: as a `warning` when backward (or forward) would have reached it but "
+        "stopped at an earlier error first (an in-place one, or any error raised inside backward), under "
+        "`audit`, `watch` and `run` alike, or no backward was run (`audit --no-backward`); as `info` when "
+        "no backward ran through its graph while the session was active. One whose graph is freed without "
+        "backward reaching it is not reported (the report's statistics count it).",
+        "",
         "| code | name | severity | what it reports |",
         "|---|---|---|---|",
     ]

@@ -164,9 +164,12 @@ class HandOutFacts:
 
 @dataclass(frozen=True)
 class HistoryFacts:
-    """IPD110: the tensor's history (`the output of relu`), empty when unnamed."""
+    """IPD110: the tensor's history (`the output of relu`), empty when unnamed; once backward ran
+    through the use, of the `written` elements (None: not known) how many got non-zero gradient."""
 
     history: str
+    nonzero_gradient: int | None = None
+    written: int | None = None
 
 
 @dataclass(frozen=True)

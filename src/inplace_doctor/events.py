@@ -234,14 +234,26 @@ class GraphTensorChangedOutsideAutograd:
 
 @dataclass(frozen=True)
 class ChangedGraphTensorReached:
-    """Backward ran the node of the op that used a tensor changed outside autograd."""
+    """Backward ran the node of the op that used a tensor changed outside autograd (and, where the
+    written elements are known, sent non-zero gradient to `nonzero` of the `written` ones)."""
 
     changed: GraphTensorChangedOutsideAutograd
+    nonzero: int | None = None
+    written: int | None = None
 
 
 @dataclass(frozen=True)
 class ChangedGraphTensorFreed:
     """Autograd freed the node of that use without backward running it: nothing flowed through it."""
+
+    key: int
+
+
+@dataclass(frozen=True)
+class ChangedGraphTensorHarmless:
+    """Backward ran through the use, and the gradient reaching the changed tensor is exactly zero at
+    every position the write changed: the gradients equal the out-of-place program's (a `-inf` mask
+    before a softmax). Settles the prediction without a finding."""
 
     key: int
 
@@ -263,4 +275,5 @@ Event = (
     | GraphTensorChangedOutsideAutograd
     | ChangedGraphTensorReached
     | ChangedGraphTensorFreed
+    | ChangedGraphTensorHarmless
 )

@@ -9,6 +9,8 @@ issue's reproductions run here as written, under `watch()` and under
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
@@ -19,6 +21,7 @@ import torch
 from torch import nn
 
 import inplace_doctor as ipd
+from conftest import line_of
 from inplace_doctor import Severity
 
 MINIMAL = """
@@ -234,3 +237,105 @@ def test_models_are_named_by_the_variables_that_hold_them_and_never_share_a_path
         kept = [m(torch.randn(1, 2)) for m in twins]  # a loop variable names the first; the second by class
     (f,) = session.findings
     assert f.count == 2 and set(f.places) == {"m.2", "Sequential.2"} and kept
+
+
+class _TwoBugs(nn.Module):
+    """Two overwritten saved tensors on one path: backward stops at the one nearer the loss."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.sigmoid(self.a(x))
+        h.mul_(2)  # reached second: backward stops at the other one first
+        g = torch.tanh(self.b(h))
+        return g.add_(1)
+
+
+def test_watch_reports_what_a_stopped_backward_did_not_reach_as_a_warning_when_the_error_was_caught():
+    """One policy whatever ended the run: here the program catches the error and `watch()` exits
+    normally (as `inplace-doctor run` closes the session after a script's error)."""
+    torch.manual_seed(0)
+    model = _TwoBugs()
+    with ipd.watch() as session:
+        out = model(torch.randn(2, 4))
+        try:
+            out.sum().backward()
+        except ipd.InplaceError:
+            pass
+    by_line = sorted(session.findings, key=lambda f: f.mutation.line)
+    assert [(f.code, f.severity, f.confirmed) for f in by_line] == [
+        ("IPD101", Severity.WARNING, False),
+        ("IPD101", Severity.ERROR, True),
+    ]
+    assert "stopped at an earlier in-place error" in by_line[0].unconfirmed_reason
+
+
+def test_a_prediction_made_after_the_stopped_backward_keeps_its_own_reason():
+    torch.manual_seed(0)
+    model, other = _TwoBugs(), nn.Linear(4, 4)
+    with ipd.watch() as session:
+        out = model(torch.randn(2, 4))
+        try:
+            out.sum().backward()
+        except ipd.InplaceError:
+            pass
+        later = torch.sigmoid(other(torch.randn(2, 4)))
+        later.mul_(2)  # <never backpropagated>
+        session.tracer.flush()
+    (f,) = [f for f in session.findings if f.mutation.line == line_of(__file__, "# <never backpropagated>")]
+    assert f.severity is Severity.INFO and "no backward reached" in f.unconfirmed_reason
+    del later
+
+
+def test_run_reports_what_the_script_s_stopped_backward_did_not_reach_as_a_warning(tmp_path: Path):
+    script = tmp_path / "two_bugs.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        torch.manual_seed(0)
+        a, b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+        h = torch.sigmoid(a(torch.randn(2, 4)))
+        h.mul_(2)
+        g = torch.tanh(b(h))
+        g.add_(1)
+        g.sum().backward()
+    """))
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "inplace_doctor", "run", "--format", "json", "--output", str(report), str(script)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert done.returncode == 1, done.stderr
+    findings = sorted(json.loads(report.read_text())["findings"], key=lambda f: f["mutation"]["line"])
+    assert [(f["code"], f["severity"], f["confirmed"]) for f in findings] == [
+        ("IPD101", "warning", False),
+        ("IPD101", "error", True),
+    ]
+    assert "stopped at an earlier in-place error" in findings[0]["unconfirmed_reason"]
+
+
+class _FailsInBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[override]
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        raise ValueError("this backward is broken")
+
+
+def test_a_backward_that_raised_another_error_leaves_what_it_did_not_reach_a_warning():
+    torch.manual_seed(0)
+    a = nn.Linear(4, 4)
+    try:
+        with ipd.watch() as session:
+            h = torch.sigmoid(a(torch.randn(2, 4)))
+            h.mul_(2)  # <behind the broken backward>
+            _FailsInBackward.apply(h).sum().backward()
+    except ValueError:
+        pass
+    (f,) = session.findings
+    assert f.mutation.line == line_of(__file__, "# <behind the broken backward>")
+    assert (f.code, f.severity, f.confirmed) == ("IPD101", Severity.WARNING, False)
+    assert "backward stopped at an earlier error" in f.unconfirmed_reason

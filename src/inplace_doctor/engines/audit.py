@@ -8,10 +8,11 @@ from typing import Any, Callable, Iterable, Literal, Mapping
 import torch
 
 from ..errors import InplaceDoctorError, InplaceError, ModelError, UnsupportedModuleError, UsageError
+from ..events import InplaceErrorRaised
 from ..findings import Finding, Severity
 from ..report import Report
 from ..rules import select_rules
-from ..rules.dispatch import Analyzer
+from ..rules.dispatch import STOPPED, STOPPED_AT_ERROR, Analyzer
 from ..rules.phrasing import raised_in_backward
 from ..sites import ROOT_LABEL
 from ..trace.blame import UNPRINTABLE, exception_text, internal_error, passed_through, raised_by_the_tool
@@ -160,6 +161,8 @@ def _finish(report: Report, tracer: Tracer, analyzer: Analyzer) -> Report:
         "writes": tracer.writes,
         "predictions_dropped": analyzer.dropped,
     }
+    if analyzer.harmless:  # IPD110 predictions whose written positions backward sent exactly zero gradient
+        report.stats["predictions_harmless"] = analyzer.harmless
     compiled = tracer.compiled.note()
     if compiled is not None:
         report.stats["compiled_calls_run_eagerly"] = tracer.compiled.calls
@@ -352,12 +355,11 @@ class watch:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> Literal[False]:
         self._tracer.__exit__(exc_type, exc, tb)
+        described = self._described(exc)
         if isinstance(exc, InplaceError):
-            self._analyzer.finish(
-                "backward stopped at an earlier in-place error before reaching this tensor; fix that one and "
-                "run again to confirm this.",
-                Severity.WARNING,
-            )
+            self._analyzer.finish(STOPPED, Severity.WARNING)
+        elif described is not None and described.node is not None:  # raised inside backward, in that node
+            self._analyzer.finish(STOPPED_AT_ERROR, Severity.WARNING)
         self._analyzer.finish(
             "no backward reached this tensor while watch() was active; a backward through its graph would "
             "(a graph that is freed without one is harmless)."
@@ -369,14 +371,21 @@ class watch:
             return False
         if raised_by_the_tool(exc):
             raise internal_error(exc) from exc
-        if exception_text(exc) == UNPRINTABLE:  # a user's exception class whose __str__ raises: no rule reads it
+        if described is None:  # a user's exception class whose __str__ raises: no rule reads it
             return False
-        event = self._tracer.describe_exception(exc)
-        produced = self._analyzer.handle(event)
+        produced = self._analyzer.handle(described)
         if produced:
             raise InplaceError(produced[0].message, produced) from exc
-        self._note_backward_origin(exc, event)
+        self._note_backward_origin(exc, described)
         return False
+
+    def _described(self, exc: BaseException | None) -> InplaceErrorRaised | None:
+        """Where the program's own exception happened; None for none, the tool's, an InplaceError, an unreadable one."""
+        if not isinstance(exc, Exception) or isinstance(exc, InplaceError) or raised_by_the_tool(exc):
+            return None
+        if exception_text(exc) == UNPRINTABLE:
+            return None
+        return self._tracer.describe_exception(exc)
 
     def annotate(self, exc: BaseException) -> None:
         """Add to an error raised inside backward, not an in-place one, a note naming the forward

@@ -12,8 +12,16 @@ tensor. The prediction is kept, not reported, until one of:
 - autograd frees the tensor unread (`SavedTensorFreed`): its graph was never
   backpropagated through that node (an RL target computed with grad and used
   detached), so nothing can happen; counted in `dropped`, never reported;
-- the run ends (`finish`): still pending, reported with lowered severity and
-  the reason.
+- IPD110 only: backward sends exactly zero gradient to every position the
+  write changed (`ChangedGraphTensorHarmless`): the gradients are the
+  out-of-place program's; counted in `harmless`, never reported;
+- the run ends (`finish`): still pending, reported unconfirmed with the
+  reason. One policy for its severity: a prediction backward would have
+  reached but did not, because backward (or forward) stopped at an earlier
+  error first, is a warning (`STOPPED`, `STOPPED_AT_ERROR`), wherever the
+  run ended (`audit`, `watch`, a script under `run` that raised, an error the
+  program caught); one with no backward run through its graph while the
+  session was active is info.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from ..causes import Cause, SavedTensorCause
 from ..errors import InplaceError, WrittenHere
 from ..events import (
     ChangedGraphTensorFreed,
+    ChangedGraphTensorHarmless,
     ChangedGraphTensorReached,
     Event,
     GraphTensorChangedOutsideAutograd,
@@ -46,6 +55,16 @@ from .suppress import is_suppressed
 _REACHED = (StaleSavedTensorUsed, SavedTensorReached, ChangedGraphTensorReached)
 _FREED = (SavedTensorFreed, ChangedGraphTensorFreed)
 _REMEMBERED_OVERWRITES = 4096
+#: the reason given to a prediction still pending when backward stopped at an earlier error (a warning)
+STOPPED = (
+    "backward stopped at an earlier in-place error before reaching this tensor; fix that one and run "
+    "again to confirm this."
+)
+#: the same, when the error backward stopped at was not an in-place one
+STOPPED_AT_ERROR = (
+    "backward stopped at an earlier error (raised inside backward) before reaching this tensor; fix that "
+    "one and run again to confirm this."
+)
 _FIXES_SHOWN = 4
 
 
@@ -77,6 +96,10 @@ class Analyzer:
         self.pending: dict[int, list[Finding]] = {}
         #: predictions whose saved tensor autograd freed without backward reading it
         self.dropped = 0
+        #: IPD110 predictions whose written positions backward sent exactly zero gradient
+        self.harmless = 0
+        #: keys of predictions pending when a backward stopped at an error this session raised
+        self._cut_short: set[int] = set()
         self._by_event: dict[type, list[Rule]] = {}
         self._contexts = {r.code: _RuleView(self, r.code) for r in rules}
         for r in rules:
@@ -96,6 +119,10 @@ class Analyzer:
             if self.pending.pop(event.key, None):
                 self.dropped += 1
             return None
+        if isinstance(event, ChangedGraphTensorHarmless):
+            if self.pending.pop(event.key, None):
+                self.harmless += 1
+            return None
         if isinstance(event, SavedTensorOverwritten):
             self._overwrites[event.saved.key] = event
             self._overwrites.move_to_end(event.saved.key)
@@ -106,6 +133,8 @@ class Analyzer:
             return None  # a prediction: nothing is certain until backward reaches the tensor
         if isinstance(event, StaleSavedTensorUsed):
             stale = [f for f in produced if f.code == "IPD101"]
+            if stale:  # raised inside backward: it stops there, before what is still pending
+                self._cut_short.update(self.pending)
             return self._error(stale, event.saved.key) if stale else None
         if self.fail_fast:
             errors = [f for f in produced if f.severity is Severity.ERROR]
@@ -253,12 +282,19 @@ class Analyzer:
         return merged
 
     def finish(self, reason: str, severity: Severity = Severity.INFO) -> None:
-        """The run is over: predictions still pending are reported at `severity`, saying `reason`."""
+        """The run is over: predictions still pending are reported at `severity`, saying `reason`;
+        those pending when a backward stopped at an error this session raised, as warnings (`STOPPED`)."""
         pending, self.pending = self.pending, {}
-        for predicted in pending.values():
+        cut_short, self._cut_short = self._cut_short, set()
+        for key, predicted in pending.items():
+            stopped = key in cut_short and severity.rank < Severity.WARNING.rank
             for f in predicted:
                 self._record(
-                    f.with_(confirmed=False, severity=severity, unconfirmed_reason=reason),
+                    f.with_(
+                        confirmed=False,
+                        severity=Severity.WARNING if stopped else severity,
+                        unconfirmed_reason=STOPPED if stopped else reason,
+                    ),
                     confirming=False,
                 )
 
@@ -271,11 +307,7 @@ class Analyzer:
 
     def backward_stopped(self) -> None:
         """After audit's backward raised at a confirmed error: the rest were not reached, but may be real."""
-        self.finish(
-            "backward stopped at an earlier in-place error before reaching this tensor; fix that one and run "
-            "again to confirm this.",
-            Severity.WARNING,
-        )
+        self.finish(STOPPED, Severity.WARNING)
 
 
 def _fixed_by(finding: Finding) -> tuple[object, ...]:

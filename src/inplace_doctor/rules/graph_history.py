@@ -43,21 +43,37 @@ def graph_tensor_changed_outside_autograd(
     write under ``torch.no_grad()``/``torch.inference_mode()``, into a tensor
     that an earlier op computed with grad on (an activation, not a parameter),
     and afterwards an op with grad on uses that tensor (or a view of it). The
-    finding names both lines: the write and the use.
+    finding names both lines: the write and the use. A write inside a custom
+    ``autograd.Function``'s forward is that Function's business for the
+    tensors it returns (their gradient goes through its own backward): the use
+    is the first op that reads the changed values outside it (a temporal
+    shift's residual ``out += identity``), and a Function that declares its
+    write with ``ctx.mark_dirty`` is not reported.
 
     Why: nothing saved is overwritten (the use saves the new value), so
     PyTorch raises nothing; but the tensor's history still describes its value
     before the write. Gradients flowing back from the use through it are
     computed as if the write had not happened: masked entries get gradient as
     if unmasked, a factor the write applied is missing from the gradient.
-    Confirmed once backward runs through the use; a use whose graph is freed
-    without backward (a value only logged) is not reported. Severity warning:
-    where the ops that follow make the written entries irrelevant (a ``-inf``
-    mask before softmax) the gradients happen to be right, and a
-    straight-through estimator wants exactly this, but it should say so.
-    Writes into leaves and views of leaves (parameter init, EMA and
-    target-network updates, ``p.data.clamp_()``), into tensors that do not
-    require grad, and writes after ``h = h.detach()`` are not this rule.
+    A prediction until backward runs through the use. Where the written
+    elements are known (a mask, an index, a slice: the op's own arguments),
+    the gradient reaching the tensor then decides: non-zero at a written
+    element confirms it (the finding gives how many of them); exactly zero at
+    every one (a ``-inf`` mask before a softmax, whose output and gradient are
+    exactly 0 there) means the gradients equal those of the out-of-place
+    program, and the write is counted (``predictions_harmless``) and not
+    reported. A use whose graph is freed without backward (a value only
+    logged) is not reported either. Severity warning: a straight-through
+    estimator wants exactly this, but it should say so. Not seen: the
+    gradient checked is all that reaches the tensor, including what ops that
+    read it before the write send there; a gradient check is skipped (backward
+    through the use confirms) where the written elements cannot be lined up
+    with the tensor's (a view of another dtype) or their map would pass 2**27
+    elements. A read inside the forward of the Function that wrote, with grad
+    turned back on there, is taken as the use. Writes into leaves and views of
+    leaves (parameter init, EMA and target-network updates,
+    ``p.data.clamp_()``), into tensors that do not require grad, and writes
+    after ``h = h.detach()`` are not this rule.
 
     Example::
 
@@ -72,22 +88,17 @@ def graph_tensor_changed_outside_autograd(
     (``h = h.detach()``, then write); for a deliberate straight-through
     estimator, ``h = h + (new - h).detach()``.
     """
-    confirmed: bool | None = None
+    reached = event if isinstance(event, ChangedGraphTensorReached) else None
+    confirmed = True if reached is not None else None
     if isinstance(event, ChangedGraphTensorReached):
-        event, confirmed = event.changed, True
+        event = event.changed
     write, use = event.write, event.use
     history = f" ({event.history})" if event.history else ""
     why = (
         f"The tensor's autograd history{history} still describes its value before the write, so gradients "
         "flowing back from the use through it are computed as if the write had not happened (written entries "
         "get gradient as if unchanged; a factor the write applied is missing from the gradient). PyTorch "
-        "raises nothing."
-    )
-    if confirmed:
-        why += " Backward ran through the use."
-    why += (
-        " Where the ops that follow make the written entries irrelevant (a -inf mask before softmax) the "
-        "gradients happen to be right."
+        "raises nothing." + backward_showed(reached)
     )
     return make_finding(
         "IPD110",
@@ -103,7 +114,28 @@ def graph_tensor_changed_outside_autograd(
         mutation=write.site,
         read=use,
         confirmed=confirmed,
-        facts=HistoryFacts(event.history or ""),
+        facts=HistoryFacts(
+            event.history or "", reached.nonzero if reached else None, reached.written if reached else None
+        ),
+    )
+
+
+def backward_showed(reached: ChangedGraphTensorReached | None) -> str:
+    """What backward showed about the write, as the end of `why`."""
+    if reached is None:
+        return (
+            " Where the ops that follow make the written entries irrelevant (a -inf mask before softmax) the "
+            "gradients are right; backward sending exactly zero gradient to every written element clears this."
+        )
+    if reached.nonzero is None or reached.written is None:
+        return (
+            " Backward ran through the use (which elements were written is not known here, so the gradient "
+            "they got was not checked)."
+        )
+    return (
+        f" Backward ran through the use and sent non-zero gradient to {reached.nonzero} of the "
+        f"{reached.written} written element{'s' if reached.written != 1 else ''} (exactly zero at all of "
+        "them would have made the write harmless)."
     )
 
 

@@ -16,10 +16,19 @@ How it is seen, at a cost only where such writes happen:
   and have history; the first on the written bytes is the *use*;
 - at the next op the use's output has its autograd node (an op that records none, a comparison or
   `.item()`, is no use): a pre-hook on that node says when backward runs through the use, and its
-  release without that (a value only logged, a graph dropped) withdraws the prediction.
+  release without that (a value only logged, a graph dropped) withdraws the prediction;
+- where the written elements can be told (`graph_gradients.written_positions`), a pre-hook on the
+  graph tensor's node reads the gradient reaching them once backward has run through the use: non-zero
+  confirms the prediction, exactly zero everywhere (a `-inf` mask before a softmax) clears it
+  (`ChangedGraphTensorHarmless`, counted, not reported);
+- a write inside a custom `autograd.Function`'s forward is that Function's for the tensors it returns
+  (their gradient goes through its backward): reads through them are no use, a read of the written
+  tensor past them is (a temporal shift's residual `out += identity`).
 
 Known limitations: a use by `h.backward(g)` itself (no op takes `h`) is not seen; overlap is by bytes,
-not elements; writes inside a `torch.utils.checkpoint` region are left to IPD108.
+not elements; writes inside a `torch.utils.checkpoint` region are left to IPD108. The gradient check
+reads the whole gradient reaching the graph tensor, including what ops that read it before the write
+send there: non-zero gradient from such a read confirms the prediction.
 """
 
 from __future__ import annotations
@@ -31,13 +40,16 @@ import torch
 
 from ..events import (
     ChangedGraphTensorFreed,
+    ChangedGraphTensorHarmless,
     ChangedGraphTensorReached,
     Event,
     GraphTensorChangedOutsideAutograd,
     WriteInfo,
 )
 from ..sites import Site
+from .graph_gradients import GradientCheck, function_forwards, function_node, through_function, written_positions
 from .modules import ModulePaths
+from .owner import Busy
 from .ops import op_name
 from .saved import SavedTensors
 from .stacks import MAX_STACK, capture_stack, make_site, resolve_stack
@@ -63,7 +75,7 @@ def graph_root(t: torch.Tensor) -> torch.Tensor | None:
 class Watched:
     """A write autograd did not record, into the memory of a live non-leaf graph tensor."""
 
-    __slots__ = ("info", "how", "span", "root", "history", "boolean_mask")
+    __slots__ = ("info", "how", "span", "root", "history", "boolean_mask", "positions", "forwards", "target")
 
     def __init__(
         self, info: WriteInfo, how: str, span: tuple[int, int, int], root: torch.Tensor, boolean_mask: bool
@@ -75,18 +87,31 @@ class Watched:
         grad_fn = root.grad_fn
         self.history = grad_fn.name() if grad_fn is not None else None
         self.boolean_mask = boolean_mask
+        #: the written elements of `root` (the tool's own tensor), for the gradient check; None: not known
+        self.positions: torch.Tensor | None = None
+        #: the `forward`s running at the write: a custom Function's outputs are its own business
+        self.forwards = function_forwards() if not torch.is_grad_enabled() else ()
+        #: from the use to its prediction only: the node the changed tensor's gradient goes to, and which
+        #: of its outputs the tensor is (the tensor itself may be gone by then: `s = softmax(s)`)
+        self.target: tuple[Any, int] | None = None
 
 
 class _ReachedHook:
     """The pre-hook on a use's node: backward running it confirms the prediction (once)."""
 
-    __slots__ = ("owner", "event", "__weakref__")
+    __slots__ = ("owner", "event", "check", "__weakref__")
 
-    def __init__(self, owner: "UnrecordedWrites", event: GraphTensorChangedOutsideAutograd) -> None:
+    def __init__(
+        self, owner: "UnrecordedWrites", event: GraphTensorChangedOutsideAutograd, check: GradientCheck | None
+    ) -> None:
         self.owner = owner
         self.event = event
+        self.check = check  # the gradient at the written positions decides, once it reaches the tensor
 
     def __call__(self, grad_outputs: Any) -> None:
+        if self.check is not None:
+            self.check.reached = True
+            return
         self.owner.reached(self.event)
 
 
@@ -99,8 +124,10 @@ class UnrecordedWrites:
         modules: ModulePaths,
         saved: SavedTensors,
         write_info: Callable[[Any, torch.Tensor], WriteInfo],
+        busy: Busy,
     ) -> None:
         self._emit = emit
+        self._busy = busy
         self._modules = modules
         self._saved = saved
         self._write_info = write_info
@@ -110,10 +137,10 @@ class UnrecordedWrites:
         #: uses seen, waiting for their node (set once the op returns): (write, use, the op's outputs)
         self.awaiting: list[tuple[Watched, Site, list[weakref.ref[torch.Tensor]]]] = []
         #: set by `check_uses` for the op running now: the dispatch mode calls `after_op` when it is
-        self.used: tuple[Watched, Site] | None = None
+        self.used: tuple[list[Watched], Site] | None = None
         self._predicted = 0
-        #: key -> (hook handle, release finalizer) of predictions backward has not settled
-        self._hooks: dict[int, tuple[Any, Any]] = {}
+        #: key -> (hook handle, release finalizer, gradient hook handle) of predictions backward has not settled
+        self._hooks: dict[int, tuple[Any, Any, Any]] = {}
 
     # -- the dispatch mode's calls (forward only) ---------------------------------
     def detached(self, source: Any) -> None:
@@ -157,13 +184,17 @@ class UnrecordedWrites:
                 continue  # a checkpointed region writing under its own no_grad: IPD108 explains it
             if how == "alias":
                 how = "data" if ".data" in (info.site.code or "") else "detach"
-            self.watching.append(Watched(info, how, span, root, _boolean_mask(func, args)))
+            watched = Watched(info, how, span, root, _boolean_mask(func, args))
+            with self._busy:
+                watched.positions = written_positions(func, args, t, root)
+            self.watching.append(watched)
 
     def check_uses(self, func: Any, args: Any, kwargs: Any, written: list[torch.Tensor] | None) -> None:
-        """Before an op with grad on: does it take a watched graph tensor? (The first such op is its use.)"""
+        """Before an op with grad on: does it take watched graph tensors? (The first such op is each one's use.)"""
         self.watching = [w for w in self.watching if w.root() is not None]
         if not self.watching or not torch.is_grad_enabled():
             return
+        used: list[Watched] = []
         for u in _tensor_inputs(args, kwargs):
             if not u.requires_grad or graph_root(u) is None:
                 continue
@@ -172,11 +203,17 @@ class UnrecordedWrites:
             span = storage_span(u)
             if span is None:
                 continue
-            for w in self.watching:
-                if _overlaps(w.span, span):
-                    self.watching.remove(w)
-                    self.used = (w, self._use_site(func))
-                    return
+            used += [
+                w for w in self.watching
+                if w not in used and _overlaps(w.span, span) and not (w.forwards and through_function(u, w.forwards))
+            ]
+        if used:
+            for w in used:
+                root = w.root() if w.positions is not None else None
+                if root is not None and root.grad_fn is not None:
+                    w.target = (root.grad_fn, root.output_nr)
+            self.watching = [w for w in self.watching if w not in used]
+            self.used = (used, self._use_site(func))
 
     def after_op(self, out: Any) -> None:
         """The op that used a watched tensor returned: its outputs get their node at the next op."""
@@ -187,14 +224,18 @@ class UnrecordedWrites:
             outs = [out]
         else:
             outs = [o for o in out if isinstance(o, torch.Tensor)] if isinstance(out, (tuple, list)) else []
-        self.awaiting.append((used[0], used[1], [weakref.ref(o) for o in outs]))
+        refs = [weakref.ref(o) for o in outs]
+        self.awaiting += [(w, used[1], refs) for w in used[0]]
 
     def resolve(self) -> None:
         """The uses' nodes exist now: predict each, and watch backward run (or free) the node."""
         awaiting, self.awaiting = self.awaiting, []
         for watched, use, outs in awaiting:
             node = next((o.grad_fn for ref in outs if (o := ref()) is not None and o.grad_fn is not None), None)
-            if node is None:  # no history recorded (a comparison, `.item()`), or a result dropped at once
+            # No history recorded (a comparison, `.item()`), a result dropped at once, or the output of the
+            # custom Function whose forward wrote (its backward accounts for the write): no use.
+            if node is None or function_node(node, watched.forwards):
+                watched.target = None
                 if watched.root() is not None:
                     self.watching.append(watched)  # nothing flowed through this op: the next use counts
                 continue
@@ -204,24 +245,64 @@ class UnrecordedWrites:
                 key=-self._predicted, boolean_mask=watched.boolean_mask,
             )
             self._emit(event)
-            hook = _ReachedHook(self, event)
+            check, gradient_handle = self._gradient_check(watched, event)
+            hook = _ReachedHook(self, event, check)
             try:
                 handle = node.register_prehook(hook)
             except (AttributeError, RuntimeError):  # a node type without hooks: it stays a prediction
+                if gradient_handle is not None:
+                    gradient_handle.remove()
                 continue
             release = weakref.finalize(hook, self._freed, event.key)
-            self._hooks[event.key] = (handle, release)
+            self._hooks[event.key] = (handle, release, gradient_handle)
+
+    def _gradient_check(
+        self, watched: Watched, event: GraphTensorChangedOutsideAutograd
+    ) -> tuple[GradientCheck | None, Any]:
+        """A pre-hook on the changed graph tensor's node that decides by the gradient at the written
+        positions (with its handle); (None, None) where they are not known (backward through the use
+        then confirms)."""
+        target, positions = watched.target, watched.positions
+        watched.target = watched.positions = None
+        if target is None or positions is None:
+            return None, None
+        node, output_nr = target
+        check = GradientCheck(positions, output_nr, lambda n, written: self._decided(event, n, written), self._busy)
+        try:
+            return check, node.register_prehook(check)
+        except (AttributeError, RuntimeError):  # a node that takes no hooks: backward through the use confirms
+            return None, None
 
     # -- backward -----------------------------------------------------------------
     def reached(self, event: GraphTensorChangedOutsideAutograd) -> None:
-        entry = self._hooks.pop(event.key, None)
+        """Backward ran the use's node (its pre-hook, which stays: a hook is not removed from inside)."""
+        if self._settle(event.key, in_use_node=True):
+            self._emit(ChangedGraphTensorReached(event))
+
+    def _decided(self, event: GraphTensorChangedOutsideAutograd, nonzero: int, written: int) -> None:
+        """The gradient reached the changed tensor (from the hook on its node, which stays, emptied)."""
+        if self._settle(event.key, in_use_node=False):
+            self._emit(
+                ChangedGraphTensorReached(event, nonzero, written) if nonzero else ChangedGraphTensorHarmless(event.key)
+            )
+
+    def _settle(self, key: int, in_use_node: bool) -> bool:
+        """Take a prediction off the books (and the use node's pre-hook, when not running inside it);
+        False when it was settled already (a second backward through a retained graph)."""
+        entry = self._hooks.pop(key, None)
         if entry is None:
-            return  # settled already (a second backward through a retained graph)
-        entry[1].detach()
-        self._emit(ChangedGraphTensorReached(event))
+            return False
+        handle, release, _ = entry
+        release.detach()
+        if not in_use_node:
+            handle.remove()
+        return True
 
     def _freed(self, key: int) -> None:
-        if self._hooks.pop(key, None) is not None:
+        entry = self._hooks.pop(key, None)
+        if entry is not None:
+            if entry[2] is not None:
+                entry[2].remove()
             self._emit(ChangedGraphTensorFreed(key))
 
     def clear(self) -> None:
@@ -229,9 +310,11 @@ class UnrecordedWrites:
         if self.awaiting:
             self.resolve()
         hooks, self._hooks = self._hooks, {}
-        for handle, release in hooks.values():
+        for handle, release, gradient_handle in hooks.values():
             release.detach()
             handle.remove()
+            if gradient_handle is not None:
+                gradient_handle.remove()
         self._detached = {}
         self.watching = []
         self.used = None

@@ -116,7 +116,7 @@ class Tracer:
         self.compiled = EagerCompiled()
         #: threads started while tracing, which the tracer does not see into
         self.threads = StartedThreads()
-        self._graph = UnrecordedWrites(self.emit, self.modules, self._saved, self._writes.describe)
+        self._graph = UnrecordedWrites(self.emit, self.modules, self._saved, self._writes.describe, self._busy)
         self._pack = self._saved.pack  # one bound method: the dispatch mode knows it on top of the hooks
         #: `torch.func.grad`/`vjp`/`jacrev`/`hessian` run with our saved-tensor hooks set aside
         self.transforms = FunctionalTransforms(self._pack, self._saved.unpack)

@@ -4,7 +4,8 @@ Source: https://github.com/jadore801120/attention-is-all-you-need-pytorch/issues
 tensor.data? ... `attn.data.masked_fill_(attn_mask, -float('inf'))` ... shouldn't we assign values
 to tensor itself, instead of tensor.data? In this way, the history of the gradient can be
 tracked"; the maintainer later "avoided to manipulate on the data"). The write bypasses autograd;
-here the -inf before softmax happens to make the gradients right, the finding's own caveat.
+here the -inf before softmax makes the gradient at the masked positions exactly 0, so the gradients
+are the out-of-place program's: the tool clears its prediction at backward (a correct program).
 """
 import numpy as np
 import torch
