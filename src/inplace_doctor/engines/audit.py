@@ -19,6 +19,7 @@ from ..trace.blame import UNPRINTABLE, exception_text, internal_error, passed_th
 from ..trace.modules import refuse_opaque, unique_label, variable_name
 from ..trace.tracer import Tracer
 from . import nesting, replay_writes
+from .finish import finish_report, sorted_findings
 from .preserve import Preserved, labelled_tensors, private_inputs, refuse_lazy, refuse_meta, tensors_in
 from .training import default_loss
 
@@ -110,7 +111,7 @@ def audit(
             passed_through(exc)
             _classify_or_raise(exc, tracer, analyzer, report, "forward", model)
             analyzer.finish("the forward stopped before backward could reach this tensor.", Severity.WARNING)
-            return _finish(report, tracer, analyzer)
+            return finish_report(report, tracer, analyzer)
         tracer.flush()
         if backward:
             loss = loss_fn(output) if loss_fn is not None else default_loss(output)
@@ -135,10 +136,10 @@ def audit(
         tracer.check_contents_now()
         analyzer.finish("backward was not run (forward only); a backward through this tensor would.", Severity.WARNING)
         del output
-    report = _finish(report, tracer, analyzer)
+    report = finish_report(report, tracer, analyzer)
     if tracer.contents.unlocated:  # IPD109 without the writing line: the run repeats, so look for it
         replay_writes.name_write_lines(report, tracer.contents.unlocated, model, args, kwargs, inputs, modules, loss_fn, backward)
-        report.findings = _sorted(report.findings)
+        report.findings = sorted_findings(report.findings)
     return report
 
 
@@ -148,47 +149,6 @@ def _forget_frames(exc: BaseException | None) -> None:
     while exc is not None:
         exc.__traceback__ = None
         exc = exc.__cause__ or exc.__context__
-
-
-def _finish(report: Report, tracer: Tracer, analyzer: Analyzer) -> Report:
-    from .distributed import current_rank
-
-    report.findings = _sorted(report.findings)
-    report.rank = current_rank()
-    report.stats = {
-        "ops": tracer.ops,
-        "saved_tensors": tracer.saves,
-        "writes": tracer.writes,
-        "predictions_dropped": analyzer.dropped,
-    }
-    if analyzer.harmless:  # IPD110 predictions whose written positions backward sent exactly zero gradient
-        report.stats["predictions_harmless"] = analyzer.harmless
-    compiled = tracer.compiled.note()
-    if compiled is not None:
-        report.stats["compiled_calls_run_eagerly"] = tracer.compiled.calls
-        report.notes.append(compiled)
-    for note in (tracer.transforms.note(), tracer.threads.note()):
-        if note is not None:
-            report.notes.append(note)
-    scripted = sorted(set(tracer.modules.scripted))
-    if scripted:
-        names = ", ".join(f"`{name}`" for name in scripted)
-        report.notes.append(
-            f"TorchScript module{'s' if len(scripted) > 1 else ''} {names} ran while traced: {'their' if len(scripted) > 1 else 'its'} "
-            "ops were checked, but TorchScript keeps no Python lines, so sites inside name the line that called it; "
-            "with PYTORCH_JIT=0 set, torch.jit.script returns the Python module and both lines are named"
-        )
-    if analyzer.dropped:
-        n = analyzer.dropped
-        report.notes.append(
-            f"{n} write{'s' if n != 1 else ''} changed tensors saved by graphs that were freed without a backward "
-            "reading them: not errors (PyTorch never checks a tensor no backward reads)"
-        )
-    return report
-
-
-def _sorted(findings: list[Finding]) -> list[Finding]:
-    return sorted(findings, key=lambda f: (-f.severity.rank, f.code, f.mutation.file or "", f.mutation.line or 0))
 
 
 def _classify_or_raise(
@@ -304,7 +264,7 @@ class watch:
 
     @property
     def findings(self) -> list[Finding]:
-        return _sorted(self._all_findings())
+        return sorted_findings(self._all_findings())
 
     def _all_findings(self) -> list[Finding]:
         return nesting.merged(self._analyzer.findings, self._adopted)
@@ -326,7 +286,7 @@ class watch:
             findings=self._all_findings(), command="watch", root_label=self._analyzer.root_label,
             stack=self._stack,
         )
-        return _finish(report, self._tracer, self._analyzer)
+        return finish_report(report, self._tracer, self._analyzer)
 
     def failed(self, fail_on: Severity = Severity.WARNING) -> bool:
         return any(f.severity.rank >= fail_on.rank for f in self._all_findings())
