@@ -32,11 +32,14 @@ from typing import Any, Callable
 
 import torch
 
+from .blame import passed_through
 from .ops import WriteSpec, op_name, write_spec, written_tensors
 
-#: called with (op, tensors it wrote) after each write, in the context that set it
+#: called with (op, tensors it writes) around each write, in the context that set it
 Recorder = Callable[[Any, list[torch.Tensor]], None]
-_RECORDER: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("inplace_doctor_writes", default=None)
+#: (called before the op runs or None, called after its version bump)
+_Hooks = tuple[Recorder | None, Recorder]
+_RECORDER: contextvars.ContextVar[_Hooks | None] = contextvars.ContextVar("inplace_doctor_writes", default=None)
 
 # In-place ops that only change a view's metadata: their ADInplaceOrView kernels set up view
 # bookkeeping a redispatch would skip, and they write no bytes.
@@ -86,39 +89,48 @@ def _kernel(op: Any, spec: WriteSpec, bumps: bool) -> Callable[..., Any]:
     below = torch._C._AutoDispatchBelowADInplaceOrView
 
     def run(keyset: Any, args: Any, kwargs: Any) -> Any:
-        for name, i in slots:
-            value = args[i] if i < len(args) else kwargs.get(name)
-            if isinstance(value, (int, float, complex)):
-                # a Python number: the argument parser wraps it as PyTorch did (a wrapped number
-                # keeps its type-promotion rules), where a boxed redispatch refuses it
-                with below():
-                    return op(*args, **kwargs)
-        return redispatch(keyset & after, *args, **kwargs)
+        try:
+            for name, i in slots:
+                value = args[i] if i < len(args) else kwargs.get(name)
+                if isinstance(value, (int, float, complex)):
+                    # a Python number: the argument parser wraps it as PyTorch did (a wrapped number
+                    # keeps its type-promotion rules), where a boxed redispatch refuses it
+                    with below():
+                        return op(*args, **kwargs)
+            return redispatch(keyset & after, *args, **kwargs)
+        except BaseException as exc:
+            passed_through(exc)  # PyTorch's error at the program's op, not the tool's
+            raise
 
     def replacing(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         """In place of PyTorch's own kernel, as it does: ops called inside run below autograd and
         this key (neither bumped twice nor recorded as writes of their own: index_put_'s)."""
+        hooks = get()
+        written = written_tensors(spec, args, kwargs)
+        if hooks is not None and hooks[0] is not None:
+            hooks[0](op, written)
         with below():
             out = run(keyset, args, kwargs)
-        written = written_tensors(spec, args, kwargs)
         increment_version(written)
-        recorder = get()
-        if recorder is not None:
-            recorder(op, written)
+        if hooks is not None:
+            hooks[1](op, written)
         return out
 
     def passing(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         """Where PyTorch had no kernel at this key (a fallthrough): the ops called inside bump the
         versions (`_foreach_add_`'s per-tensor `add_`), so they run as without us, unrecorded."""
-        recorder = get()
-        if recorder is None:
+        hooks = get()
+        if hooks is None:
             return run(keyset, args, kwargs)
+        written = written_tensors(spec, args, kwargs)
+        if hooks[0] is not None:
+            hooks[0](op, written)
         token = _RECORDER.set(None)
         try:
             out = run(keyset, args, kwargs)
         finally:
             _RECORDER.reset(token)
-        recorder(op, written_tensors(spec, args, kwargs))
+        hooks[1](op, written)
         return out
 
     kernel = replacing if bumps else passing
@@ -166,6 +178,7 @@ class WriteKernels:
         recorder: called with (op, written tensors) after each write made in
             the context that entered (not in other threads), after the
             version bump.
+        before: called likewise before the op runs.
 
     Example:
         >>> seen = []
@@ -173,13 +186,13 @@ class WriteKernels:
         ...     torch.zeros(2).add_(1)
     """
 
-    def __init__(self, recorder: Recorder) -> None:
-        self.recorder = recorder
-        self._token: contextvars.Token[Recorder | None] | None = None
+    def __init__(self, recorder: Recorder, before: Recorder | None = None) -> None:
+        self.hooks: _Hooks = (before, recorder)
+        self._token: contextvars.Token[_Hooks | None] | None = None
 
     def __enter__(self) -> "WriteKernels":
         _REGISTRATION.acquire()
-        self._token = _RECORDER.set(self.recorder)
+        self._token = _RECORDER.set(self.hooks)
         return self
 
     def __exit__(self, *exc: object) -> None:
