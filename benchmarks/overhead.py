@@ -12,7 +12,7 @@ Variants, each one forward + backward with `loss = output.sum()`:
 - anomaly-cheap: `detect_anomaly(check_nan=False)`, the cheapest anomaly mode;
 - watch:   inside `inplace_doctor.watch()`, the deep tracer (every aten op through a
            dispatch mode), which is what `audit` runs internally;
-- fast:    inside `inplace_doctor.watch(deep=False, select=["IPD101"])`, the fast
+- fast:    inside `inplace_doctor.watch(deep=False, select=[IPD101, IPD104, IPD106])`, the fast
            tracer (issue 26: only writes and saves enter Python). Its kernels'
            registration (printed once) is held for the whole run, as a watch
            around a whole training run pays it once, not per step;
@@ -60,6 +60,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import inplace_doctor as ipd
+from inplace_doctor.rules import FAST_MODE_RULES
 from inplace_doctor.trace.write_kernels import WriteKernels, registered
 
 VARIANTS = ("plain", "anomaly", "anomaly-cheap", "watch", "fast", "audit", "contents")
@@ -127,7 +128,7 @@ def run_anomaly_cheap(w: Workload) -> None:
 
 
 def run_fast(w: Workload) -> None:
-    with ipd.watch(deep=False, select=["IPD101"]):
+    with ipd.watch(deep=False, select=sorted(FAST_MODE_RULES)):
         w.model(w.x).sum().backward()
 
 
@@ -242,7 +243,7 @@ def measure(w: Workload, rounds: int | None, budget_s: float, warmup: int) -> Re
 
 def table(results: list[Result]) -> str:
     lines = [
-        "| workload | plain (ms) | anomaly mode | anomaly, check_nan=False | watch (deep) | watch (fast, IPD101) "
+        "| workload | plain (ms) | anomaly mode | anomaly, check_nan=False | watch (deep) | watch (fast) "
         "| inplace-doctor audit | µs added per op | watch, check_contents | saved MiB | µs per saved MiB |",
         "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]

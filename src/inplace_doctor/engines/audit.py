@@ -244,7 +244,8 @@ class watch:
             fingerprinted at save and at unpack; on GPU each reads back).
         deep: route every aten op through a dispatch mode (today's tracer, the
             default). `deep=False` asks for the fast tracer (issue 26: only
-            writes and saves enter Python), which serves IPD101 so far: when
+            writes and saves enter Python), which serves IPD101, IPD104 and
+            IPD106 so far (`rules.FAST_MODE_RULES`): when
             another rule is selected (or `check_contents`), deep mode is used
             and the report says so.
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..rules import Rule, needing_deep_mode
+from ..rules import FAST_MODE_RULES, Rule, needing_deep_mode
 
 
 def choose(rules: list[Rule], deep: bool, check_contents: bool) -> list[str]:
@@ -17,5 +17,5 @@ def switched_note(because: list[str]) -> str:
     verb = "needs" if len(because) == 1 else "need"
     return (
         "watch(deep=False) asked for the fast tracer, but it ran in deep mode (every op through a dispatch "
-        f"mode) because {', '.join(because)} {verb} it; select only IPD101 to run fast"
+        f"mode) because {', '.join(because)} {verb} it; select only {', '.join(sorted(FAST_MODE_RULES))} to run fast"
     )
