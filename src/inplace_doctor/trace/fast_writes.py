@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from .owner import Busy
+from .pytorch_errors import RaisedErrors
 from .saved import SavedTensors
 from .write_kernels import WriteKernels
 from .writes import WriteRecorder
@@ -58,12 +59,13 @@ class FastWrites:
     `ops` counts the writes it saw (the fast tracer sees no other op).
     """
 
-    def __init__(self, busy: Busy, saved: SavedTensors, writes: WriteRecorder) -> None:
+    def __init__(self, busy: Busy, saved: SavedTensors, writes: WriteRecorder, raised: RaisedErrors) -> None:
         self._busy = busy
+        self._raised = raised
         self._saved = saved
         self._writes = writes
         self.ops = 0
-        self._kernels = WriteKernels(self._after, self._before)
+        self._kernels = WriteKernels(self._after, self._before, self._failed)
 
     def _before(self, func: Any, written: list[torch.Tensor]) -> None:
         if self._busy.on or not written or _traced_by_the_compiler(written):
@@ -88,6 +90,11 @@ class FastWrites:
         else:
             self._saved.last_op = None
         self._saved.on_node(node)
+
+    def _failed(self, func: Any, exc: BaseException) -> None:
+        """PyTorch raised at a write (into an expanded tensor): the op, for the error's description.
+        By id, as the dispatch mode keeps it: holding the exception would hold its frames."""
+        self._raised.failed_op = (id(exc), func)
 
     def _after(self, func: Any, written: list[torch.Tensor]) -> None:
         if self._writes.pending and not self._busy.on:

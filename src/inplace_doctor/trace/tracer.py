@@ -133,7 +133,7 @@ class Tracer:
             self._busy, self._saved, self._writes, self.inplace_calls, self.held, self._raised, self._graph,
             self._recompute, self._pack,
         )
-        self._fast = FastWrites(self._busy, self._saved, self._writes) if fast else None
+        self._fast = FastWrites(self._busy, self._saved, self._writes, self._raised) if fast else None
         self._contexts: list[Any] = []
         self._active = False
 

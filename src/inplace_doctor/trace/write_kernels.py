@@ -37,8 +37,10 @@ from .ops import WriteSpec, op_name, write_spec, written_tensors
 
 #: called with (op, tensors it writes) around each write, in the context that set it
 Recorder = Callable[[Any, list[torch.Tensor]], None]
-#: (called before the op runs or None, called after its version bump)
-_Hooks = tuple[Recorder | None, Recorder]
+#: called with (op, the exception) when PyTorch raised at a write
+Failed = Callable[[Any, BaseException], None]
+#: (called before the op runs or None, called after its version bump, called when it raised or None)
+_Hooks = tuple[Recorder | None, Recorder, Failed | None]
 _RECORDER: contextvars.ContextVar[_Hooks | None] = contextvars.ContextVar("inplace_doctor_writes", default=None)
 
 # In-place ops that only change a view's metadata: their ADInplaceOrView kernels set up view
@@ -88,7 +90,7 @@ def _kernel(op: Any, spec: WriteSpec, bumps: bool) -> Callable[..., Any]:
     slots = _number_slots(op)
     below = torch._C._AutoDispatchBelowADInplaceOrView
 
-    def run(keyset: Any, args: Any, kwargs: Any) -> Any:
+    def run(keyset: Any, args: Any, kwargs: Any, hooks: _Hooks | None) -> Any:
         try:
             for name, i in slots:
                 value = args[i] if i < len(args) else kwargs.get(name)
@@ -100,6 +102,8 @@ def _kernel(op: Any, spec: WriteSpec, bumps: bool) -> Callable[..., Any]:
             return redispatch(keyset & after, *args, **kwargs)
         except BaseException as exc:
             passed_through(exc)  # PyTorch's error at the program's op, not the tool's
+            if hooks is not None and hooks[2] is not None:
+                hooks[2](op, exc)
             raise
 
     def replacing(keyset: Any, *args: Any, **kwargs: Any) -> Any:
@@ -110,7 +114,7 @@ def _kernel(op: Any, spec: WriteSpec, bumps: bool) -> Callable[..., Any]:
         if hooks is not None and hooks[0] is not None:
             hooks[0](op, written)
         with below():
-            out = run(keyset, args, kwargs)
+            out = run(keyset, args, kwargs, hooks)
         increment_version(written)
         if hooks is not None:
             hooks[1](op, written)
@@ -121,13 +125,13 @@ def _kernel(op: Any, spec: WriteSpec, bumps: bool) -> Callable[..., Any]:
         versions (`_foreach_add_`'s per-tensor `add_`), so they run as without us, unrecorded."""
         hooks = get()
         if hooks is None:
-            return run(keyset, args, kwargs)
+            return run(keyset, args, kwargs, None)
         written = written_tensors(spec, args, kwargs)
         if hooks[0] is not None:
             hooks[0](op, written)
         token = _RECORDER.set(None)
         try:
-            out = run(keyset, args, kwargs)
+            out = run(keyset, args, kwargs, hooks)
         finally:
             _RECORDER.reset(token)
         hooks[1](op, written)
@@ -179,6 +183,7 @@ class WriteKernels:
             the context that entered (not in other threads), after the
             version bump.
         before: called likewise before the op runs.
+        failed: called with (op, exception) when PyTorch raised at a write of this context.
 
     Example:
         >>> seen = []
@@ -186,8 +191,8 @@ class WriteKernels:
         ...     torch.zeros(2).add_(1)
     """
 
-    def __init__(self, recorder: Recorder, before: Recorder | None = None) -> None:
-        self.hooks: _Hooks = (before, recorder)
+    def __init__(self, recorder: Recorder, before: Recorder | None = None, failed: Failed | None = None) -> None:
+        self.hooks: _Hooks = (before, recorder, failed)
         self._token: contextvars.Token[_Hooks | None] | None = None
 
     def __enter__(self) -> "WriteKernels":
