@@ -69,3 +69,26 @@ def test_only_the_fast_rules_run_fast() -> None:
     with ipd.watch(deep=False, select=sorted(FAST_MODE_RULES)) as session:
         pass
     assert not session.deep and session.report().stats["fast_tracer"] == 1
+
+
+def test_a_training_step_under_the_fast_tracer_is_bit_identical_to_plain() -> None:
+    import torch
+    from torch import nn
+
+    def step(fast: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(inplace=True), nn.Flatten(), nn.Linear(288, 2))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        x = torch.randn(2, 3, 8, 8)
+        for _ in range(2):
+            opt.zero_grad()
+            if fast:
+                with ipd.watch(deep=False, select=sorted(FAST_MODE_RULES)) as session:
+                    model(x).sum().backward()
+                assert not session.deep and session.findings == []
+            else:
+                model(x).sum().backward()
+            opt.step()
+        return [t.detach().clone() for t in [*model.parameters(), *model.buffers()]]
+
+    assert all(torch.equal(a, b) for a, b in zip(step(True), step(False)))
