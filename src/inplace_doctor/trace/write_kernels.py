@@ -150,6 +150,7 @@ class _Registration:
         self.users = 0
         self.library: Any = None
         self.count = 0
+        self.ops: list[tuple[Any, WriteSpec, bool]] | None = None
 
     def acquire(self) -> None:
         with self.lock:
@@ -157,7 +158,9 @@ class _Registration:
             if self.library is not None:
                 return
             library = torch.library.Library("aten", "IMPL")
-            ops = mutating_overloads()
+            if self.ops is None:  # aten's overloads are fixed once torch is imported: enumerated once
+                self.ops = mutating_overloads()
+            ops = self.ops
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=OVERRIDE_WARNING)
                 for op, spec, bumps in ops:
