@@ -18,7 +18,7 @@ from ..sites import ROOT_LABEL
 from ..trace.blame import UNPRINTABLE, exception_text, internal_error, passed_through, raised_by_the_tool
 from ..trace.modules import refuse_opaque, unique_label, variable_name
 from ..trace.tracer import Tracer
-from . import nesting, replay_writes
+from . import nesting, replay_writes, tracer_mode
 from .finish import finish_report, sorted_findings
 from .preserve import Preserved, labelled_tensors, private_inputs, refuse_lazy, refuse_meta, tensors_in
 from .training import default_loss
@@ -211,6 +211,12 @@ class watch:
             and look for the line that wrote one (IPD109); costs about 0.4 ms
             per saved MiB plus 50-80 µs per saved tensor on CPU (each is
             fingerprinted at save and at unpack; on GPU each reads back).
+        deep: route every aten op through a dispatch mode (today's tracer, the
+            default). `deep=False` asks for the fast tracer (issue 26: only
+            writes and saves enter Python), which serves IPD101, IPD104 and
+            IPD106 so far (`rules.FAST_MODE_RULES`): when
+            another rule is selected (or `check_contents`), deep mode is used
+            and the report says so.
 
     Example:
         >>> with ipd.watch() as session:
@@ -229,6 +235,7 @@ class watch:
         per_module_ignores: dict[str, list[str]] | None = None,
         stack: int = 2,
         check_contents: bool = False,
+        deep: bool = True,
         **named_models: torch.nn.Module,
     ) -> None:
         self._stack = stack
@@ -249,10 +256,12 @@ class watch:
         root_label = ROOT_LABEL if len(models) == 1 and not named_models else ""
         if len(named_models) == 1 and not models:
             root_label = next(iter(named_models))
-        self._analyzer = Analyzer(
-            select_rules(select, ignore), root_label=root_label, fail_fast=fail_fast, per_module_ignores=per_module_ignores
-        )
-        self._tracer = Tracer(self._analyzer, fail_fast=fail_fast, check_contents=check_contents)
+        rules = select_rules(select, ignore)
+        self._analyzer = Analyzer(rules, root_label=root_label, fail_fast=fail_fast, per_module_ignores=per_module_ignores)
+        #: rules chosen that the fast tracer does not serve, which turned deep mode on (deep=False asked)
+        self.deep_because = tracer_mode.choose(rules, deep, check_contents)
+        self.deep = deep or bool(self.deep_because)
+        self._tracer = Tracer(self._analyzer, fail_fast=fail_fast, check_contents=check_contents, fast=not self.deep)
         self._tracer.threads.on_start = nesting.started_thread  # a watch() in the thread reports to this one
         self._tracer.modules.root_label = root_label
         for label, m in roots:
@@ -286,7 +295,12 @@ class watch:
             findings=self._all_findings(), command="watch", root_label=self._analyzer.root_label,
             stack=self._stack,
         )
-        return finish_report(report, self._tracer, self._analyzer)
+        report = finish_report(report, self._tracer, self._analyzer)
+        if not self.deep:
+            report.stats["fast_tracer"] = 1  # only when asked (deep=False) and served: default output unchanged
+        if self.deep_because:
+            report.notes.append(tracer_mode.switched_note(self.deep_because))
+        return report
 
     def failed(self, fail_on: Severity = Severity.WARNING) -> bool:
         return any(f.severity.rank >= fail_on.rank for f in self._all_findings())

@@ -144,3 +144,13 @@ def get_rule(code: str) -> Rule:
     if found is None:
         raise UsageError(unknown_rule_message(code))
     return found
+
+
+#: Rules the fast tracer (`watch(deep=False)`, issue 26: only writes and saves enter Python) gives
+#: the same findings for as the deep one; the rule fixtures run under both for these.
+FAST_MODE_RULES = frozenset({"IPD101", "IPD104", "IPD106"})
+
+
+def needing_deep_mode(rules: Iterable[Rule]) -> list[str]:
+    """Codes of the chosen rules the fast tracer does not serve yet: their choice turns deep mode on."""
+    return sorted(r.code for r in rules if r.code not in FAST_MODE_RULES)

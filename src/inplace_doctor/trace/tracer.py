@@ -45,6 +45,7 @@ from .blame import recursion_headroom
 from .compiled import EagerCompiled
 from .contents import ContentChecks
 from .dispatch_mode import SubclassConstruction, TracingMode, disable_dynamo_directly
+from .fast_writes import FastWrites
 from .graph_writes import UnrecordedWrites
 from .inplace_calls import InplaceCalls
 from .modules import ModulePaths
@@ -75,6 +76,10 @@ class Tracer:
             measurement: measuring a change allocates.
         check_contents: fingerprint every saved tensor (not only those on
             handed-out memory) and look for the line that wrote one (IPD109).
+        fast: see writes through Python kernels at `ADInplaceOrView` instead of
+            a dispatch mode seeing every op (`fast_writes.py`, issue 26): only
+            writes and saves enter Python. It sees no reads, so it has no
+            `observe_reads` features, and names a saving node's op by the node.
 
     It is the `TraceOwner` of its helpers (`inplace_calls`, `held`).
     """
@@ -88,8 +93,12 @@ class Tracer:
         track_call_inputs: bool = True,
         observe_reads: bool = True,
         check_contents: bool = False,
+        fast: bool = False,
     ) -> None:
         self._sink = sink
+        self.fast = fast
+        if fast:
+            observe_reads = False
         self._observe_reads = observe_reads
         self._fail_fast = fail_fast
         self._busy = Busy()
@@ -124,6 +133,7 @@ class Tracer:
             self._busy, self._saved, self._writes, self.inplace_calls, self.held, self._raised, self._graph,
             self._recompute, self._pack,
         )
+        self._fast = FastWrites(self._busy, self._saved, self._writes, self._raised) if fast else None
         self._contexts: list[Any] = []
         self._active = False
 
@@ -139,12 +149,15 @@ class Tracer:
             self._enter(recursion_headroom())  # the frames the hooks and modes add, given back to the program
             self._enter(self.compiled)
             self._enter(self.threads)
-            self._enter(NodeCreationHook(self._saved.on_node))
+            self._enter(NodeCreationHook(self._saved.on_node if self._fast is None else self._fast.on_node))
             self._enter(torch.autograd.graph.saved_tensors_hooks(self._pack, self._saved.unpack))
             self._enter(self.transforms)
-            disable_dynamo_directly()
-            self._enter(self._mode)
-            self._enter(SubclassConstruction(self._mode))
+            if self._fast is not None:
+                self._enter(self._fast)
+            else:
+                disable_dynamo_directly()
+                self._enter(self._mode)
+                self._enter(SubclassConstruction(self._mode))
             if self._recompute is not None:
                 self._enter(RegionCount())
             self._enter(ConstructionRecorder())  # models built inside (a script under `run`): flag fixes' lines
@@ -220,8 +233,8 @@ class Tracer:
     # -- what the engines ask ---------------------------------------------
     @property
     def ops(self) -> int:
-        """Ops the dispatch mode saw."""
-        return self._mode.ops
+        """Ops the dispatch mode saw (the fast tracer: writes)."""
+        return self._fast.ops if self._fast is not None else self._mode.ops
 
     @property
     def saves(self) -> int:

@@ -1,0 +1,218 @@
+"""Writes seen without a dispatch mode: one Python kernel per mutating aten overload.
+
+Each kernel is registered with `torch.library` at the `ADInplaceOrView` key
+(the key whose generated kernels bump version counters), so only ops that
+write enter Python; every other op stays in C++. A kernel redispatches below
+its key, bumps the written tensors' versions where it replaced PyTorch's own
+`ADInplaceOrView` kernel (mutating ops without one, such as `_foreach_*_` and
+the fused optimizer kernels, bump elsewhere and are only recorded), then hands
+the op and the tensors it wrote to the recorder of the current context.
+
+Known limitations:
+- Registration is process-wide: while any `WriteKernels` is entered, every
+  write of every thread runs through a kernel (one Python call per write).
+  Only the context that set a recorder (a `ContextVar`: threads started
+  inside do not inherit it) records anything; the kernels are removed when the
+  last `WriteKernels` exits.
+- Ops that never reach `ADInplaceOrView` are not seen: writes under
+  `torch.inference_mode` and to inference tensors; `CompositeImplicitAutograd`
+  ops are seen through the ops they decompose into. Writes that bypass the
+  dispatcher (through `.numpy()`, DLPack) are not seen by any kernel.
+- View ops keep PyTorch's kernels: only overloads whose schema writes an
+  argument are registered, and in-place view ops that only change metadata
+  (`transpose_`, `squeeze_`, `as_strided_`, ...) are left alone.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import warnings
+from typing import Any, Callable
+
+import torch
+
+from .blame import passed_through
+from .ops import WriteSpec, op_name, write_spec, written_tensors
+
+#: called with (op, tensors it writes) around each write, in the context that set it
+Recorder = Callable[[Any, list[torch.Tensor]], None]
+#: called with (op, the exception) when PyTorch raised at a write
+Failed = Callable[[Any, BaseException], None]
+#: (called before the op runs or None, called after its version bump, called when it raised or None)
+_Hooks = tuple[Recorder | None, Recorder, Failed | None]
+_RECORDER: contextvars.ContextVar[_Hooks | None] = contextvars.ContextVar("inplace_doctor_writes", default=None)
+
+# In-place ops that only change a view's metadata: their ADInplaceOrView kernels set up view
+# bookkeeping a redispatch would skip, and they write no bytes.
+_METADATA_VIEWS = frozenset(
+    {
+        "as_strided_", "detach_", "squeeze_", "unsqueeze_", "t_", "transpose_", "swapdims_", "swapaxes_",
+        "_coalesced_", "requires_grad_",
+    }
+)
+# What registering over PyTorch's own ADInplaceOrView kernels prints, once per process.
+OVERRIDE_WARNING = r"Warning only once for all operators, other operators may also be overridden"
+
+
+def mutating_overloads() -> list[tuple[Any, WriteSpec, bool]]:
+    """(op, write spec, has its own ADInplaceOrView kernel) for every aten overload that writes an argument."""
+    found = []
+    for qualified in torch._C._dispatch_get_all_op_names():
+        if not qualified.startswith("aten::"):
+            continue
+        base, _, overload = qualified[6:].partition(".")
+        if base in _METADATA_VIEWS:
+            continue
+        packet = getattr(torch.ops.aten, base, None)
+        op = getattr(packet, overload or "default", None) if packet is not None else None
+        if op is None:
+            continue
+        spec = write_spec(op)
+        if spec:
+            found.append((op, spec, torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "ADInplaceOrView")))
+    return found
+
+
+def _number_slots(op: Any) -> tuple[tuple[str, int], ...]:
+    """Arguments typed `Tensor` that a Python number may arrive in: a wrapped number (`x.mul_(2)`)
+    reaches a Python kernel as the number, which a boxed redispatch refuses."""
+    return tuple(
+        (arg.name, i) for i, arg in enumerate(op._schema.arguments) if isinstance(arg.type, torch._C.TensorType)
+    )
+
+
+def _kernel(op: Any, spec: WriteSpec, bumps: bool) -> Callable[..., Any]:
+    after = torch._C._after_ADInplaceOrView_keyset
+    redispatch = op.redispatch
+    increment_version = torch.autograd.graph.increment_version
+    get = _RECORDER.get
+    slots = _number_slots(op)
+    below = torch._C._AutoDispatchBelowADInplaceOrView
+
+    def run(keyset: Any, args: Any, kwargs: Any, hooks: _Hooks | None) -> Any:
+        try:
+            for name, i in slots:
+                value = args[i] if i < len(args) else kwargs.get(name)
+                if isinstance(value, (int, float, complex)):
+                    # a Python number: the argument parser wraps it as PyTorch did (a wrapped number
+                    # keeps its type-promotion rules), where a boxed redispatch refuses it
+                    with below():
+                        return op(*args, **kwargs)
+            return redispatch(keyset & after, *args, **kwargs)
+        except BaseException as exc:
+            passed_through(exc)  # PyTorch's error at the program's op, not the tool's
+            if hooks is not None and hooks[2] is not None:
+                hooks[2](op, exc)
+            raise
+
+    def replacing(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        """In place of PyTorch's own kernel, as it does: ops called inside run below autograd and
+        this key (neither bumped twice nor recorded as writes of their own: index_put_'s)."""
+        hooks = get()
+        written = written_tensors(spec, args, kwargs)
+        if hooks is not None and hooks[0] is not None:
+            hooks[0](op, written)
+        with below():
+            out = run(keyset, args, kwargs, hooks)
+        increment_version(written)
+        if hooks is not None:
+            hooks[1](op, written)
+        return out
+
+    def passing(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        """Where PyTorch had no kernel at this key (a fallthrough): the ops called inside bump the
+        versions (`_foreach_add_`'s per-tensor `add_`), so they run as without us, unrecorded."""
+        hooks = get()
+        if hooks is None:
+            return run(keyset, args, kwargs, None)
+        written = written_tensors(spec, args, kwargs)
+        if hooks[0] is not None:
+            hooks[0](op, written)
+        token = _RECORDER.set(None)
+        try:
+            out = run(keyset, args, kwargs, hooks)
+        finally:
+            _RECORDER.reset(token)
+        hooks[1](op, written)
+        return out
+
+    kernel = replacing if bumps else passing
+    kernel.__name__ = f"inplace_doctor_{op_name(op).replace('.', '_')}"
+    return kernel
+
+
+class _Registration:
+    """The process-wide library of kernels, registered while at least one user holds it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+        self.library: Any = None
+        self.count = 0
+        self.ops: list[tuple[Any, WriteSpec, bool]] | None = None
+
+    def acquire(self) -> None:
+        with self.lock:
+            self.users += 1
+            if self.library is not None:
+                return
+            library = torch.library.Library("aten", "IMPL")
+            if self.ops is None:  # aten's overloads are fixed once torch is imported: enumerated once
+                self.ops = mutating_overloads()
+            ops = self.ops
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=OVERRIDE_WARNING)
+                for op, spec, bumps in ops:
+                    library.impl(op, _kernel(op, spec, bumps), "ADInplaceOrView", with_keyset=True)
+            self.library, self.count = library, len(ops)
+
+    def release(self) -> None:
+        with self.lock:
+            self.users -= 1
+            if self.users == 0 and self.library is not None:
+                self.library._destroy()
+                self.library = None
+
+
+_REGISTRATION = _Registration()
+
+
+class WriteKernels:
+    """Context manager: the kernels registered, and `recorder` called for each write of this context.
+
+    Args:
+        recorder: called with (op, written tensors) after each write made in
+            the context that entered (not in other threads), after the
+            version bump.
+        before: called likewise before the op runs.
+        failed: called with (op, exception) when PyTorch raised at a write of this context.
+
+    Example:
+        >>> seen = []
+        >>> with WriteKernels(lambda op, written: seen.append(op)):
+        ...     torch.zeros(2).add_(1)
+    """
+
+    def __init__(self, recorder: Recorder, before: Recorder | None = None, failed: Failed | None = None) -> None:
+        self.hooks: _Hooks = (before, recorder, failed)
+        self._token: contextvars.Token[_Hooks | None] | None = None
+
+    def __enter__(self) -> "WriteKernels":
+        _REGISTRATION.acquire()
+        self._token = _RECORDER.set(self.hooks)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _RECORDER.reset(self._token)
+            self._token = None
+        _REGISTRATION.release()
+
+
+def registered() -> int:
+    """How many kernels are registered now (0 when no `WriteKernels` is entered)."""
+    return _REGISTRATION.count if _REGISTRATION.library is not None else 0
+
+
+__all__ = ["WriteKernels", "mutating_overloads", "registered", "OVERRIDE_WARNING"]
