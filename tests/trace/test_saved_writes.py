@@ -32,32 +32,37 @@ CANDIDATES = {
     "_fused_moving_avg_obs_fq_helper.default": "saves none of what it writes",
     "_amp_foreach_non_finite_check_and_unscale_.default": "no autograd formula (the scaler's flag)",
     "_flash_attention_forward_no_dropout_inplace.default": "no autograd formula (writes `out`)",
+    "_cummax_helper.default": "saves nothing (probed: no pack, no node); `cummax` saves `self` before and its indices after",
+    "_cummin_helper.default": "saves nothing (probed: no pack, no node); `cummin` saves `self` before and its indices after",
+    "fused_moving_avg_obs_fake_quant.default": "composite over `_fused_moving_avg_obs_fq_helper`, which saves none of what it writes",
+    "_amp_update_scale_.default": "no autograd formula (the scaler's growth tracker and scale)",
+    "record_stream.default": "writes no values: the write marker records the tensor's use on a stream",
+    "retain_grad.default": "writes no values: marks the tensor to keep its `.grad`",
+    "set_data.default": "the `.data =` setter: swaps the tensor's data, no autograd formula",
 }
 
 
 def _written_not_returned() -> set[str]:
+    """Every registered aten schema, not `dir(torch.ops.aten)`: that lists only the packets
+    resolved so far in this process, so it depended on which tests ran before."""
     found = set()
-    for name in dir(torch.ops.aten):
-        try:
-            packet = getattr(torch.ops.aten, name)
-            overloads = packet.overloads()
-        except (AttributeError, RuntimeError):
+    for schema in torch._C._jit_get_all_schemas():
+        if not schema.name.startswith("aten::"):
             continue
-        for overload in overloads:
-            schema = getattr(packet, overload)._schema
-            if not schema.is_mutable or overload.startswith("out"):
-                continue
-            returned = {a for r in schema.returns if r.alias_info is not None for a in r.alias_info.before_set}
-            for arg in schema.arguments:
-                info = arg.alias_info
-                if (
-                    info is not None
-                    and info.is_write
-                    and str(arg.type) in ("Tensor", "Optional[Tensor]")
-                    and not arg.kwarg_only
-                    and not set(info.before_set) & returned
-                ):
-                    found.add(f"{name}.{overload}")
+        name, overload = schema.name.removeprefix("aten::"), schema.overload_name or "default"
+        if not schema.is_mutable or overload.startswith("out"):
+            continue
+        returned = {a for r in schema.returns if r.alias_info is not None for a in r.alias_info.before_set}
+        for arg in schema.arguments:
+            info = arg.alias_info
+            if (
+                info is not None
+                and info.is_write
+                and str(arg.type) in ("Tensor", "Optional[Tensor]")
+                and not arg.kwarg_only
+                and not set(info.before_set) & returned
+            ):
+                found.add(f"{name}.{overload}")
     return found
 
 
