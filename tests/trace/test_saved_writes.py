@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -120,8 +121,8 @@ def test_the_in_place_rrelu_and_batch_norm_save_after_the_kernel_too() -> None:
 # -- the detection under checkpoint ----------------------------------------------------------------
 
 
-def _watch(fn: Callable[[], None]) -> list[ipd.Finding]:
-    session = ipd.watch()
+def _watch(fn: Callable[[], None], **options: Any) -> list[ipd.Finding]:
+    session = ipd.watch(**options)
     with session:
         fn()
     return [f for f in session.report().findings if f.severity is not ipd.Severity.INFO]
@@ -197,7 +198,8 @@ def test_a_buffer_from_outside_rewritten_before_backward_is_reported() -> None:
     assert "a tensor from outside the region, is saved as it is at backward" in finding.why
 
 
-def test_outside_checkpoint_a_second_call_on_the_same_noise_is_still_an_overwrite() -> None:
+@pytest.mark.parametrize("deep", [True, False], ids=["deep", "fast"])
+def test_outside_checkpoint_a_second_call_on_the_same_noise_is_still_an_overwrite(deep: bool) -> None:
     """The first node's saved noise is redrawn by the second call: IPD104 (no version bump), while
     each call's write into the noise its own node saved is not reported."""
     x = torch.randn(4, 5, requires_grad=True)
@@ -208,7 +210,9 @@ def test_outside_checkpoint_a_second_call_on_the_same_noise_is_still_an_overwrit
         y2 = RRELU(x * 2.0, noise, 0.1, 0.3, True)  # <second>
         (y1 + y2).sum().backward()
 
-    findings = _watch(run)
+    # The fast tracer settles the kernel's write only once autograd has named its node, after the
+    # kernel returned: sooner, its own save could not be told from the first call's.
+    findings = _watch(run, deep=deep, select=["IPD101", "IPD104", "IPD106"])
     assert [f.code for f in findings] == ["IPD104"]
     assert findings[0].mutation.line == run.__code__.co_firstlineno + 3
 

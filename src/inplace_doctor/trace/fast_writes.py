@@ -90,6 +90,9 @@ class FastWrites:
         else:
             self._saved.last_op = None
         self._saved.on_node(node)
+        if self._writes.pending and not self._busy.on and _awaits_its_node(self._writes.pending):
+            self._saved.flush_nodes()
+            self._writes.settle()
 
     def _failed(self, func: Any, exc: BaseException) -> None:
         """PyTorch raised at a write (into an expanded tensor): the op, for the error's description.
@@ -97,7 +100,8 @@ class FastWrites:
         self._raised.failed_op = (id(exc), func)
 
     def _after(self, func: Any, written: list[torch.Tensor]) -> None:
-        if self._writes.pending and not self._busy.on:
+        pending = self._writes.pending
+        if pending and not self._busy.on and not _awaits_its_node(pending):
             self._writes.settle()
 
     def __enter__(self) -> "FastWrites":
@@ -106,3 +110,10 @@ class FastWrites:
 
     def __exit__(self, *exc: object) -> None:
         self._kernels.__exit__(*exc)
+
+
+def _awaits_its_node(pending: list[Any]) -> bool:
+    """A write by a kernel that writes what its own node saved (`F.rrelu`'s noise,
+    `saved_writes.py`): autograd names that node only after the kernel returns, so the write
+    is settled from the node-creation hook, once it can be told apart from an earlier call's save."""
+    return any(write.own_save is not None for write in pending)
