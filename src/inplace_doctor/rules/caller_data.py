@@ -7,6 +7,7 @@ import re
 from ..causes import ArgumentFacts, CallerDataCause, HeldFacts
 from ..events import CallerInputWritten, HeldTensorOverwritten, HeldTensorUsed
 from ..findings import Finding, Severity
+from ..sites import Site
 from .fix_builders import copy_at_handout, write_fixes
 from .phrasing import fix_for_write, tensor_desc, where
 from .registry import RuleContext, make_finding, rule
@@ -29,11 +30,25 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: RuleContext) -> Fin
     Why: the caller's tensor changes under it. Code that uses the batch
     again — a second model, a metric, a logged image, the next gradient
     accumulation step, a dataset that hands out the same tensor — silently
-    sees the modified values. PyTorch raises nothing. Severity warning: it is
-    a bug only if the caller reads the tensor again, which the tool cannot
-    know; writes to leaf tensors that require grad are IPD102 (PyTorch raises).
-    In ``watch()``, the arguments of each call of an outermost module count
-    as the caller's inputs, during that call.
+    sees the modified values. PyTorch raises nothing. Writes to leaf tensors
+    that require grad are IPD102 (PyTorch raises). In ``watch()``, the
+    arguments of each call of an outermost module count as the caller's
+    inputs, during that call.
+
+    When it is reported: a write no flag asked for (``x += b``,
+    ``x.clamp_()``, ``x[mask] = 0`` in a forward) at once. A write the
+    running module's own ``inplace=True`` asked for (a first-layer
+    ``nn.ReLU(inplace=True)``, ``transforms.Normalize(..., inplace=True)``)
+    only when the caller reads its tensor after the call, with that read's
+    line: not when the call returns the written tensor as its result, nor
+    when the caller no longer holds it (``model(x.clone())``, the fresh
+    tensor ``ToTensor()`` made). ``audit()`` reports every write into its
+    inputs: it does not see what the caller does afterwards.
+
+    Not seen: a read after the call through a view the caller made before it
+    (only the tensor object passed in is followed), a read after the watched
+    code ends, and a functional ``F.relu(x, inplace=True)`` in a forward,
+    which counts as not asked for by the caller.
 
     Example::
 
@@ -45,13 +60,14 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: RuleContext) -> Fin
     the top of ``forward`` (``x = x.clone()``) if in-place is wanted inside.
     """
     write = event.write
+    what = (
+        f"{where(write.site, ctx.root_label)} wrote into {tensor_desc(write.shape, write.dtype)} that is "
+        f"`{event.argument}` of the model call."
+    )
     return make_finding(
         "IPD106",
         cause=CallerDataCause.CALLER_INPUT,
-        what=(
-            f"{where(write.site, ctx.root_label)} wrote into {tensor_desc(write.shape, write.dtype)} that is "
-            f"`{event.argument}` of the model call."
-        ),
+        what=what if event.read is None else f"{what} {_read_after_call(event.read, ctx.root_label)}",
         why=(
             f"The caller's `{event.argument}` changes under it: any code that reads it after the call (another "
             "model, a metric, the next accumulation step) silently gets the modified values."
@@ -59,7 +75,16 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: RuleContext) -> Fin
         fix=f"{fix_for_write(write.site, ctx.root_label)}, or clone the input at the top of forward (`x = x.clone()`)",
         fixes=write_fixes(write.site),
         mutation=write.site,
+        read=event.read,
         facts=ArgumentFacts(event.argument),
+    )
+
+
+def _read_after_call(read: Site, root_label: str) -> str:
+    """The sentence for the caller's read of its tensor after a call that was asked to write it."""
+    return (
+        f"The module's own `inplace=True` asked for that write, but the caller still held the tensor and read "
+        f"it after the call: {where(read, root_label)}."
     )
 
 

@@ -45,6 +45,7 @@ class TracingMode(_compat.TorchDispatchMode):
         self.writes = writes
         self.inplace_calls = inplace_calls
         self.held = held
+        self.caller_reads = writes.caller_reads
         self.raised = raised
         self.graph = graph
         self.recompute = recompute
@@ -76,6 +77,8 @@ class TracingMode(_compat.TorchDispatchMode):
             self.inplace_calls.check_reads(func, args, kwargs)  # before the op: the values it reads
         if self.held.stale_ids:
             self.held.check_uses(func, args, kwargs, written)
+        if self.caller_reads.awaiting and node is None:
+            self.caller_reads.check_reads(func, args, kwargs, written)
         if node is None:
             if func is _DETACH:
                 graph.detached(args[0] if args else None)

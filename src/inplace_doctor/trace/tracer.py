@@ -111,6 +111,7 @@ class Tracer:
             self._recompute,
         )
         self.modules.on_top_level = self._writes.on_top_level_call
+        self.modules.on_top_level_output = self._writes.on_top_level_returned
         self._raised = RaisedErrors()
         #: `torch.compile`d code runs eagerly while tracing; `compiled.calls` counts it
         self.compiled = EagerCompiled()
