@@ -489,3 +489,45 @@ def test_vae_exp_inplace_is_clean_and_unchanged_by_watching():
     with session:
         watched = runpy.run_path(str(path), run_name="__main__")["result"]
     assert_same(watched, plain)
+
+
+# -- 12. "best" weights kept as `model.state_dict()`: aliases that keep tracking the live weights ---
+# https://github.com/pytorch/tutorials/pull/188
+
+BEST_SNAPSHOT_FIX = ("best_model_wts = model.state_dict()  # <handout>", "best_model_wts = copy.deepcopy(model.state_dict())")
+SAVED_NOT_LOADED = ("model.load_state_dict(best_model_wts)  # <read>", 'torch.save(best_model_wts, "best.pt")  # <read>')
+
+
+def snapshot_sites(path: Path) -> tuple[str, str, str]:
+    return tuple(f"{path.name}:{marker(path, name)}" for name in ("write", "read", "handout"))  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("variant", ["load_state_dict", "torch.save"])
+def test_transfer_best_weights_names_the_step_the_use_and_where_the_alias_was_taken(variant):
+    """The tracking snapshot: a warning with the optimizer step that changed the weights (the write),
+    the line that used the "snapshot" (the load, or `torch.save`, which reads storages without an
+    op), and the line that took it (`handed_out`), as Site fields."""
+    path = program("transfer_best_weights")
+    if variant == "torch.save":
+        path = derived("transfer_best_weights", "transfer_best_weights_saved", SAVED_NOT_LOADED)
+    write, read, handout = snapshot_sites(path)
+    findings = [f for f in diagnose(path) if f.code == "IPD107"]
+    finding = naming(findings, "IPD107", Severity.WARNING, write, read)
+    assert finding.mutation.op == "aten.add_" and finding.mutation.api == "SGD.step", finding.mutation
+    assert finding.read.op == ("aten.copy_" if variant == "load_state_dict" else "torch.save"), finding.read
+    assert finding.facts.handed_out == handout and finding.facts.held == "model.state_dict()['0.weight']"
+    assert all(f.severity is Severity.WARNING and f.read.location == read for f in findings), describe(findings)
+
+
+def test_transfer_best_weights_fix_restores_the_best_epoch_as_the_upstream_fix_does():
+    path = program("transfer_best_weights")
+    findings = [f for f in diagnose(path) if f.code == "IPD107"]
+    (edit,) = {e for f in findings for fix in f.fixes for e in fix.edits}
+    assert (edit.start.line, edit.old, edit.new) == (
+        marker(path, "handout"), "model.state_dict()", "copy.deepcopy(model.state_dict())"
+    )
+    edit_line(path, edit.start.line, edit.old, edit.new)
+    assert diagnose(path) == [], path.read_text()
+    intended = derived("transfer_best_weights", "intended", BEST_SNAPSHOT_FIX)
+    assert_same(run_plain(path), run_plain(intended))
+    assert not torch.equal(run_plain(intended)["5.weight"], run_plain(PROGRAMS / "transfer_best_weights.py")["5.weight"])

@@ -102,21 +102,33 @@ def held_tensor_overwritten(event: HeldTensorUsed | HeldTensorOverwritten, ctx: 
     buffers, not copies. Code that keeps the dict as a snapshot (``best =
     model.state_dict()`` to restore the best epoch, a before/after
     comparison) and then trains on sees every later write — optimizer steps,
-    in-place updates — in its "snapshot", and loading or comparing it uses the
-    new values.
+    in-place updates — in its "snapshot", and loading, saving or copying it
+    uses the new values.
 
     Why: nothing raises; restoring the "best" weights silently restores the
-    latest ones. Reported when the overwritten alias is used (read by an op:
-    ``load_state_dict``, a comparison, a copy); an alias overwritten and still
-    held but not used in the watched code is reported as info. A write through
-    the alias itself (an EMA updating its own ``state_dict()`` values with
-    ``copy_`` or ``torch._foreach_lerp_``) is the holder's intent and is not
-    reported.
+    latest ones. Reported as a warning naming the write (where the live
+    tensor changed), the use, and where the dict was handed out, when the
+    overwritten alias is used as a snapshot: read together with its live
+    tensor (``model.load_state_dict(best)``, a before/after comparison), or
+    copied (``clone``, ``.detach().clone()``, ``copy_`` into another tensor
+    as ``other.load_state_dict(best)`` does, ``.to()`` another device,
+    ``copy.deepcopy``, ``torch.save``). An alias overwritten and still held
+    but not used that way in the watched code is reported as info.
+
+    Not reported: a write through the alias itself (an EMA updating its own
+    ``state_dict()`` values with ``copy_`` or ``torch._foreach_lerp_``), the
+    holder's intent; a stale alias read by arithmetic (an EMA's source dict
+    kept as a live view and read into the EMA weights each step, as BigGAN's
+    ``ema`` does). A dict kept on purpose as a live view and then copied
+    (``target.load_state_dict(live)``) is reported like a snapshot: call
+    ``state_dict()`` where the copy is made.
 
     What is seen: ``state_dict()`` entries still alive when a dispatch-visible
-    write changes their memory; not seen: writes without a dispatch-visible op
-    (BatchNorm's running-stat update), ``torch.save`` (it reads storages
-    directly), and tensors a forward hook keeps.
+    write changes their memory, and their ``.detach()``/``.data``; not seen:
+    writes without a dispatch-visible op (BatchNorm's running-stat update),
+    copies through other paths (``.numpy()``, ``pickle``, a ``torch.save``
+    imported before watching as ``from torch import save``), and tensors a
+    forward hook keeps.
 
     Example::
 
