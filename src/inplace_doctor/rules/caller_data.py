@@ -119,9 +119,10 @@ def held_tensor_overwritten(event: HeldTensorUsed | HeldTensorOverwritten, ctx: 
     ``state_dict()`` values with ``copy_`` or ``torch._foreach_lerp_``), the
     holder's intent; a stale alias read by arithmetic (an EMA's source dict
     kept as a live view and read into the EMA weights each step, as BigGAN's
-    ``ema`` does). A dict kept on purpose as a live view and then copied
-    (``target.load_state_dict(live)``) is reported like a snapshot: call
-    ``state_dict()`` where the copy is made.
+    ``ema`` does), which makes its whole dict a live view: copies out of it
+    afterwards are not reported either. A dict kept on purpose as a live view
+    but only ever copied (``target.load_state_dict(live)``) is reported like a
+    snapshot: call ``state_dict()`` where the copy is made.
 
     What is seen: ``state_dict()`` entries still alive when a dispatch-visible
     write changes their memory, and their ``.detach()``/``.data``; not seen:

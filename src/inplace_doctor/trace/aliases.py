@@ -16,8 +16,10 @@ copied: `clone`, `copy_` into another tensor (`other.load_state_dict(best)`),
 `.to()` another device, `copy.deepcopy`, `torch.save` (the last two wrapped
 while tracing, like `state_dict`; they read storages without an op). A stale
 alias read by arithmetic (an EMA's source dict: `ema.mul_(d).add_(src, alpha=1
-- d)`) is a live view and is not reported; `.detach()`/`.data` of a stale
-alias is the same alias. All of this costs per op only while an alias is stale.
+- d)`) makes its whole dict a live view: not reported, nor are later copies out
+of that dict, nor is it listed as stale at the end. `.detach()`/`.data` of a
+stale alias is the same alias. All of this costs per op only while an alias is
+stale.
 """
 
 from __future__ import annotations
@@ -38,14 +40,19 @@ from .storage import storage_key, storage_span
 
 
 class _Held:
-    __slots__ = ("ref", "label", "site", "span", "stale", "__weakref__")
+    __slots__ = ("ref", "label", "site", "span", "stale", "live", "__weakref__")
 
-    def __init__(self, t: torch.Tensor, label: str, site: Site, span: tuple[int, int, int]) -> None:
+    def __init__(
+        self, t: torch.Tensor, label: str, site: Site, span: tuple[int, int, int], live: list[bool]
+    ) -> None:
         self.ref = weakref.ref(t)
         self.label = label
         self.site = site
         self.span = span
         self.stale: Any = None  # the HeldTensorOverwritten of a write through another path
+        # shared by the entries of one state_dict() call (and their detaches): True once one of them,
+        # stale, was read by arithmetic: the holder keeps that dict as a live view
+        self.live = live
 
 
 class HeldTensors:
@@ -98,12 +105,13 @@ class HeldTensors:
         frames, api = capture_frames()
         site = make_site("state_dict", frames, api, self.modules.current, "forward")
         path = self.modules.path_of(module)
+        live = [False]
         for name, value in result.items():
             if isinstance(value, torch.Tensor):
                 span = storage_span(value)
                 if span is not None:
                     label = f"{path}.state_dict()[{name!r}]"
-                    self.by_storage.setdefault(span[0], []).append(_Held(value, label, site, span))
+                    self.by_storage.setdefault(span[0], []).append(_Held(value, label, site, span, live))
                     self._aliases[id(value)] = weakref.ref(value)
 
     def overwritten_by(self, span: tuple[int, int, int], written: torch.Tensor) -> list[_Held]:
@@ -168,7 +176,10 @@ class HeldTensors:
             else:
                 how = _copied(name, args, kwargs, item)
                 if how is None:
-                    continue  # arithmetic on a live view
+                    entry.live[0] = True  # arithmetic: the holder reads its dict as a live view
+                    continue
+                if entry.live[0]:
+                    continue  # a copy out of a dict the holder reads as a live view: the current values
             self._report(entry, make_site(name, *capture_frames(), self.modules.current, "forward"), how)
         return aliased
 
@@ -176,7 +187,7 @@ class HeldTensors:
         """`out` (a `detach()`/`.data` of a stale alias) is the same alias: followed until it dies."""
         if not isinstance(out, torch.Tensor) or entry.stale is None:
             return
-        derived = _Held(out, entry.label, entry.site, entry.span)
+        derived = _Held(out, entry.label, entry.site, entry.span, entry.live)
         derived.stale = entry.stale
         key = id(out)
         stale_ids = self.stale_ids
@@ -203,7 +214,7 @@ class HeldTensors:
             return
         for item in _tensors_in(what, 4):
             entry = self.stale_ids.get(id(item))
-            if entry is not None and entry.ref() is item and entry.stale is not None:
+            if entry is not None and entry.ref() is item and entry.stale is not None and not entry.live[0]:
                 self._report(entry, make_site(call, *capture_frames(), self.modules.current, "forward"), _copied_by(call))
 
     def _wrap_snapshot_calls(self) -> None:
@@ -233,7 +244,11 @@ class HeldTensors:
 
     def unused_stale(self) -> list[Any]:
         """The overwrites of aliases still held and stale when the session ends (never used since)."""
-        found = {id(e.stale): e.stale for e in self.stale_ids.values() if e.ref() is not None and e.stale is not None}
+        found = {  # by event: an alias and its detaches share one
+            id(e.stale): e.stale
+            for e in self.stale_ids.values()
+            if e.ref() is not None and e.stale is not None and not e.live[0]
+        }
         return list(found.values())
 
 
