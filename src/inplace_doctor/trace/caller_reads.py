@@ -49,8 +49,8 @@ class CallerReads:
         self._emit = emit
         self._modules = modules
         self._during: dict[int, _Asked] = {}  # id(caller's tensor) -> its asked-for writes, this call
-        #: id(caller's tensor) -> asked-for writes of a call that returned; the dispatch mode checks
-        #: each forward op against it while it is not empty
+        #: id(caller's tensor) -> asked-for writes of a call that returned; the dispatch mode holds
+        #: this very dict (never replaced) and checks each forward op against it while it is not empty
         self.awaiting: dict[int, _Asked] = {}
 
     def asked(self, info: WriteInfo, argument: str, tensor: torch.Tensor) -> None:
@@ -102,7 +102,7 @@ class CallerReads:
 
     def clear(self) -> None:
         self._during = {}
-        self.awaiting = {}
+        self.awaiting.clear()
 
 
 def _tensors(output: Any) -> list[torch.Tensor]:

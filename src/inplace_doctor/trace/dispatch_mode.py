@@ -46,6 +46,7 @@ class TracingMode(_compat.TorchDispatchMode):
         self.inplace_calls = inplace_calls
         self.held = held
         self.caller_reads = writes.caller_reads
+        self.caller_awaiting = writes.caller_reads.awaiting  # one lookup per op while it is empty
         self.raised = raised
         self.graph = graph
         self.recompute = recompute
@@ -76,7 +77,7 @@ class TracingMode(_compat.TorchDispatchMode):
         if self.inplace_calls.overwritten and node is None:
             self.inplace_calls.check_reads(func, args, kwargs)  # before the op: the values it reads
         stale_read = self.held.check_uses(func, args, kwargs, written) if self.held.stale_ids else None
-        if self.caller_reads.awaiting and node is None:
+        if self.caller_awaiting and node is None:
             self.caller_reads.check_reads(func, args, kwargs, written)
         if node is None:
             if func is _DETACH:
