@@ -69,6 +69,7 @@ class HeldTensors:
         self._original: Any = None
         self._depth = 0
         self._unwrap: list[tuple[Any, str, Any]] = []  # (owner, name, original) of the wrapped snapshot calls
+        self._detached = False  # a `.detach()` of a stale alias was followed: a report looks for them too
 
     def __enter__(self) -> "HeldTensors":
         original = torch.nn.Module.state_dict
@@ -100,6 +101,7 @@ class HeldTensors:
         self.by_storage.clear()
         self.stale_ids.clear()
         self._aliases.clear()
+        self._detached = False
 
     def _remember(self, module: torch.nn.Module, result: Any) -> None:
         frames, api = capture_frames()
@@ -199,10 +201,12 @@ class HeldTensors:
 
         derived.ref = weakref.ref(out, forget)
         stale_ids[key] = derived
+        self._detached = True
 
     def _report(self, entry: "_Held", use: Site, how: str) -> None:
         overwritten = entry.stale
-        for key in [k for k, e in self.stale_ids.items() if e.stale is overwritten]:  # it and its detaches
+        same = [k for k, e in self.stale_ids.items() if e.stale is overwritten] if self._detached else [id(entry.ref())]
+        for key in same:  # it and its detaches
             other = self.stale_ids.pop(key)
             other.stale = None
             other.ref = _gone  # type: ignore[assignment]  # reported once: later writes (the load) are not news
