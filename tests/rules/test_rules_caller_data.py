@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import inplace_doctor as ipd
@@ -215,3 +216,26 @@ def test_a_dict_read_as_a_live_view_is_not_reported_when_copied_later():
             target.bias.copy_(source["bias"])  # then a copy out of the same dict
     assert [f for f in session.findings if f.code == "IPD107"] == []
     assert source
+
+
+class ReluFirst(nn.Module):
+    def __init__(self, functional: bool) -> None:
+        super().__init__()
+        self.functional = functional
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc(F.relu(x, inplace=True) if self.functional else x.relu_())  # <write:relu-first>
+
+
+@pytest.mark.parametrize("functional", [True, False], ids=["F.relu(inplace=True)", "relu_"])
+def test_watch_waits_for_the_callers_read_only_when_an_inplace_argument_asked_for_the_write(functional):
+    x = torch.randn(4, 8)
+    with ipd.watch() as session:
+        ReluFirst(functional)(torch.randn(4, 8))  # a temporary: no one reads it again
+        ReluFirst(functional)(x)
+        total = x.sum()  # <read:relu-first>
+    found = sorted((f.mutation.line, f.read.line if f.read else None, f.count) for f in ipd106(session.findings))
+    write, read = line_of("write:relu-first"), line_of("read:relu-first")
+    assert found == ([(write, read, 1)] if functional else [(write, None, 2)])
+    assert total is not None

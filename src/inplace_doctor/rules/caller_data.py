@@ -36,9 +36,10 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: RuleContext) -> Fin
     inputs, during that call.
 
     When it is reported: a write no flag asked for (``x += b``,
-    ``x.clamp_()``, ``x[mask] = 0`` in a forward) at once. A write the
-    running module's own ``inplace=True`` asked for (a first-layer
-    ``nn.ReLU(inplace=True)``, ``transforms.Normalize(..., inplace=True)``)
+    ``x.clamp_()``, ``x[mask] = 0`` in a forward) at once. A write an
+    ``inplace=True`` asked for (the running module's flag: a first-layer
+    ``nn.ReLU(inplace=True)``, ``transforms.Normalize(..., inplace=True)``;
+    or the argument of ``F.relu(x, inplace=True)``)
     only when the caller reads its tensor after the call, with that read's
     line: not when the call returns the written tensor as its result, nor
     when the caller no longer holds it (``model(x.clone())``, the fresh
@@ -46,9 +47,8 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: RuleContext) -> Fin
     inputs: it does not see what the caller does afterwards.
 
     Not seen: a read after the call through a view the caller made before it
-    (only the tensor object passed in is followed), a read after the watched
-    code ends, and a functional ``F.relu(x, inplace=True)`` in a forward,
-    which counts as not asked for by the caller.
+    (only the tensor object passed in is followed), and a read after the
+    watched code ends.
 
     Example::
 
@@ -83,7 +83,7 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: RuleContext) -> Fin
 def _read_after_call(read: Site, root_label: str) -> str:
     """The sentence for the caller's read of its tensor after a call that was asked to write it."""
     return (
-        f"The module's own `inplace=True` asked for that write, but the caller still held the tensor and read "
+        f"An `inplace=True` asked for that write, but the caller still held the tensor and read "
         f"it after the call: {where(read, root_label)}."
     )
 

@@ -1,8 +1,9 @@
 """Writes a call was asked to make into its caller's tensor: reported only if the caller reads it afterwards.
 
 A module constructed with `inplace=True` (`transforms.Normalize(mean, std,
-inplace=True)` in a data pipeline, a first-layer `nn.ReLU(inplace=True)`)
-writes the tensor it is given because its caller asked it to. That is a hazard
+inplace=True)` in a data pipeline, a first-layer `nn.ReLU(inplace=True)`), or
+a call given `inplace=True` (`F.relu(x, inplace=True)`), writes the tensor it
+is given because it was asked to. That is a hazard
 only when the caller still holds that tensor and reads it after the call: a
 tensor `ToTensor()` has just made, or `model(x.clone())`'s temporary, is read
 by no one. So such a write waits, weakly, for the end of the outermost call:
@@ -54,7 +55,7 @@ class CallerReads:
         self.awaiting: dict[int, _Asked] = {}
 
     def asked(self, info: WriteInfo, argument: str, tensor: torch.Tensor) -> None:
-        """A write the running module's own `inplace=True` asked for, into the caller's `tensor`."""
+        """A write an `inplace=True` asked for (module flag or call argument), into the caller's `tensor`."""
         entry = self._during.get(id(tensor))
         if entry is None or entry.ref() is not tensor:
             entry = self._during[id(tensor)] = _Asked(weakref.ref(tensor), argument)

@@ -87,6 +87,8 @@ class WriteRecorder:
         self._inputs: dict[int, tuple[str, tuple[int, int, int], weakref.ref[torch.Tensor]]] = {}
         #: writes a module's own `inplace=True` made into the caller's tensors: reported at a later read
         self.caller_reads = CallerReads(emit, modules)
+        #: whether a call with an `inplace=True` argument (`F.relu(x, inplace=True)`) is running now
+        self.in_flag_call: Callable[[], bool] = lambda: False
         # storage -> weakref to the non-grad tensor forward wrote there (IPD108)
         self._forward_state: dict[int, weakref.ref[torch.Tensor]] = {}
 
@@ -207,10 +209,12 @@ class WriteRecorder:
     def _caller_input_written(
         self, info: WriteInfo, label: str, _span: object, ref: weakref.ref[torch.Tensor]
     ) -> None:
-        """At once, unless the running module's own `inplace=True` asked for the write and the caller's
-        tensor is one `watch` saw passed in: then only if the caller reads it after the call."""
+        """At once, unless an `inplace=True` (the running module's own flag, or the argument of the
+        call running now) asked for the write and the caller's tensor is one `watch` saw passed in:
+        then only if the caller reads it after the call."""
         tensor = ref()
-        if self._track_call_inputs and info.site.module_inplace is True and tensor is not None:
+        asked = info.site.module_inplace is True or self.in_flag_call()
+        if self._track_call_inputs and asked and tensor is not None:
             self.caller_reads.asked(info, label, tensor)
         else:
             self._emit(CallerInputWritten(info, label))
