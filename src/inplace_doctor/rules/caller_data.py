@@ -55,6 +55,7 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: RuleContext) -> Fin
         model = nn.Sequential(nn.ReLU(inplace=True), nn.Linear(8, 2))
         x = torch.randn(4, 8)
         model(x)                   # IPD106: x now has no negative entries
+        x_mean = x.mean()          # ... and the caller reads it again
 
     Fix: make that op out of place (``inplace=False``), or clone the input at
     the top of ``forward`` (``x = x.clone()``) if in-place is wanted inside.
