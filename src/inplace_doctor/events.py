@@ -115,6 +115,7 @@ class CallerInputWritten:
 
     write: WriteInfo
     argument: str  # "args[0]", "kwargs['mask']", "argument 0 of ResNet"
+    read: Site | None = None  # a write the call's own `inplace=True` asked for: the caller's first read after it
 
 
 @dataclass(frozen=True)

@@ -521,7 +521,7 @@ def test_rrelu_checkpoint_fix_gives_the_unchecked_networks_gradients():
     assert not torch.equal(run_plain(program("rrelu_checkpoint"))["blocks.0.fc.weight"], run_plain(intended)["blocks.0.fc.weight"])
 
 
-# -- NumPy clips the probabilities sigmoid saved, through `.numpy()` -------------------------------
+# -- 13. NumPy clips the probabilities sigmoid saved, through `.numpy()` ---------------------------
 # https://github.com/pytorch/pytorch/issues/97586
 
 
@@ -575,3 +575,45 @@ def test_numpy_clip_saved_probs_run_check_contents_names_the_writing_line_in_bot
     assert hits, json.dumps(report["findings"], indent=1)
     assert {(Path(f["mutation"]["file"]).name, f["mutation"]["line"]) for f in hits} == {(path.name, marker(path, "write"))}
     assert {(Path(f["saved"]["file"]).name, f["saved"]["line"]) for f in hits} == {(path.name, marker(path, "saved"))}
+
+
+# -- 14. "best" weights kept as `model.state_dict()`: aliases that keep tracking the live weights ---
+# https://github.com/pytorch/tutorials/pull/188
+
+BEST_SNAPSHOT_FIX = ("best_model_wts = model.state_dict()  # <handout>", "best_model_wts = copy.deepcopy(model.state_dict())")
+SAVED_NOT_LOADED = ("model.load_state_dict(best_model_wts)  # <read>", 'torch.save(best_model_wts, "best.pt")  # <read>')
+
+
+def snapshot_sites(path: Path) -> tuple[str, str, str]:
+    return tuple(f"{path.name}:{marker(path, name)}" for name in ("write", "read", "handout"))  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("variant", ["load_state_dict", "torch.save"])
+def test_transfer_best_weights_names_the_step_the_use_and_where_the_alias_was_taken(variant):
+    """The tracking snapshot: a warning with the optimizer step that changed the weights (the write),
+    the line that used the "snapshot" (the load, or `torch.save`, which reads storages without an
+    op), and the line that took it (`handed_out`), as Site fields."""
+    path = program("transfer_best_weights")
+    if variant == "torch.save":
+        path = derived("transfer_best_weights", "transfer_best_weights_saved", SAVED_NOT_LOADED)
+    write, read, handout = snapshot_sites(path)
+    findings = [f for f in diagnose(path) if f.code == "IPD107"]
+    finding = naming(findings, "IPD107", Severity.WARNING, write, read)
+    assert finding.mutation.op == "aten.add_" and finding.mutation.api == "SGD.step", finding.mutation
+    assert finding.read.op == ("aten.copy_" if variant == "load_state_dict" else "torch.save"), finding.read
+    assert finding.facts.handed_out == handout and finding.facts.held == "model.state_dict()['0.weight']"
+    assert all(f.severity is Severity.WARNING and f.read.location == read for f in findings), describe(findings)
+
+
+def test_transfer_best_weights_fix_restores_the_best_epoch_as_the_upstream_fix_does():
+    path = program("transfer_best_weights")
+    findings = [f for f in diagnose(path) if f.code == "IPD107"]
+    (edit,) = {e for f in findings for fix in f.fixes for e in fix.edits}
+    assert (edit.start.line, edit.old, edit.new) == (
+        marker(path, "handout"), "model.state_dict()", "copy.deepcopy(model.state_dict())"
+    )
+    edit_line(path, edit.start.line, edit.old, edit.new)
+    assert diagnose(path) == [], path.read_text()
+    intended = derived("transfer_best_weights", "intended", BEST_SNAPSHOT_FIX)
+    assert_same(run_plain(path), run_plain(intended))
+    assert not torch.equal(run_plain(intended)["5.weight"], run_plain(PROGRAMS / "transfer_best_weights.py")["5.weight"])

@@ -413,7 +413,7 @@ def test_first_layer_inplace_flag_writing_the_callers_batch_fix():
         x = torch.randn(3, 4)
         out = model(x)
         out.sum().backward()
-        result = {"out": out.detach(), "x": x, **{n: p.grad for n, p in model.named_parameters()}}
+        result = {"out": out.detach(), "x": x.clone(), **{n: p.grad for n, p in model.named_parameters()}}
     """
     check(program, program.replace("inplace=True", "inplace=False"), "IPD106")
 

@@ -39,12 +39,7 @@ SKIPPED: dict[str, str] = {}
 
 # Clean fixtures on which the tool reports its rule although the code is correct (a tool bug):
 # path relative to tests/rules -> reason. They stay xfail(strict=True) until the tool is fixed.
-KNOWN_FALSE_POSITIVES: dict[str, str] = {
-    "IPD106/clean/caller_batch_reused_by_clone.py": (
-        "IPD106 reported for `model(x.clone())`: the model writes into a temporary no caller can "
-        "read again (x itself is untouched); the rule's own fix, cloning the input, done at the call site"
-    ),
-}
+KNOWN_FALSE_POSITIVES: dict[str, str] = {}
 
 _MARKER = re.compile(r"\bexpect(?:-(saved|read))?:\s*(IPD\d{3})\b")
 _KINDS = ("flagged", "clean")

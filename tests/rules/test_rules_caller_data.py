@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import inplace_doctor as ipd
@@ -154,3 +155,87 @@ def test_ipd107_names_the_model_as_the_user_wrote_it_in_the_message_and_the_fix(
     assert "copy.deepcopy(D.state_dict())" in f.fix and "model." not in f.fix
     # load_state_dict copying the untouched bias onto its own memory changes nothing: no finding
     assert not [f for f in session.findings if "0.bias" in f.message]
+
+
+def test_deepcopy_and_torch_save_are_wrapped_only_while_watching_and_pass_everything_through():
+    import copy
+    import io
+
+    deepcopy, save = torch.Tensor.__dict__["__deepcopy__"], torch.save
+    model = nn.Linear(4, 2)
+    with ipd.watch(model):
+        assert torch.save is not save and torch.Tensor.__dict__["__deepcopy__"] is not deepcopy
+        buffer = io.BytesIO()
+        torch.save(model.state_dict(), buffer)
+        kept = copy.deepcopy(model.state_dict())
+    assert torch.save is save and torch.Tensor.__dict__["__deepcopy__"] is deepcopy
+    buffer.seek(0)
+    loaded = torch.load(buffer)
+    assert all(torch.equal(loaded[k], v) and torch.equal(kept[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize(
+    ("use", "reported"),
+    [
+        ("cast", False),  # `.to(float64)` on the same device: arithmetic-like, a live view's read
+        ("sum", False),
+        ("clone", True),
+        ("copy_into_another", True),
+    ],
+)
+def test_which_reads_of_a_stale_alias_count_as_a_snapshot(use, reported):
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with ipd.watch(model) as session:
+        best = model.state_dict()
+        _train_step(model, opt)
+        weight = best["weight"]
+        if use == "cast":
+            weight.to(torch.float64)
+        elif use == "sum":
+            weight.sum()
+        elif use == "clone":
+            weight.clone()
+        else:
+            torch.empty(2, 4).copy_(weight)
+        del weight
+    warned = [f for f in session.findings if f.code == "IPD107" and f.severity is ipd.Severity.WARNING]
+    assert bool(warned) is reported, [f.message for f in session.findings]
+    assert best
+
+
+def test_a_dict_read_as_a_live_view_is_not_reported_when_copied_later():
+    model = nn.Linear(4, 2)
+    target = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with ipd.watch(model, target) as session:
+        source = model.state_dict()
+        _train_step(model, opt)
+        with torch.no_grad():
+            target.weight.mul_(0.5).add_(source["weight"], alpha=0.5)  # arithmetic: a live view
+            target.bias.copy_(source["bias"])  # then a copy out of the same dict
+    assert [f for f in session.findings if f.code == "IPD107"] == []
+    assert source
+
+
+class ReluFirst(nn.Module):
+    def __init__(self, functional: bool) -> None:
+        super().__init__()
+        self.functional = functional
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc(F.relu(x, inplace=True) if self.functional else x.relu_())  # <write:relu-first>
+
+
+@pytest.mark.parametrize("functional", [True, False], ids=["F.relu(inplace=True)", "relu_"])
+def test_watch_waits_for_the_callers_read_only_when_an_inplace_argument_asked_for_the_write(functional):
+    x = torch.randn(4, 8)
+    with ipd.watch() as session:
+        ReluFirst(functional)(torch.randn(4, 8))  # a temporary: no one reads it again
+        ReluFirst(functional)(x)
+        total = x.sum()  # <read:relu-first>
+    found = sorted((f.mutation.line, f.read.line if f.read else None, f.count) for f in ipd106(session.findings))
+    write, read = line_of("write:relu-first"), line_of("read:relu-first")
+    assert found == ([(write, read, 1)] if functional else [(write, None, 2)])
+    assert total is not None

@@ -7,6 +7,7 @@ import re
 from ..causes import ArgumentFacts, CallerDataCause, HeldFacts
 from ..events import CallerInputWritten, HeldTensorOverwritten, HeldTensorUsed
 from ..findings import Finding, Severity
+from ..sites import Site
 from .fix_builders import copy_at_handout, write_fixes
 from .phrasing import fix_for_write, tensor_desc, where
 from .registry import RuleContext, make_finding, rule
@@ -29,29 +30,45 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: RuleContext) -> Fin
     Why: the caller's tensor changes under it. Code that uses the batch
     again — a second model, a metric, a logged image, the next gradient
     accumulation step, a dataset that hands out the same tensor — silently
-    sees the modified values. PyTorch raises nothing. Severity warning: it is
-    a bug only if the caller reads the tensor again, which the tool cannot
-    know; writes to leaf tensors that require grad are IPD102 (PyTorch raises).
-    In ``watch()``, the arguments of each call of an outermost module count
-    as the caller's inputs, during that call.
+    sees the modified values. PyTorch raises nothing. Writes to leaf tensors
+    that require grad are IPD102 (PyTorch raises). In ``watch()``, the
+    arguments of each call of an outermost module count as the caller's
+    inputs, during that call.
+
+    When it is reported: a write no flag asked for (``x += b``,
+    ``x.clamp_()``, ``x[mask] = 0`` in a forward) at once. A write an
+    ``inplace=True`` asked for (the running module's flag: a first-layer
+    ``nn.ReLU(inplace=True)``, ``transforms.Normalize(..., inplace=True)``;
+    or the argument of ``F.relu(x, inplace=True)``)
+    only when the caller reads its tensor after the call, with that read's
+    line: not when the call returns the written tensor as its result, nor
+    when the caller no longer holds it (``model(x.clone())``, the fresh
+    tensor ``ToTensor()`` made). ``audit()`` reports every write into its
+    inputs: it does not see what the caller does afterwards.
+
+    Not seen: a read after the call through a view the caller made before it
+    (only the tensor object passed in is followed), and a read after the
+    watched code ends.
 
     Example::
 
         model = nn.Sequential(nn.ReLU(inplace=True), nn.Linear(8, 2))
         x = torch.randn(4, 8)
         model(x)                   # IPD106: x now has no negative entries
+        x_mean = x.mean()          # ... and the caller reads it again
 
     Fix: make that op out of place (``inplace=False``), or clone the input at
     the top of ``forward`` (``x = x.clone()``) if in-place is wanted inside.
     """
     write = event.write
+    what = (
+        f"{where(write.site, ctx.root_label)} wrote into {tensor_desc(write.shape, write.dtype)} that is "
+        f"`{event.argument}` of the model call."
+    )
     return make_finding(
         "IPD106",
         cause=CallerDataCause.CALLER_INPUT,
-        what=(
-            f"{where(write.site, ctx.root_label)} wrote into {tensor_desc(write.shape, write.dtype)} that is "
-            f"`{event.argument}` of the model call."
-        ),
+        what=what if event.read is None else f"{what} {_read_after_call(event.read, ctx.root_label)}",
         why=(
             f"The caller's `{event.argument}` changes under it: any code that reads it after the call (another "
             "model, a metric, the next accumulation step) silently gets the modified values."
@@ -59,7 +76,16 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: RuleContext) -> Fin
         fix=f"{fix_for_write(write.site, ctx.root_label)}, or clone the input at the top of forward (`x = x.clone()`)",
         fixes=write_fixes(write.site),
         mutation=write.site,
+        read=event.read,
         facts=ArgumentFacts(event.argument),
+    )
+
+
+def _read_after_call(read: Site, root_label: str) -> str:
+    """The sentence for the caller's read of its tensor after a call that was asked to write it."""
+    return (
+        f"An `inplace=True` asked for that write, but the caller still held the tensor and read "
+        f"it after the call: {where(read, root_label)}."
     )
 
 
@@ -77,21 +103,34 @@ def held_tensor_overwritten(event: HeldTensorUsed | HeldTensorOverwritten, ctx: 
     buffers, not copies. Code that keeps the dict as a snapshot (``best =
     model.state_dict()`` to restore the best epoch, a before/after
     comparison) and then trains on sees every later write — optimizer steps,
-    in-place updates — in its "snapshot", and loading or comparing it uses the
-    new values.
+    in-place updates — in its "snapshot", and loading, saving or copying it
+    uses the new values.
 
     Why: nothing raises; restoring the "best" weights silently restores the
-    latest ones. Reported when the overwritten alias is used (read by an op:
-    ``load_state_dict``, a comparison, a copy); an alias overwritten and still
-    held but not used in the watched code is reported as info. A write through
-    the alias itself (an EMA updating its own ``state_dict()`` values with
-    ``copy_`` or ``torch._foreach_lerp_``) is the holder's intent and is not
-    reported.
+    latest ones. Reported as a warning naming the write (where the live
+    tensor changed), the use, and where the dict was handed out, when the
+    overwritten alias is used as a snapshot: read together with its live
+    tensor (``model.load_state_dict(best)``, a before/after comparison), or
+    copied (``clone``, ``.detach().clone()``, ``copy_`` into another tensor
+    as ``other.load_state_dict(best)`` does, ``.to()`` another device,
+    ``copy.deepcopy``, ``torch.save``). An alias overwritten and still held
+    but not used that way in the watched code is reported as info.
+
+    Not reported: a write through the alias itself (an EMA updating its own
+    ``state_dict()`` values with ``copy_`` or ``torch._foreach_lerp_``), the
+    holder's intent; a stale alias read by arithmetic (an EMA's source dict
+    kept as a live view and read into the EMA weights each step, as BigGAN's
+    ``ema`` does), which makes its whole dict a live view: copies out of it
+    afterwards are not reported either. A dict kept on purpose as a live view
+    but only ever copied (``target.load_state_dict(live)``) is reported like a
+    snapshot: call ``state_dict()`` where the copy is made.
 
     What is seen: ``state_dict()`` entries still alive when a dispatch-visible
-    write changes their memory; not seen: writes without a dispatch-visible op
-    (BatchNorm's running-stat update), ``torch.save`` (it reads storages
-    directly), and tensors a forward hook keeps.
+    write changes their memory, and their ``.detach()``/``.data``; not seen:
+    writes without a dispatch-visible op (BatchNorm's running-stat update),
+    copies through other paths (``.numpy()``, ``pickle``, a ``torch.save``
+    imported before watching as ``from torch import save``), and tensors a
+    forward hook keeps.
 
     Example::
 

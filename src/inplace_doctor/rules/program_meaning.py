@@ -52,7 +52,7 @@ def inplace_changes_result(event: OriginalValueRead, ctx: RuleContext) -> Findin
             def forward(self, x):
                 return x + self.act(x)      # IPD105: reads x after act overwrote it
 
-        Block()(torch.randn(4, 8))          # (and IPD106: the caller's batch changes)
+        Block()(torch.randn(4, 8))          # (audit() also reports IPD106 for the batch)
 
     Fix: set the module's ``inplace=False`` (or pass ``inplace=False``), or
     write ``x = x + y`` instead of ``x += y``; or keep what the later op needs

@@ -45,6 +45,8 @@ class TracingMode(_compat.TorchDispatchMode):
         self.writes = writes
         self.inplace_calls = inplace_calls
         self.held = held
+        self.caller_reads = writes.caller_reads
+        self.caller_awaiting = writes.caller_reads.awaiting  # one lookup per op while it is empty
         self.raised = raised
         self.graph = graph
         self.recompute = recompute
@@ -74,8 +76,9 @@ class TracingMode(_compat.TorchDispatchMode):
         node = _compat.current_autograd_node()  # not None inside backward: the node running
         if self.inplace_calls.overwritten and node is None:
             self.inplace_calls.check_reads(func, args, kwargs)  # before the op: the values it reads
-        if self.held.stale_ids:
-            self.held.check_uses(func, args, kwargs, written)
+        stale_read = self.held.check_uses(func, args, kwargs, written) if self.held.stale_ids else None
+        if self.caller_awaiting and node is None:
+            self.caller_reads.check_reads(func, args, kwargs, written)
         if node is None:
             if func is _DETACH:
                 graph.detached(args[0] if args else None)
@@ -101,6 +104,8 @@ class TracingMode(_compat.TorchDispatchMode):
         if node is not None:  # in backward: what ran last, for errors autograd raises after a node
             self.raised.last_node = origin_of(node)
         saved.last_op = func
+        if stale_read is not None:  # `.detach()`/`.data` of a stale state_dict() alias: the same alias
+            self.held.alias_of_stale(stale_read, out)
         if graph.used is not None:
             graph.after_op(out)
         if region is not None:

@@ -220,6 +220,8 @@ class InplaceCalls(TorchFunctionMode):
         self._aliases: dict[int, weakref.ref[torch.Tensor]] = {}
         #: called with (tensor, how) after `.numpy()`, `__dlpack__()`, `.data_ptr()` hand memory out
         self.on_hand_out: Any = None
+        #: > 0 while a call with an `inplace=True` argument runs: its writes were asked for
+        self.flag_calls = 0
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         owner = self.owner
@@ -237,12 +239,17 @@ class InplaceCalls(TorchFunctionMode):
                 # its caller relies on the mutation, which is the function's whole point.
                 if is_user_file(caller.f_code.co_filename) and _augmented_target(caller) is False:
                     kind = "augmented"
+        if kind == "flag":
+            self.flag_calls += 1
         try:
             out = call_through(func, args, kwargs) if kind is None else self._inplace_call(func, args, kwargs, kind)
         except RuntimeError as exc:
             if args and isinstance(args[0], torch.Tensor) and not owner.busy:
                 owner.call_raised(exc, func, args[0])
             raise
+        finally:
+            if kind == "flag":
+                self.flag_calls -= 1
         if func in HAND_OUTS and self.on_hand_out is not None and args and not owner.busy:
             self.on_hand_out(args[0], HAND_OUTS[func])
         owner.user_call_returned()
@@ -374,6 +381,7 @@ class InplaceCalls(TorchFunctionMode):
         self.owner.emit(OriginalValueRead(entry.write(), read, entry.kind, difference))
 
     def clear(self) -> None:
+        self.flag_calls = 0
         self.overwritten.clear()
         self._pool.clear()
         self._aliases.clear()

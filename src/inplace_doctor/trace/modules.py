@@ -59,6 +59,8 @@ class ModulePaths:
         #: Called with (module, args, kwargs) when a module is called from outside
         #: any module, and with (module, None, None) when that call returns.
         self.on_top_level: Any = None
+        #: Called with what an outermost call returned, just before `on_top_level(module, None, None)`.
+        self.on_top_level_output: Any = None
         self._buffer_ids: set[int] | None = None
         # storage key -> (weakref to the parameter or buffer, its qualified name); built when a finding needs it
         self._state_names: dict[int, tuple[Any, str]] | None = None
@@ -214,6 +216,8 @@ class ModulePaths:
         index = self._on_stack.get(id(module))
         if index is not None:
             self._truncate(index)
+            if index == 0 and self.on_top_level_output is not None:
+                self.on_top_level_output(output)
             if index == 0 and self.on_top_level is not None:
                 self.on_top_level(module, None, None)
 

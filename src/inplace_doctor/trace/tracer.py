@@ -120,6 +120,9 @@ class Tracer:
             self._recompute,
         )
         self.modules.on_top_level = self._writes.on_top_level_call
+        self.modules.on_top_level_output = self._writes.on_top_level_returned
+        if observe_reads:  # the mode that sees `inplace=True` arguments runs only then
+            self._writes.in_flag_call = lambda: self.inplace_calls.flag_calls > 0
         self._raised = RaisedErrors()
         #: `torch.compile`d code runs eagerly while tracing; `compiled.calls` counts it
         self.compiled = EagerCompiled()

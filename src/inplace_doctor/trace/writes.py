@@ -23,6 +23,7 @@ from ..events import (
     WriteInfo,
 )
 from .aliases import HeldTensors
+from .caller_reads import CallerReads
 from .fingerprint import fingerprint
 from .modules import ModulePaths
 from .ops import op_name, writes_bytes
@@ -86,7 +87,12 @@ class WriteRecorder:
         self._track_call_inputs = track_call_inputs
         self.writes = 0
         self.pending: list[PendingWrite] = []
-        self._inputs: dict[int, tuple[str, tuple[int, int, int]]] = {}
+        # storage key -> (label, span, the caller's tensor): the arguments of the running outermost call
+        self._inputs: dict[int, tuple[str, tuple[int, int, int], weakref.ref[torch.Tensor]]] = {}
+        #: writes a module's own `inplace=True` made into the caller's tensors: reported at a later read
+        self.caller_reads = CallerReads(emit, modules)
+        #: whether a call with an `inplace=True` argument (`F.relu(x, inplace=True)`) is running now
+        self.in_flag_call: Callable[[], bool] = lambda: False
         # storage -> weakref to the non-grad tensor forward wrote there (IPD108)
         self._forward_state: dict[int, weakref.ref[torch.Tensor]] = {}
 
@@ -152,7 +158,7 @@ class WriteRecorder:
         for entry in held:  # reported if the stale alias is used as a snapshot afterwards
             entry.stale = HeldTensorOverwritten(info, entry.label, entry.site)
         if argument is not None:
-            self._emit(CallerInputWritten(info, argument))
+            self._caller_input_written(info, *argument)
         if candidates:
             self.pending.append(PendingWrite(info, span, candidates, t, SAVED_THEN_WRITTEN.get(info.site.op)))
 
@@ -194,22 +200,43 @@ class WriteRecorder:
         for label, t in labelled:
             span = storage_span(t)
             if span is not None and span[0] not in self._inputs:
-                self._inputs[span[0]] = (label, span)
+                self._inputs[span[0]] = (label, span, weakref.ref(t))
 
-    def _caller_argument(self, span: tuple[int, int, int]) -> str | None:
+    def _caller_argument(
+        self, span: tuple[int, int, int]
+    ) -> tuple[str, tuple[int, int, int], weakref.ref[torch.Tensor]] | None:
         entry = self._inputs.get(span[0])
         if entry is None or self._modules.current is None or not _overlaps(span, entry[1]):
             return None
-        return entry[0]
+        return entry
+
+    def _caller_input_written(
+        self, info: WriteInfo, label: str, _span: object, ref: weakref.ref[torch.Tensor]
+    ) -> None:
+        """At once, unless an `inplace=True` (the running module's own flag, or the argument of the
+        call running now) asked for the write and the caller's tensor is one `watch` saw passed in:
+        then only if the caller reads it after the call."""
+        tensor = ref()
+        asked = info.site.module_inplace is True or self.in_flag_call()
+        if self._track_call_inputs and asked and tensor is not None:
+            self.caller_reads.asked(info, label, tensor)
+        else:
+            self._emit(CallerInputWritten(info, label))
 
     def on_top_level_call(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any] | None) -> None:
         if not self._track_call_inputs:
             return
-        if args is None:  # the call returned: what the caller does next is its own business
+        if args is None:  # the call returned: only a write it was asked for waits for the caller's read
             self._inputs = {}
             return
+        self.caller_reads.call_started()
         name = type(module).__name__
         self.set_caller_inputs([(f"argument {i} of {name}", t) for i, t in _labelled(args, kwargs or {})])
+
+    def on_top_level_returned(self, output: Any) -> None:
+        """An outermost call returned `output`: its asked-for writes not returned wait for a read."""
+        if self._track_call_inputs:
+            self.caller_reads.call_returned(output)
 
     # -- what pending writes did -----------------------------------------
     def settle(self) -> None:
@@ -266,6 +293,7 @@ class WriteRecorder:
         """Forget pending writes, the caller's inputs and forward's state writes (the run ended)."""
         self.pending.clear()
         self._inputs = {}
+        self.caller_reads.clear()
         self._forward_state = {}
 
 
