@@ -14,6 +14,7 @@ from typing import Callable, Iterable, Protocol
 from ..causes import Cause, Facts, SiteRole
 from ..errors import UsageError
 from ..events import SavedTensorOverwritten
+from ..explanations import explained
 from ..findings import Finding, Fix, Severity
 from ..sites import Site
 
@@ -74,25 +75,29 @@ def rule(code: str, name: str, title: str, severity: Severity, events: Iterable[
 
 
 def make_finding(
-    code: str, *, cause: Cause, what: str, why: str, fix: str, mutation: Site, saved: Site | None = None,
+    code: str, *, cause: Cause, mutation: Site, root_label: str = "", saved: Site | None = None,
     read: Site | None = None, read_role: SiteRole = SiteRole.READ, confirmed: bool | None = None,
     severity: Severity | None = None, facts: Facts | None = None, slot: str | None = None,
     target: str | None = None, fixes: tuple[Fix, ...] = (),
+    what: str | None = None, why: str | None = None, fix: str | None = None,
 ) -> Finding:
-    """A finding of rule `code`, its decision as fields (`cause`, `facts`, sites); `what`/`why`/`fix`
-    are its sentences; `fixes` the fix as records (`rules/fix_builders.py`)."""
+    """A finding of rule `code`, its decision as fields (`cause`, `facts`, sites; `fixes` the fix as
+    records, `rules/fix_builders.py`); its sentences are made from those by the explainer
+    render/explain/ registered for (`code`, `cause`), for a model called `root_label` in reports.
+
+    `what`/`why`/`fix`: the sentences of a rule not yet moved to render/explain/ (the old path)."""
     registered = RULES[code]
-    return Finding(
+    finding = Finding(
         code=code,
         severity=severity or registered.severity,
         title=registered.title,
-        what=what,
+        what=what or "",
         mutation=mutation,
         saved=saved,
-        fix=fix,
+        fix=fix or "",
         confirmed=confirmed,
         read=read,
-        why=why,
+        why=why or "",
         cause=cause,
         facts=facts,
         slot=slot,
@@ -100,6 +105,9 @@ def make_finding(
         read_role=read_role,
         fixes=fixes,
     )
+    if what is None and why is None and fix is None:
+        return explained(finding, root_label)
+    return finding
 
 
 def _match(pattern: str) -> list[str]:
