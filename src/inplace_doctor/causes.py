@@ -9,7 +9,10 @@ decides on these fields, never on the wording of a sentence.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+#: the metadata of a facts field that only a sentence reads (kept out of the JSON's `details`)
+WORDS_ONLY = {"words_only": True}
 
 
 class SiteRole(enum.StrEnum):
@@ -175,7 +178,17 @@ class RecomputeFacts:
     position: int
 
 
+@dataclass(frozen=True)
+class RaisedFacts:
+    """IPD103: PyTorch's own message (its first line), and where backward was called and the node
+    it raised in, when it raised inside backward."""
+
+    error: str = field(metadata=WORDS_ONLY)
+    node: str | None = field(default=None, metadata=WORDS_ONLY)
+    backward_called_at: str | None = field(default=None, metadata=WORDS_ONLY)
+
+
 Facts = (
     VersionFacts | DifferenceFacts | ArgumentFacts | HeldFacts | SideEffectFacts | HandOutFacts | HistoryFacts
-    | RecomputeFacts
+    | RecomputeFacts | RaisedFacts
 )
