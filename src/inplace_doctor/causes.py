@@ -158,10 +158,18 @@ class SideEffectFacts:
 
 @dataclass(frozen=True)
 class HandOutFacts:
-    """IPD109: where and how the memory was handed out of PyTorch."""
+    """IPD109: where and how the memory was handed out of PyTorch; for the sentences, the hand-out's
+    line (`in_source`: it has a file and line; `code`: its text) and the saved tensor as it was
+    saved (shape, dtype, version, the node holding it)."""
 
     handed_out: str | None
     how: str | None
+    in_source: bool = field(default=False, metadata=WORDS_ONLY)
+    code: str = field(default="", metadata=WORDS_ONLY)
+    shape: tuple[int, ...] = field(default=(), metadata=WORDS_ONLY)
+    dtype: str = field(default="", metadata=WORDS_ONLY)
+    saved_version: int = field(default=0, metadata=WORDS_ONLY)
+    node: str | None = field(default=None, metadata=WORDS_ONLY)
 
 
 @dataclass(frozen=True)
