@@ -136,17 +136,23 @@ class DifferenceFacts:
 
 @dataclass(frozen=True)
 class ArgumentFacts:
-    """IPD106: which argument of the model call was written (`args[0]`, `kwargs['x']`)."""
+    """IPD106: which argument of the model call was written (`args[0]`, `kwargs['x']`); the written
+    tensor's shape and dtype, for the sentences."""
 
     argument: str
+    shape: tuple[int, ...] = field(default=(), metadata=WORDS_ONLY)
+    dtype: str = field(default="", metadata=WORDS_ONLY)
 
 
 @dataclass(frozen=True)
 class HeldFacts:
-    """IPD107: the state_dict() entry held, and where the dict was handed out."""
+    """IPD107: the state_dict() entry held, and where the dict was handed out; for the sentences,
+    the handing-out line's text and how the alias was used (`loaded with load_state_dict`)."""
 
     held: str
     handed_out: str
+    code: str = field(default="", metadata=WORDS_ONLY)
+    used_how: str = field(default="", metadata=WORDS_ONLY)
 
 
 @dataclass(frozen=True)
