@@ -180,9 +180,13 @@ class HandOutFacts:
 
 @dataclass(frozen=True)
 class HistoryFacts:
-    """IPD110: the tensor's history (`the output of relu`), empty when unnamed."""
+    """IPD110: the tensor's history (`the output of relu`), empty when unnamed; for the sentences, the
+    written tensor's shape and dtype and whether the write was `t[mask] = v` with one boolean mask."""
 
     history: str
+    shape: tuple[int, ...] = field(default=(), metadata=WORDS_ONLY)
+    dtype: str = field(default="", metadata=WORDS_ONLY)
+    boolean_mask: bool = field(default=False, metadata=WORDS_ONLY)
 
 
 @dataclass(frozen=True)

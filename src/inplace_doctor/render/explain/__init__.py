@@ -11,4 +11,4 @@ user's terms) and `rules/` (the source readers), never engines/ or cli/; importi
 
 from __future__ import annotations
 
-from . import caller_data, forbidden_inplace, inplace_on_leaf, outside_writes  # noqa: F401  (each module registers its explainers)
+from . import caller_data, forbidden_inplace, graph_history, inplace_on_leaf, outside_writes  # noqa: F401  (each module registers its explainers)
