@@ -11,6 +11,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from .sites import Site
+from .sites import WriteForm as WriteForm  # lives with Site, named here too, as before
+
 #: the metadata of a facts field that only a sentence reads (kept out of the JSON's `details`)
 WORDS_ONLY = {"words_only": True}
 
@@ -23,13 +26,6 @@ class SiteRole(enum.StrEnum):
     READ = "read"                # the later op that read or used the written tensor (`Finding.read`)
     VIEWS_MADE = "views-made"    # the line that made the views one of which was written (`Finding.read`, IPD103)
     CONSTRUCTOR = "constructor"  # where the module with the `inplace` flag was constructed
-
-
-class WriteForm(enum.StrEnum):
-    """How Python code asked for an in-place op that is not an `op_` call: `Site.form`."""
-
-    FLAG = "inplace=True"                      # `nn.ReLU(inplace=True)`, `F.relu(x, inplace=True)`
-    AUGMENTED = "augmented assignment"         # `x += y`
 
 
 class SavedTensorCause(enum.StrEnum):
@@ -191,9 +187,21 @@ class HistoryFacts:
 
 @dataclass(frozen=True)
 class RecomputeFacts:
-    """IPD111: which op of the region (1-based) first differed."""
+    """IPD111: which op of the region (1-based) first differed; for the sentences, what the rule
+    decided on: the region's preserve_rng_state (None: not known), the write after forward to a
+    tensor the op reads (`write`: its site; its target, shape and dtype; whether the region itself
+    made it), whether such a tensor's version changed with no write seen, and whether the op ran
+    with nondeterministic kernels allowed."""
 
     position: int
+    rng_preserved: bool | None = field(default=None, metadata=WORDS_ONLY)
+    write: Site | None = field(default=None, metadata=WORDS_ONLY)
+    write_target: str | None = field(default=None, metadata=WORDS_ONLY)
+    write_shape: tuple[int, ...] = field(default=(), metadata=WORDS_ONLY)
+    write_dtype: str = field(default="", metadata=WORDS_ONLY)
+    write_in_region: bool = field(default=False, metadata=WORDS_ONLY)
+    input_version_changed: bool = field(default=False, metadata=WORDS_ONLY)
+    nondeterministic_kernels: bool = field(default=False, metadata=WORDS_ONLY)
 
 
 @dataclass(frozen=True)

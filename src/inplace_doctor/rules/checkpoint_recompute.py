@@ -1,11 +1,15 @@
-"""A checkpointed region whose recompute computes other values than its forward: gradients silently wrong."""
+"""A checkpointed region whose recompute computes other values than its forward: gradients silently wrong.
+
+Its sentences: render/explain/checkpoint_recompute.py.
+"""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from ..causes import RecomputeCause, RecomputeFacts
 from ..events import CheckpointRecomputeDiffers
 from ..findings import Finding, Severity
-from .phrasing import qualified, tensor_desc, where
 from .registry import RuleContext, make_finding, rule
 
 
@@ -55,85 +59,29 @@ def checkpoint_recompute_differs(event: CheckpointRecomputeDiffers, ctx: RuleCon
     update) after ``backward()``, or give the region a copy (``.clone()``);
     move in-place state updates out of the region.
     """
-    site = event.site
-    place = where(site, ctx.root_label)
     write = event.changed_by
-    first = f"the {_ordinal(event.position)} op of the region"
-    severity = None  # the rule's: an error
-    what = f"The checkpoint's recompute of {place} ({first}) produced other values than its forward did."
     if event.random and write is None:
-        if event.rng_preserved is False:
-            cause = (
-                f"`{site.op}` draws random numbers and the region runs with preserve_rng_state=False: "
-                "the recompute draws other ones (another dropout mask)."
-            )
-            fix = "pass preserve_rng_state=True to checkpoint (the default), or move the random op out of the region"
-        else:
-            cause = (
-                f"`{site.op}` draws random numbers, and the generator was not in the same state for the "
-                "recompute (another device's or a custom generator, which checkpoint does not restore)."
-            )
-            fix = "draw the random numbers outside the region and pass them in, or use the default generator"
-    elif write is not None:
-        target = qualified(write.target, ctx.root_label) if write.target else tensor_desc(write.shape, write.dtype)
-        written_at = where(write.site, ctx.root_label)
-        if write.in_checkpoint:
-            cause = (
-                f"It reads {target}, which the region itself writes in place ({written_at}): the recompute ran "
-                "that write again and read the new value."
-            )
-            fix = "move the in-place update out of the checkpointed region, or make it out of place"
-        else:
-            cause = (
-                f"It reads {target}, which {written_at} wrote after the forward read it: the recompute read "
-                "the new value."
-            )
-            fix = (
-                "make that write after backward() (or give the region a copy: `.clone()` what it reads), so "
-                "the state the region reads is the same in forward and recompute"
-            )
-    elif event.input_version_changed:
-        cause = "A tensor it reads from outside the region was modified in place after the forward read it."
-        fix = "make that change after backward(), or give the region a copy of what it reads"
-    elif event.nondeterministic_kernels:
-        # No cause the tracer sees, on a device whose kernels may differ in the last bits run to run:
-        # the gradients may differ from the forward's only by rounding, which is no error.
-        cause = (
-            "Its inputs from earlier ops of the region matched, and it ran on an accelerator with "
-            "nondeterministic algorithms allowed: atomics (index_add_, scatter_add_, some convolution and "
-            "matmul algorithms) can differ in the last bits from run to run, and then the gradients differ "
-            "from the forward's only by rounding. Not certain either way: a tensor it reads may also have "
-            "changed without a write the tracer sees (`.data` through numpy, another process)."
-        )
-        fix = (
-            "run once with torch.use_deterministic_algorithms(True): if the finding stays, the values really "
-            "changed; if it goes, it was the kernel's rounding"
-        )
-        severity = Severity.WARNING
+        cause = RecomputeCause.RNG
+    elif write is not None or event.input_version_changed:
+        cause = RecomputeCause.STATE
     else:
-        cause = (
-            "Its inputs from earlier ops of the region matched: the kernel is nondeterministic, or a tensor it "
-            "reads changed without a write the tracer sees (`.data` through numpy, another process)."
+        cause = RecomputeCause.UNKNOWN
+    # Rounding is no error: a warning where the accelerator's kernels may differ in the last bits.
+    rounding = cause is RecomputeCause.UNKNOWN and event.nondeterministic_kernels
+    facts = RecomputeFacts(
+        event.position, rng_preserved=event.rng_preserved, input_version_changed=event.input_version_changed,
+        nondeterministic_kernels=event.nondeterministic_kernels,
+    )
+    if write is not None:
+        facts = replace(
+            facts, write=write.site, write_target=write.target, write_shape=write.shape, write_dtype=write.dtype,
+            write_in_region=write.in_checkpoint,
         )
-        fix = "make the op deterministic (torch.use_deterministic_algorithms), or do not checkpoint it"
     return make_finding(
         "IPD111",
-        cause=(
-            RecomputeCause.RNG if event.random and write is None
-            else RecomputeCause.STATE if write or event.input_version_changed else RecomputeCause.UNKNOWN
-        ),
-        what=what,
-        why=(
-            f"{cause} PyTorch checks only the recomputed shapes, dtypes and devices, not the values: backward "
-            "uses the recomputed activations, so the gradients are silently those of another computation."
-        ),
-        fix=fix,
-        mutation=site,
-        severity=severity,
-        facts=RecomputeFacts(event.position),
+        cause=cause,
+        mutation=event.site,
+        severity=Severity.WARNING if rounding else None,
+        facts=facts,
+        root_label=ctx.root_label,
     )
-
-
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"

@@ -11,4 +11,11 @@ user's terms) and `rules/` (the source readers), never engines/ or cli/; importi
 
 from __future__ import annotations
 
-from . import caller_data, forbidden_inplace, graph_history, inplace_on_leaf, outside_writes  # noqa: F401  (each module registers its explainers)
+from . import (  # noqa: F401  (each module registers its explainers)
+    caller_data,
+    checkpoint_recompute,
+    forbidden_inplace,
+    graph_history,
+    inplace_on_leaf,
+    outside_writes,
+)
