@@ -125,9 +125,12 @@ class VersionFacts:
 
 @dataclass(frozen=True)
 class DifferenceFacts:
-    """IPD105: the largest difference between what the later op read and the original (inf, NaN: see the rule)."""
+    """IPD105: the largest difference between what the later op read and the original (inf, NaN: see the
+    rule); the overwritten tensor's shape and dtype, for the sentences."""
 
     max_difference: float
+    shape: tuple[int, ...] = field(default=(), metadata=WORDS_ONLY)
+    dtype: str = field(default="", metadata=WORDS_ONLY)
 
 
 @dataclass(frozen=True)

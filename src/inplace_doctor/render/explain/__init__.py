@@ -18,4 +18,5 @@ from . import (  # noqa: F401  (each module registers its explainers)
     graph_history,
     inplace_on_leaf,
     outside_writes,
+    program_meaning,
 )
