@@ -117,10 +117,24 @@ Cause = (
 
 @dataclass(frozen=True)
 class VersionFacts:
-    """IPD101/IPD104: the saved tensor's version when saved, and when written (None when not known)."""
+    """IPD101/IPD104: the saved tensor's version when saved, and when written (None when not known).
+
+    For the sentences: the node holding the saved tensor, the written and the saved shapes (a
+    `Linear` saves its weight transposed), the written dtype, and the backward that confirmed it
+    (its user line). An earlier write confirmed with the last (`SavedTensorCause.ALSO_WRITTEN`)
+    also holds the last write's facts (`then`) and place (`then_at`), and whether the writes were
+    parameter updates (`updates`: none can go to a copy instead)."""
 
     saved_version: int | None = None
     version_now: int | None = None
+    node: str | None = field(default=None, metadata=WORDS_ONLY)
+    write_shape: tuple[int, ...] = field(default=(), metadata=WORDS_ONLY)
+    write_dtype: str = field(default="", metadata=WORDS_ONLY)
+    saved_shape: tuple[int, ...] = field(default=(), metadata=WORDS_ONLY)
+    backward: Site | None = field(default=None, metadata=WORDS_ONLY)
+    then: VersionFacts | None = field(default=None, metadata=WORDS_ONLY)
+    then_at: str = field(default="", metadata=WORDS_ONLY)
+    updates: bool = field(default=False, metadata=WORDS_ONLY)
 
 
 @dataclass(frozen=True)
@@ -210,11 +224,13 @@ class RecomputeFacts:
 @dataclass(frozen=True)
 class RaisedFacts:
     """IPD103: PyTorch's own message (its first line), and where backward was called and the node
-    it raised in, when it raised inside backward."""
+    it raised in, when it raised inside backward. IPD101 (a stale saved tensor PyTorch alone saw):
+    the saving node and the saved tensor's shape its message names (`node`, `shape`)."""
 
     error: str = field(metadata=WORDS_ONLY)
     node: str | None = field(default=None, metadata=WORDS_ONLY)
     backward_called_at: str | None = field(default=None, metadata=WORDS_ONLY)
+    shape: str | None = field(default=None, metadata=WORDS_ONLY)
 
 
 Facts = (

@@ -75,29 +75,26 @@ def rule(code: str, name: str, title: str, severity: Severity, events: Iterable[
 
 
 def make_finding(
-    code: str, *, cause: Cause, mutation: Site, root_label: str = "", saved: Site | None = None,
+    code: str, *, cause: Cause, mutation: Site, root_label: str, saved: Site | None = None,
     read: Site | None = None, read_role: SiteRole = SiteRole.READ, confirmed: bool | None = None,
     severity: Severity | None = None, facts: Facts | None = None, slot: str | None = None,
     target: str | None = None, fixes: tuple[Fix, ...] = (),
-    what: str | None = None, why: str | None = None, fix: str | None = None,
 ) -> Finding:
     """A finding of rule `code`, its decision as fields (`cause`, `facts`, sites; `fixes` the fix as
     records, `rules/fix_builders.py`); its sentences are made from those by the explainer
-    render/explain/ registered for (`code`, `cause`), for a model called `root_label` in reports.
-
-    `what`/`why`/`fix`: the sentences of a rule not yet moved to render/explain/ (the old path)."""
+    render/explain/ registered for (`code`, `cause`), for a model called `root_label` in reports."""
     registered = RULES[code]
     finding = Finding(
         code=code,
         severity=severity or registered.severity,
         title=registered.title,
-        what=what or "",
+        what="",
         mutation=mutation,
         saved=saved,
-        fix=fix or "",
+        fix="",
         confirmed=confirmed,
         read=read,
-        why=why or "",
+        why="",
         cause=cause,
         facts=facts,
         slot=slot,
@@ -105,9 +102,7 @@ def make_finding(
         read_role=read_role,
         fixes=fixes,
     )
-    if what is None and why is None and fix is None:
-        return explained(finding, root_label)
-    return finding
+    return explained(finding, root_label)
 
 
 def _match(pattern: str) -> list[str]:

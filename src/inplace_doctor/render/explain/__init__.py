@@ -19,4 +19,5 @@ from . import (  # noqa: F401  (each module registers its explainers)
     inplace_on_leaf,
     outside_writes,
     program_meaning,
+    saved_tensors,
 )

@@ -7,7 +7,7 @@ import re
 from ...causes import ArgumentFacts, CallerDataCause, HeldFacts
 from ...explanations import Sentences, explains
 from ...findings import Finding
-from ...rules.phrasing import fix_for_write, tensor_desc, where
+from .phrasing import fix_for_write, tensor_desc, where
 
 
 @explains("IPD106", CallerDataCause.CALLER_INPUT)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...causes import RecomputeCause, RecomputeFacts
 from ...explanations import Sentences, explains
 from ...findings import Finding
-from ...rules.phrasing import qualified, tensor_desc, where
+from .phrasing import qualified, tensor_desc, where
 
 
 @explains("IPD111", *RecomputeCause)

@@ -7,7 +7,7 @@ import textwrap
 from ...causes import ForbiddenCause, RaisedFacts
 from ...explanations import Sentences, explains
 from ...findings import Finding
-from ...rules.phrasing import first_inplace_call, inplace_statement, where, without_comment
+from .phrasing import first_inplace_call, inplace_statement, where, without_comment
 from ...sites import Site, module_ref
 
 # cause -> (what the op did, why PyTorch refuses it, the fix)

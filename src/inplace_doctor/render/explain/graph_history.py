@@ -7,7 +7,7 @@ import re
 from ...causes import GraphHistoryCause, HistoryFacts
 from ...explanations import Sentences, explains
 from ...findings import Finding
-from ...rules.phrasing import augmented_out_of_place, tensor_desc, where, without_comment
+from .phrasing import augmented_out_of_place, tensor_desc, where, without_comment
 from ...sites import Site
 
 _HOW = {

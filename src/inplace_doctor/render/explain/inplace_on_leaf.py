@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...causes import LeafCause
 from ...explanations import Sentences, explains
 from ...findings import Finding
-from ...rules.phrasing import fix_for_write, where
+from .phrasing import fix_for_write, where
 
 
 @explains("IPD102", LeafCause.LEAF, LeafCause.VIEW_OF_LEAF)

@@ -7,7 +7,7 @@ import re
 from ...causes import HandOutFacts, OutsideWriteCause
 from ...explanations import Sentences, explains
 from ...findings import Finding
-from ...rules.phrasing import tensor_desc, where, without_comment
+from .phrasing import tensor_desc, where, without_comment
 
 # Over the user's source line, not over any text of ours. `a = t.detach().numpy()`, `arr = np.from_dlpack(t)`: the hand-out, assigned to a name
 _ASSIGNED = re.compile(r"^(?P<target>[\w.]+)\s*=\s*(?P<value>.+?)\s*$")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...causes import ChangedResultCause, DifferenceFacts, SideEffectCause, SideEffectFacts
 from ...explanations import Sentences, explains
 from ...findings import Finding
-from ...rules.phrasing import fix_for_write, tensor_desc, where
+from .phrasing import fix_for_write, tensor_desc, where
 
 
 @explains("IPD105", *ChangedResultCause)
