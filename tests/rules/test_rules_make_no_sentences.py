@@ -44,3 +44,16 @@ def test_every_cause_has_an_explainer_and_every_explainer_a_rule() -> None:
     explained = {cause for _, cause in pairs}
     missing = [f"{type(m).__name__}.{m.name}" for enum in typing.get_args(Cause) for m in enum if m not in explained]
     assert missing == [], "causes without an explainer in render/explain/: " + ", ".join(missing)
+
+
+def test_importing_any_module_of_the_package_registers_every_explainer() -> None:
+    """Python imports the package's `__init__` (which imports render/) before any of its modules,
+    so a rule can never run without its words: checked from a fresh interpreter that imports the
+    seam alone."""
+    import subprocess
+    import sys
+
+    code = "from inplace_doctor.explanations import explained_pairs; print(len(explained_pairs()))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == len(explained_pairs())
