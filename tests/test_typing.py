@@ -16,7 +16,7 @@ def test_package_type_checks():
 
 # The rooms whose code is the tool's decisions and their records: `mypy --strict` on them (imports
 # followed silently: trace/ and engines/ talk to torch's partly untyped API and are checked above).
-STRICT = ["causes.py", "sites.py", "events.py", "findings.py", "verification.py", "report.py", "rules", "render"]
+STRICT = ["causes.py", "sites.py", "events.py", "findings.py", "explanations.py", "verification.py", "report.py", "rules", "render"]
 
 
 def test_records_rules_and_render_type_check_strictly():

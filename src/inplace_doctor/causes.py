@@ -9,7 +9,13 @@ decides on these fields, never on the wording of a sentence.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .sites import Site
+from .sites import WriteForm as WriteForm  # lives with Site, named here too, as before
+
+#: the metadata of a facts field that only a sentence reads (kept out of the JSON's `details`)
+WORDS_ONLY = {"words_only": True}
 
 
 class SiteRole(enum.StrEnum):
@@ -20,13 +26,6 @@ class SiteRole(enum.StrEnum):
     READ = "read"                # the later op that read or used the written tensor (`Finding.read`)
     VIEWS_MADE = "views-made"    # the line that made the views one of which was written (`Finding.read`, IPD103)
     CONSTRUCTOR = "constructor"  # where the module with the `inplace` flag was constructed
-
-
-class WriteForm(enum.StrEnum):
-    """How Python code asked for an in-place op that is not an `op_` call: `Site.form`."""
-
-    FLAG = "inplace=True"                      # `nn.ReLU(inplace=True)`, `F.relu(x, inplace=True)`
-    AUGMENTED = "augmented assignment"         # `x += y`
 
 
 class SavedTensorCause(enum.StrEnum):
@@ -119,32 +118,55 @@ Cause = (
 
 @dataclass(frozen=True)
 class VersionFacts:
-    """IPD101/IPD104: the saved tensor's version when saved, and when written (None when not known)."""
+    """IPD101/IPD104: the saved tensor's version when saved, and when written (None when not known).
+
+    For the sentences: the node holding the saved tensor, the written and the saved shapes (a
+    `Linear` saves its weight transposed), the written dtype, and the backward that confirmed it
+    (its user line). An earlier write confirmed with the last (`SavedTensorCause.ALSO_WRITTEN`)
+    also holds the last write's facts (`then`) and place (`then_at`), and whether the writes were
+    parameter updates (`updates`: none can go to a copy instead)."""
 
     saved_version: int | None = None
     version_now: int | None = None
+    node: str | None = field(default=None, metadata=WORDS_ONLY)
+    write_shape: tuple[int, ...] = field(default=(), metadata=WORDS_ONLY)
+    write_dtype: str = field(default="", metadata=WORDS_ONLY)
+    saved_shape: tuple[int, ...] = field(default=(), metadata=WORDS_ONLY)
+    backward: Site | None = field(default=None, metadata=WORDS_ONLY)
+    then: VersionFacts | None = field(default=None, metadata=WORDS_ONLY)
+    then_at: str = field(default="", metadata=WORDS_ONLY)
+    updates: bool = field(default=False, metadata=WORDS_ONLY)
 
 
 @dataclass(frozen=True)
 class DifferenceFacts:
-    """IPD105: the largest difference between what the later op read and the original (inf, NaN: see the rule)."""
+    """IPD105: the largest difference between what the later op read and the original (inf, NaN: see the
+    rule); the overwritten tensor's shape and dtype, for the sentences."""
 
     max_difference: float
+    shape: tuple[int, ...] = field(default=(), metadata=WORDS_ONLY)
+    dtype: str = field(default="", metadata=WORDS_ONLY)
 
 
 @dataclass(frozen=True)
 class ArgumentFacts:
-    """IPD106: which argument of the model call was written (`args[0]`, `kwargs['x']`)."""
+    """IPD106: which argument of the model call was written (`args[0]`, `kwargs['x']`); the written
+    tensor's shape and dtype, for the sentences."""
 
     argument: str
+    shape: tuple[int, ...] = field(default=(), metadata=WORDS_ONLY)
+    dtype: str = field(default="", metadata=WORDS_ONLY)
 
 
 @dataclass(frozen=True)
 class HeldFacts:
-    """IPD107: the state_dict() entry held, and where the dict was handed out."""
+    """IPD107: the state_dict() entry held, and where the dict was handed out; for the sentences,
+    the handing-out line's text and how the alias was used (`loaded with load_state_dict`)."""
 
     held: str
     handed_out: str
+    code: str = field(default="", metadata=WORDS_ONLY)
+    used_how: str = field(default="", metadata=WORDS_ONLY)
 
 
 @dataclass(frozen=True)
@@ -154,32 +176,93 @@ class SideEffectFacts:
     what_changed: str
 
 
+class WriteLineSearch(enum.StrEnum):
+    """IPD109: how the line that wrote a saved tensor outside PyTorch was looked for, and what came of it."""
+
+    NOT_SEARCHED = "not-searched"  # no line checks ran (no `check_contents`, and the run was not replayed)
+    HANDOUT_FRAME = "hand-out-frame"  # the frame that handed the memory out was checked line by line
+    LINE = "line"  # a replay of the run checked every user line and found it
+    NOT_SAVED_AGAIN = "not-saved-again"  # the replay saved no tensor at its place: the run did not repeat
+    OTHER_BYTES = "other-bytes"  # the replay saved it with other bytes: the run is not deterministic
+    NO_CHANGE = "no-change"  # the replay saved the same bytes and no user line changed them
+    BUDGET = "budget"  # the replay's line budget ran out first
+    TRACED = "traced"  # another trace function (a debugger, coverage) was set: the replay did not search
+    FAILED = "failed"  # the replay raised before the tensor was saved again
+
+
 @dataclass(frozen=True)
 class HandOutFacts:
-    """IPD109: where and how the memory was handed out of PyTorch."""
+    """IPD109: where and how the memory was handed out of PyTorch; for the sentences, the hand-out's
+    line (`in_source`: it has a file and line; `code`: its text) and the saved tensor as it was
+    saved (shape, dtype, version, the node holding it)."""
 
     handed_out: str | None
     how: str | None
+    in_source: bool = field(default=False, metadata=WORDS_ONLY)
+    code: str = field(default="", metadata=WORDS_ONLY)
+    shape: tuple[int, ...] = field(default=(), metadata=WORDS_ONLY)
+    dtype: str = field(default="", metadata=WORDS_ONLY)
+    saved_version: int = field(default=0, metadata=WORDS_ONLY)
+    node: str | None = field(default=None, metadata=WORDS_ONLY)
+    search: WriteLineSearch = field(default=WriteLineSearch.NOT_SEARCHED, metadata=WORDS_ONLY)
 
 
 @dataclass(frozen=True)
 class HistoryFacts:
     """IPD110: the tensor's history (`the output of relu`), empty when unnamed; once backward ran
-    through the use, of the `written` elements (None: not known) how many got non-zero gradient."""
+    through the use, of the `written` elements (None: not known) how many got non-zero gradient; for
+    the sentences, the written tensor's shape and dtype and whether the write was `t[mask] = v` with
+    one boolean mask."""
 
     history: str
     nonzero_gradient: int | None = None
     written: int | None = None
+    shape: tuple[int, ...] = field(default=(), metadata=WORDS_ONLY)
+    dtype: str = field(default="", metadata=WORDS_ONLY)
+    boolean_mask: bool = field(default=False, metadata=WORDS_ONLY)
 
 
 @dataclass(frozen=True)
 class RecomputeFacts:
-    """IPD111: which op of the region (1-based) first differed."""
+    """IPD111: which op of the region (1-based) first differed; for the sentences, what the rule
+    decided on: the region's preserve_rng_state (None: not known), the write after forward to a
+    tensor the op reads (`write`: its site; its target, shape and dtype; whether the region itself
+    made it), whether such a tensor's version changed with no write seen, and whether the op ran
+    with nondeterministic kernels allowed."""
 
     position: int
+    rng_preserved: bool | None = field(default=None, metadata=WORDS_ONLY)
+    write: Site | None = field(default=None, metadata=WORDS_ONLY)
+    write_target: str | None = field(default=None, metadata=WORDS_ONLY)
+    write_shape: tuple[int, ...] = field(default=(), metadata=WORDS_ONLY)
+    write_dtype: str = field(default="", metadata=WORDS_ONLY)
+    write_in_region: bool = field(default=False, metadata=WORDS_ONLY)
+    input_version_changed: bool = field(default=False, metadata=WORDS_ONLY)
+    nondeterministic_kernels: bool = field(default=False, metadata=WORDS_ONLY)
+    # saved-before-write (`F.rrelu`'s noise): the `checkpoint` call, the written argument (its shape
+    # and dtype in `write_shape`/`write_dtype`), its first values as the forward's kernel wrote them
+    # and as the recompute saved them, and where the saved value came from
+    checkpoint_call: Site | None = field(default=None, metadata=WORDS_ONLY)
+    argument: str = field(default="", metadata=WORDS_ONLY)
+    written_values: tuple[float, ...] = field(default=(), metadata=WORDS_ONLY)
+    saved_values: tuple[float, ...] = field(default=(), metadata=WORDS_ONLY)
+    uninitialised: bool = field(default=False, metadata=WORDS_ONLY)
+    outside: bool = field(default=False, metadata=WORDS_ONLY)
+
+
+@dataclass(frozen=True)
+class RaisedFacts:
+    """IPD103: PyTorch's own message (its first line), and where backward was called and the node
+    it raised in, when it raised inside backward. IPD101 (a stale saved tensor PyTorch alone saw):
+    the saving node and the saved tensor's shape its message names (`node`, `shape`)."""
+
+    error: str = field(metadata=WORDS_ONLY)
+    node: str | None = field(default=None, metadata=WORDS_ONLY)
+    backward_called_at: str | None = field(default=None, metadata=WORDS_ONLY)
+    shape: str | None = field(default=None, metadata=WORDS_ONLY)
 
 
 Facts = (
     VersionFacts | DifferenceFacts | ArgumentFacts | HeldFacts | SideEffectFacts | HandOutFacts | HistoryFacts
-    | RecomputeFacts
+    | RecomputeFacts | RaisedFacts
 )

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
+from .causes import WriteLineSearch as WriteLineSearch  # a record of the IPD109 facts too
 from .sites import Site
 
 
@@ -153,20 +153,6 @@ class SideEffectRepeated:
 
     write: WriteInfo  # the repeated write, or the batch-norm op whose running-stat update repeats
     what: str  # "a tensor written in forward" or "BatchNorm running statistics"
-
-
-class WriteLineSearch(enum.StrEnum):
-    """IPD109: how the line that wrote a saved tensor outside PyTorch was looked for, and what came of it."""
-
-    NOT_SEARCHED = "not-searched"  # no line checks ran (no `check_contents`, and the run was not replayed)
-    HANDOUT_FRAME = "hand-out-frame"  # the frame that handed the memory out was checked line by line
-    LINE = "line"  # a replay of the run checked every user line and found it
-    NOT_SAVED_AGAIN = "not-saved-again"  # the replay saved no tensor at its place: the run did not repeat
-    OTHER_BYTES = "other-bytes"  # the replay saved it with other bytes: the run is not deterministic
-    NO_CHANGE = "no-change"  # the replay saved the same bytes and no user line changed them
-    BUDGET = "budget"  # the replay's line budget ran out first
-    TRACED = "traced"  # another trace function (a debugger, coverage) was set: the replay did not search
-    FAILED = "failed"  # the replay raised before the tensor was saved again
 
 
 @dataclass(frozen=True)

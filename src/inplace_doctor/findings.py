@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from .causes import Cause, Facts, SiteRole
@@ -183,8 +183,8 @@ class Finding:
             out["slot"] = self.slot
         if self.target is not None:
             out["target"] = self.target
-        if self.facts is not None:
-            out.update(asdict(self.facts))
+        if self.facts is not None:  # what the rule measured; not what only a sentence reads
+            out.update((f.name, getattr(self.facts, f.name)) for f in fields(self.facts) if not f.metadata.get("words_only"))
         if self.ranks:
             out["ranks"] = list(self.ranks)
         if self.fix_alternatives:

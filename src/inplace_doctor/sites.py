@@ -7,7 +7,12 @@ import linecache
 import os
 from dataclasses import dataclass, field
 
-from .causes import WriteForm
+
+class WriteForm(enum.StrEnum):
+    """How Python code asked for an in-place op that is not an `op_` call: `Site.form`."""
+
+    FLAG = "inplace=True"                      # `nn.ReLU(inplace=True)`, `F.relu(x, inplace=True)`
+    AUGMENTED = "augmented assignment"         # `x += y`
 
 
 class Phase(enum.StrEnum):

@@ -143,7 +143,7 @@ def test_cli_config_option_sets_the_flags_before_audit_and_verify(tmp_path: Path
 
 
 def test_the_clone_fix_names_the_written_variable_and_drops_the_comment() -> None:
-    from inplace_doctor.rules.phrasing import without_comment
+    from inplace_doctor.render.explain.phrasing import without_comment
 
     assert without_comment("feats[:, 3:] = 0  # pad") == "feats[:, 3:] = 0"
     assert without_comment("s = '#not a comment'") == "s = '#not a comment'"

@@ -5,7 +5,8 @@
 register the plain text (and notebook view) of `Report`, `MemoryReport`, `Plan` and
 `VerifyResult` with `printing`, which is how `str(result)` works without results importing
 this room. Renderers may import the records, `rules/` (rule documentation for SARIF) and the
-engines' result types; only cli/ and the package's `__init__` import render/.
+engines' result types. `explain/` makes the sentences of every finding from its records,
+registered with `explanations.explains` (rules import that seam, never this room); only cli/ and the package's `__init__` import render/.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Callable, TextIO
 
 from ..errors import UsageError
 from ..report import Report
+from . import explain  # noqa: F401  (registers the sentences of every finding)
 from . import json as json_format
 from . import memory_text, plan_text, verify_text  # noqa: F401  (registers str() of the results)
 from . import sarif as sarif_format

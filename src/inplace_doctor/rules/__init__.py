@@ -6,7 +6,8 @@ folder other than the machinery below is a rule module and is imported here, so
 a new rule is one new file (plus its fixtures under tests/rules/IPDxxx/):
 `registry` (codes, selection, `make_finding`), `dispatch` (the Analyzer that
 routes events to rules, folds findings and confirms predictions), `suppress`
-(comments and regions), `phrasing` (how sites, tensors and fixes are worded).
+(comments and regions), `phrasing` (how a place is named: a finding's `places`; the
+sentences of findings are render/explain/'s).
 Rules may import the records and trace/ (for stacks), never engines/, render/
 or cli/.
 """

@@ -1,15 +1,11 @@
-"""Rules about data that code outside the model still holds."""
+"""Rules about data that code outside the model still holds (their sentences: render/explain/caller_data.py)."""
 
 from __future__ import annotations
-
-import re
 
 from ..causes import ArgumentFacts, CallerDataCause, HeldFacts
 from ..events import CallerInputWritten, HeldTensorOverwritten, HeldTensorUsed
 from ..findings import Finding, Severity
-from ..sites import Site
 from .fix_builders import copy_at_handout, write_fixes
-from .phrasing import fix_for_write, tensor_desc, where
 from .registry import RuleContext, make_finding, rule
 
 
@@ -61,31 +57,14 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: RuleContext) -> Fin
     the top of ``forward`` (``x = x.clone()``) if in-place is wanted inside.
     """
     write = event.write
-    what = (
-        f"{where(write.site, ctx.root_label)} wrote into {tensor_desc(write.shape, write.dtype)} that is "
-        f"`{event.argument}` of the model call."
-    )
     return make_finding(
         "IPD106",
         cause=CallerDataCause.CALLER_INPUT,
-        what=what if event.read is None else f"{what} {_read_after_call(event.read, ctx.root_label)}",
-        why=(
-            f"The caller's `{event.argument}` changes under it: any code that reads it after the call (another "
-            "model, a metric, the next accumulation step) silently gets the modified values."
-        ),
-        fix=f"{fix_for_write(write.site, ctx.root_label)}, or clone the input at the top of forward (`x = x.clone()`)",
         fixes=write_fixes(write.site),
         mutation=write.site,
         read=event.read,
-        facts=ArgumentFacts(event.argument),
-    )
-
-
-def _read_after_call(read: Site, root_label: str) -> str:
-    """The sentence for the caller's read of its tensor after a call that was asked to write it."""
-    return (
-        f"An `inplace=True` asked for that write, but the caller still held the tensor and read "
-        f"it after the call: {where(read, root_label)}."
+        facts=ArgumentFacts(event.argument, shape=write.shape, dtype=write.dtype),
+        root_label=ctx.root_label,
     )
 
 
@@ -148,49 +127,16 @@ def held_tensor_overwritten(event: HeldTensorUsed | HeldTensorOverwritten, ctx: 
     overwritten = used.overwritten if used is not None else event
     assert isinstance(overwritten, HeldTensorOverwritten)
     write = overwritten.write
-    held, handed_out = overwritten.held, overwritten.handed_out.location
-    if used is not None:
-        what = (
-            f"{where(write.site, ctx.root_label)} changed the memory of `{held}`, handed out at {handed_out}; "
-            f"then {where(used.use, ctx.root_label)} used it ({used.how})."
-        )
-        why = (
-            f"`{held}` is an alias of the live tensor, not a copy: what was used as a snapshot held the new "
-            "values, and nothing raises."
-        )
-    else:
-        what = (
-            f"{where(write.site, ctx.root_label)} changed the memory of `{held}`, handed out at {handed_out} and "
-            "still held; the watched code did not use it afterwards."
-        )
-        why = (
-            f"`{held}` is an alias of the live tensor, not a copy: if it is meant as a snapshot, loading, saving "
-            "or comparing it later uses the new values."
-        )
-    owner = _state_dict_owner(overwritten.handed_out.code)
+    handed_out = overwritten.handed_out
     return make_finding(
         "IPD107",
         cause=CallerDataCause.HELD_ALIAS_USED if used is not None else CallerDataCause.HELD_ALIAS_OVERWRITTEN,
-        what=what,
-        why=why,
-        fix=(
-            f"take a real snapshot at {handed_out}: `copy.deepcopy({owner}.state_dict())` or "
-            f"`{{k: v.detach().clone() for k, v in {owner}.state_dict().items()}}`"
-        ),
-        fixes=copy_at_handout(overwritten.handed_out, "state_dict"),
+        fixes=copy_at_handout(handed_out, "state_dict"),
         mutation=write.site,
         read=used.use if used is not None else None,
         severity=None if used is not None else Severity.INFO,
-        facts=HeldFacts(held, handed_out),
+        facts=HeldFacts(
+            overwritten.held, handed_out.location, code=handed_out.code or "", used_how=used.how if used is not None else ""
+        ),
+        root_label=ctx.root_label,
     )
-
-
-# Over the user's source line (`best = model.state_dict()`), not over any text of ours.
-_STATE_DICT_CALL = re.compile(r"([A-Za-z_][\w.]*(?:\[[^\]]*\])*)\.state_dict\(\)")
-
-
-def _state_dict_owner(code: str | None) -> str:
-    """The expression whose `state_dict()` the handing-out line called (`D`, `self.net`), for the fix
-    the user pastes there; `model` when the line does not show one."""
-    found = _STATE_DICT_CALL.search(code or "")
-    return found.group(1) if found else "model"

@@ -1,11 +1,15 @@
-"""A checkpointed region whose recompute computes other values than its forward: gradients silently wrong."""
+"""A checkpointed region whose recompute computes other values than its forward: gradients silently wrong.
+
+Its sentences: render/explain/checkpoint_recompute.py.
+"""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from ..causes import RecomputeCause, RecomputeFacts
 from ..events import CheckpointRecomputeDiffers, CheckpointSavedBeforeWrite
 from ..findings import Finding, Severity
-from .phrasing import qualified, tensor_desc, where
 from .registry import RuleContext, make_finding, rule
 
 
@@ -80,142 +84,44 @@ def checkpoint_recompute_differs(
     """
     if isinstance(event, CheckpointSavedBeforeWrite):
         return _saved_before_write(event, ctx)
-    site = event.site
-    place = where(site, ctx.root_label)
     write = event.changed_by
-    first = f"the {_ordinal(event.position)} op of the region"
-    severity = None  # the rule's: an error
-    what = f"The checkpoint's recompute of {place} ({first}) produced other values than its forward did."
     if event.random and write is None:
-        if event.rng_preserved is False:
-            cause = (
-                f"`{site.op}` draws random numbers and the region runs with preserve_rng_state=False: "
-                "the recompute draws other ones (another dropout mask)."
-            )
-            fix = "pass preserve_rng_state=True to checkpoint (the default), or move the random op out of the region"
-        else:
-            cause = (
-                f"`{site.op}` draws random numbers, and the generator was not in the same state for the "
-                "recompute (another device's or a custom generator, which checkpoint does not restore)."
-            )
-            fix = "draw the random numbers outside the region and pass them in, or use the default generator"
-    elif write is not None:
-        target = qualified(write.target, ctx.root_label) if write.target else tensor_desc(write.shape, write.dtype)
-        written_at = where(write.site, ctx.root_label)
-        if write.in_checkpoint:
-            cause = (
-                f"It reads {target}, which the region itself writes in place ({written_at}): the recompute ran "
-                "that write again and read the new value."
-            )
-            fix = "move the in-place update out of the checkpointed region, or make it out of place"
-        else:
-            cause = (
-                f"It reads {target}, which {written_at} wrote after the forward read it: the recompute read "
-                "the new value."
-            )
-            fix = (
-                "make that write after backward() (or give the region a copy: `.clone()` what it reads), so "
-                "the state the region reads is the same in forward and recompute"
-            )
-    elif event.input_version_changed:
-        cause = "A tensor it reads from outside the region was modified in place after the forward read it."
-        fix = "make that change after backward(), or give the region a copy of what it reads"
-    elif event.nondeterministic_kernels:
-        # No cause the tracer sees, on a device whose kernels may differ in the last bits run to run:
-        # the gradients may differ from the forward's only by rounding, which is no error.
-        cause = (
-            "Its inputs from earlier ops of the region matched, and it ran on an accelerator with "
-            "nondeterministic algorithms allowed: atomics (index_add_, scatter_add_, some convolution and "
-            "matmul algorithms) can differ in the last bits from run to run, and then the gradients differ "
-            "from the forward's only by rounding. Not certain either way: a tensor it reads may also have "
-            "changed without a write the tracer sees (`.data` through numpy, another process)."
-        )
-        fix = (
-            "run once with torch.use_deterministic_algorithms(True): if the finding stays, the values really "
-            "changed; if it goes, it was the kernel's rounding"
-        )
-        severity = Severity.WARNING
+        cause = RecomputeCause.RNG
+    elif write is not None or event.input_version_changed:
+        cause = RecomputeCause.STATE
     else:
-        cause = (
-            "Its inputs from earlier ops of the region matched: the kernel is nondeterministic, or a tensor it "
-            "reads changed without a write the tracer sees (`.data` through numpy, another process)."
+        cause = RecomputeCause.UNKNOWN
+    # Rounding is no error: a warning where the accelerator's kernels may differ in the last bits.
+    rounding = cause is RecomputeCause.UNKNOWN and event.nondeterministic_kernels
+    facts = RecomputeFacts(
+        event.position, rng_preserved=event.rng_preserved, input_version_changed=event.input_version_changed,
+        nondeterministic_kernels=event.nondeterministic_kernels,
+    )
+    if write is not None:
+        facts = replace(
+            facts, write=write.site, write_target=write.target, write_shape=write.shape, write_dtype=write.dtype,
+            write_in_region=write.in_checkpoint,
         )
-        fix = "make the op deterministic (torch.use_deterministic_algorithms), or do not checkpoint it"
     return make_finding(
         "IPD111",
-        cause=(
-            RecomputeCause.RNG if event.random and write is None
-            else RecomputeCause.STATE if write or event.input_version_changed else RecomputeCause.UNKNOWN
-        ),
-        what=what,
-        why=(
-            f"{cause} PyTorch checks only the recomputed shapes, dtypes and devices, not the values: backward "
-            "uses the recomputed activations, so the gradients are silently those of another computation."
-        ),
-        fix=fix,
-        mutation=site,
-        severity=severity,
-        facts=RecomputeFacts(event.position),
+        cause=cause,
+        mutation=event.site,
+        severity=Severity.WARNING if rounding else None,
+        facts=facts,
+        root_label=ctx.root_label,
     )
-
-
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
 
 
 def _saved_before_write(event: CheckpointSavedBeforeWrite, ctx: RuleContext) -> Finding:
-    site = event.site
-    call = where(event.checkpoint_call, ctx.root_label) if event.checkpoint_call else "the `checkpoint` call"
     return make_finding(
         "IPD111",
         cause=RecomputeCause.SAVED_BEFORE_WRITE,
-        what=_saved_before_write_what(event, where(site, ctx.root_label), call),
-        why=_saved_before_write_why(event),
-        fix=_saved_before_write_fix(call),
-        mutation=site,
-        saved=site,
-        facts=RecomputeFacts(event.position),
-    )
-
-
-def _values(values: tuple[float, ...]) -> str:
-    return ", ".join(f"{v:.4g}" for v in values) + ", ..." if values else "..."
-
-
-def _saved_before_write_what(event: CheckpointSavedBeforeWrite, place: str, call: str) -> str:
-    return (
-        f"{place} (the {_ordinal(event.position)} op of the region checkpointed by {call}) writes its argument "
-        f"`{event.argument}` ({tensor_desc(event.shape, event.dtype)}) after autograd saved it for backward. "
-        f"The checkpoint's recompute stopped before that write: backward read `{event.argument}` as the "
-        f"recompute saved it ({_values(event.saved)}), not the values the forward wrote "
-        f"({_values(event.written)})."
-    )
-
-
-def _saved_before_write_why(event: CheckpointSavedBeforeWrite) -> str:
-    return (
-        "Non-reentrant checkpoint with early stop (the default) ends the recompute as soon as it has saved as "
-        "many tensors as the forward did; this op's own input saves are the region's last, so its kernel does "
-        f"not run again and {_saved_value(event)}. PyTorch checks only the recomputed shapes, dtypes and "
-        "devices: the forward output is bit-exact while the gradients are silently wrong."
-    )
-
-
-def _saved_value(event: CheckpointSavedBeforeWrite) -> str:
-    if event.outside:
-        return (
-            f"`{event.argument}`, a tensor from outside the region, is saved as it is at backward: written "
-            "again since the forward wrote it"
-        )
-    if event.uninitialised:
-        return f"`{event.argument}` keeps its value from before the write: uninitialised memory (`empty_like`)"
-    return f"`{event.argument}` keeps the value the region gave it before the write"
-
-
-def _saved_before_write_fix(call: str) -> str:
-    return (
-        f"pass early_stop=False to {call} (the recompute then runs the region to its "
-        "end and, with preserve_rng_state=True, the default, writes the same values again), or move the op "
-        "(F.rrelu, nn.RReLU) out of the checkpointed region"
+        mutation=event.site,
+        saved=event.site,
+        facts=RecomputeFacts(
+            event.position, write_shape=event.shape, write_dtype=event.dtype, checkpoint_call=event.checkpoint_call,
+            argument=event.argument, written_values=event.written, saved_values=event.saved,
+            uninitialised=event.uninitialised, outside=event.outside,
+        ),
+        root_label=ctx.root_label,
     )

@@ -27,9 +27,10 @@ tensor. The prediction is kept, not reported, until one of:
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Mapping, Sequence
 
-from ..causes import Cause, SavedTensorCause
+from ..causes import Cause, SavedTensorCause, VersionFacts
 from ..errors import InplaceError, WrittenHere
 from ..events import (
     ChangedGraphTensorFreed,
@@ -44,6 +45,7 @@ from ..events import (
     SavedTensorReached,
     StaleSavedTensorUsed,
 )
+from ..explanations import explained
 from ..findings import Finding, Fix, FixKind, Severity
 from ..sites import Site, source_line
 from . import Rule
@@ -204,19 +206,18 @@ class Analyzer:
                     named.add((f.mutation.file, f.mutation.line))
                     earlier.append(f)
             alternatives = _alternatives([*earlier, last])
-            if _updates([*earlier, last]):  # parameter updates: no write can go to a copy instead
-                rest = "each must be moved after backward, or the forward run again after the last, for backward to run"
-            else:
-                rest = (
-                    "changing one write can be enough: once the first goes to a copy (or a new tensor bound to the "
-                    "same name), the later ones write that instead of the saved tensor. The fixes, one per write, "
-                    "are alternatives"
-                )
+            then = last.facts if isinstance(last.facts, VersionFacts) else VersionFacts()
+            updates = _updates([*earlier, last])  # parameter updates: no write can go to a copy instead
             for f in earlier:
-                why = f"This write changed the tensor too, before the write at {last.mutation.location}; {rest}. {last.why}"
-                confirmed = f.with_(
-                    confirmed=True, unconfirmed_reason="", why=why, fixes=alternatives or f.fixes,
-                    cause=SavedTensorCause.ALSO_WRITTEN,
+                facts = replace(f.facts, then=then, then_at=last.mutation.location, updates=updates) if isinstance(
+                    f.facts, VersionFacts
+                ) else VersionFacts(then=then, then_at=last.mutation.location, updates=updates)
+                confirmed = explained(
+                    f.with_(
+                        confirmed=True, unconfirmed_reason="", fixes=alternatives or f.fixes,
+                        cause=SavedTensorCause.ALSO_WRITTEN, facts=facts,
+                    ),
+                    self.root_label,
                 )
                 produced.append(self._record(confirmed, confirming=True))
             if earlier and alternatives:

@@ -7,7 +7,6 @@ import re
 from ..causes import LeafCause
 from ..events import InplaceErrorRaised
 from ..findings import Finding, Severity
-from .phrasing import fix_for_write, where
 from .registry import RuleContext, make_finding, rule
 
 # Over PyTorch's own error message (not over any text of ours).
@@ -46,20 +45,7 @@ def inplace_on_leaf(event: InplaceErrorRaised, ctx: RuleContext) -> Finding | No
     if not _LEAF.search(text) or event.in_checkpoint:
         return None  # inside a checkpoint's recompute: IPD108 explains it
     cause = LeafCause.VIEW_OF_LEAF if "view of a leaf" in text.lower() else LeafCause.LEAF
-    kind = "a view of a leaf tensor" if cause is LeafCause.VIEW_OF_LEAF else "a leaf tensor"
-    site = event.site
-    return make_finding(
-        "IPD102",
-        cause=cause,
-        what=f"{where(site, ctx.root_label)} modifies {kind} that requires grad, with grad mode on.",
-        why="PyTorch raises at once: the gradient for that leaf would have to flow into a value that no longer exists.",
-        fix=(
-            f"if this updates parameters, wrap it in `with torch.no_grad():`; otherwise "
-            f"{fix_for_write(site, ctx.root_label)}"
-        ),
-        mutation=site,
-        confirmed=True,
-    )
+    return make_finding("IPD102", cause=cause, mutation=event.site, confirmed=True, root_label=ctx.root_label)
 
 
 # (pattern, short name, why, fix) for each forward-time in-place error PyTorch raises.

@@ -1,19 +1,16 @@
-"""IPD109: a saved tensor's bytes written outside PyTorch (NumPy, DLPack, raw pointers, kernels)."""
+"""IPD109: a saved tensor's bytes written outside PyTorch (NumPy, DLPack, raw pointers, kernels).
+
+Its sentences: render/explain/outside_writes.py.
+"""
 
 from __future__ import annotations
 
-import re
-
 from ..causes import HandOutFacts, OutsideWriteCause
-from ..events import SavedTensorChangedOutside, WriteLineSearch
+from ..events import SavedTensorChangedOutside
 from ..findings import Finding, Severity
 from ..sites import Phase, Site
 from .fix_builders import copy_at_handout
-from .phrasing import tensor_desc, where, without_comment
 from .registry import RuleContext, make_finding, rule
-
-# Over the user's source line, not over any text of ours. `a = t.detach().numpy()`, `arr = np.from_dlpack(t)`: the hand-out, assigned to a name
-_ASSIGNED = re.compile(r"^(?P<target>[\w.]+)\s*=\s*(?P<value>.+?)\s*$")
 
 
 @rule(
@@ -73,109 +70,32 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
     PyTorch on the tensor itself (``s = s * 0.5``) so autograd sees it; or do
     the write after backward. Reading the array (logging, metrics) is fine.
     """
-    saved = event.saved
-    handed, how = event.handed_out, event.how or "a hand-out of its memory"
-    write = event.write
-    desc = tensor_desc(saved.shape, saved.dtype)
-    saving = f"`{saved.slot}` saved for backward ({where(saved.site, ctx.root_label)})"
-    through = f" through memory handed out by {how} at {handed.location}" if handed is not None and handed.file else ""
-    node = saved.node or "its autograd node"
+    saved, handed, write = event.saved, event.handed_out, event.write
     if write is not None and write.file:
         cause = OutsideWriteCause.WRITE_SEEN
-        what = f"`{without_comment(write.code or '')}` at {write.location} changed the bytes of {desc}, {saving},{through}"
-        if event.search is WriteLineSearch.LINE:
-            what += f" ({_found_by_replay()})"
     elif handed is not None:
         cause = OutsideWriteCause.HANDED_OUT
-        what = f"The bytes of {desc}, {saving}, changed{through}, with no PyTorch op ({_line_not_named(event.search)})"
     else:
         cause = OutsideWriteCause.UNSEEN
-        what = (
-            f"The bytes of {desc}, {saving}, changed with no PyTorch op and no hand-out of its memory seen "
-            "(a C/CUDA extension kernel that writes an input without declaring it, or a pointer taken before "
-            f"the session; {_line_not_named(event.search)})"
-        )
-    version = f"the saved tensor's version stayed {saved.version}"
-    if event.reached:
-        why = (
-            f"No op ran and no version counter moved ({version}): backward read the new values at {node} with no "
-            "error, so the gradients it computed from them are silently wrong."
-        )
-    else:
-        why = (
-            f"No op ran and no version counter moved ({version}): a backward that reaches {node} will silently "
-            "compute gradients from the new values. A graph freed without such a backward is harmless."
-        )
     mutation = write if write is not None else handed if handed is not None else Site(
         op="<write outside PyTorch>", phase=Phase.FORWARD
+    )
+    facts = HandOutFacts(
+        handed.location if handed is not None else None, event.how,
+        in_source=handed is not None and bool(handed.file), code=handed.code or "" if handed is not None else "",
+        shape=saved.shape, dtype=saved.dtype, saved_version=saved.version, node=saved.node, search=event.search,
     )
     return make_finding(
         "IPD109",
         cause=cause,
-        what=what + ".",
-        why=why,
-        fix=_fix(handed, how, write),
-        fixes=copy_at_handout(handed, _HANDED_BY[how]) if how in _HANDED_BY else (),
+        fixes=copy_at_handout(handed, _HANDED_BY[event.how]) if event.how in _HANDED_BY else (),
         mutation=mutation,
         saved=saved.site,
         confirmed=True if event.reached else None,
         slot=saved.slot,
-        facts=HandOutFacts(handed.location if handed is not None else None, event.how),
+        facts=facts,
+        root_label=ctx.root_label,
     )
 
 
 _HANDED_BY = {"`.numpy()`": "numpy", "`__dlpack__()`": "__dlpack__"}  # the method a copy edit appends to
-
-
-def _fix(handed: Site | None, how: str, write: Site | None) -> str:
-    tail = (
-        "the array then owns its memory and the saved tensor keeps its values; to change the tensor itself, "
-        "do it in PyTorch (`s = s * 0.5`) so autograd sees it, or after backward"
-    )
-    if (handed is None or not handed.file) and write is not None and write.file:
-        return (
-            f"give the code at {write.location} a copy of the tensor (`t.detach().clone()`) to write, or declare "
-            f"the kernel's write: {tail}"
-        )
-    if handed is None or not handed.file:
-        return (
-            "find the code that writes this tensor's memory outside PyTorch (NumPy, DLPack, a pointer, an "
-            "extension kernel) and give it a copy (`t.detach().clone()`), or declare the kernel's write"
-        )
-    code = without_comment(handed.code or "")
-    assigned = _ASSIGNED.match(code)
-    if assigned and how in ("`.numpy()`", "`__dlpack__()`") and not assigned["value"].endswith(".copy()"):
-        value = assigned["value"]
-        return f"replace `{code}` with `{assigned['target']} = {value}.copy()` at {handed.location}: {tail}"
-    return f"hand out a copy at {handed.location} (`t.detach().clone()` before {how}): {tail}"
-
-
-def _found_by_replay() -> str:
-    return "found by running the model a second time, state restored, and checking the bytes after each line of your code"
-
-
-def _line_not_named(search: WriteLineSearch) -> str:
-    """Why the writing line is not named: how it was looked for, and what kept the search from it."""
-    replay = "a second run of the model, to find the writing line,"
-    reasons = {
-        WriteLineSearch.NOT_SEARCHED: (
-            "the writing line was not looked for: `ipd.audit(model, x)` of the model that writes runs it a second "
-            "time and names the line; `check_contents=True` checks the lines after the hand-out"
-        ),
-        WriteLineSearch.HANDOUT_FRAME: (
-            "the lines after the hand-out, in its frame, were checked and none changed the bytes: the write ran "
-            "elsewhere; `ipd.audit(model, x)` of the model that writes runs it a second time and checks every line"
-        ),
-        WriteLineSearch.NOT_SAVED_AGAIN: f"the writing line is not named: {replay} saved no tensor at this place, "
-        "so the run does not repeat",
-        WriteLineSearch.OTHER_BYTES: f"the writing line is not named: {replay} saved this tensor with other bytes, "
-        "so the run is not deterministic (random draws the RNG state does not cover, or state the first run changed)",
-        WriteLineSearch.NO_CHANGE: f"the writing line is not named: {replay} saved the same bytes, and no line of your "
-        "code changed them (the write may depend on state the first run changed, or run in another thread)",
-        WriteLineSearch.BUDGET: f"the writing line is not named: {replay} ran out of its line budget before the change",
-        WriteLineSearch.TRACED: "the writing line is not named: another trace function (a debugger, coverage) was "
-        "active, so a second run could not check the lines",
-        WriteLineSearch.FAILED: f"the writing line is not named: {replay} raised before it saved this tensor, so the run does "
-        "not repeat",
-    }
-    return reasons.get(search, reasons[WriteLineSearch.NOT_SEARCHED])

@@ -1,4 +1,7 @@
-"""Rules about in-place writes that change what the program computes, with no error at all."""
+"""Rules about in-place writes that change what the program computes, with no error at all.
+
+Their sentences: render/explain/program_meaning.py.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +16,6 @@ from ..events import (
 from ..findings import Finding, Severity
 from ..trace.pytorch_errors import is_stale_saved_tensor_error
 from .fix_builders import write_fixes
-from .phrasing import fix_for_write, tensor_desc, where
 from .registry import RuleContext, make_finding, rule
 
 
@@ -58,43 +60,17 @@ def inplace_changes_result(event: OriginalValueRead, ctx: RuleContext) -> Findin
     write ``x = x + y`` instead of ``x += y``; or keep what the later op needs
     (``identity = x.clone()``) before the in-place call.
     """
-    write, read = event.write, event.read
-    if event.max_difference != event.max_difference:  # NaN: the measurement met NaN
-        measured = (
-            "On this input the values involved hold NaN, so how far what it read is from the original could "
-            "not be measured; other inputs will differ."
-        )
-    elif event.max_difference == float("inf"):
-        measured = (
-            "On this input some values it read are NaN or infinite where the original was not, or the reverse "
-            "(or differ from it by more than the dtype can hold); `verify` measures the end result."
-        )
-    elif event.max_difference > 0:
-        measured = (
-            f"On this input it read values up to {event.max_difference:.6g} away from the original (whether that "
-            "reaches the output depends on the ops that follow; `verify` measures the end result)."
-        )
-    else:
-        measured = (
-            "On this input the values it read happen to equal the original (difference 0), but other inputs "
-            "will differ."
-        )
+    write = event.write
     cause = ChangedResultCause.FLAG if event.kind == "flag" else ChangedResultCause.AUGMENTED
     return make_finding(
         "IPD105",
         cause=cause,
-        what=(
-            f"{where(write.site, ctx.root_label)} overwrote {tensor_desc(write.shape, write.dtype)}, and then "
-            f"{where(read, ctx.root_label)} read that same tensor. With the out-of-place form it would have read "
-            "the original values."
-        ),
-        why=f"The forward silently computes something else; PyTorch raises nothing. {measured}",
-        fix=fix_for_write(write.site, ctx.root_label),
+        root_label=ctx.root_label,
         fixes=write_fixes(write.site),
         mutation=write.site,
-        read=read,
+        read=event.read,
         severity=Severity.ERROR if cause is ChangedResultCause.FLAG else Severity.WARNING,
-        facts=DifferenceFacts(event.max_difference),
+        facts=DifferenceFacts(event.max_difference, shape=write.shape, dtype=write.dtype),
     )
 
 
@@ -150,15 +126,7 @@ def side_effect_repeated(
     return make_finding(
         "IPD108",
         cause=SideEffectCause.REPEATED,
-        what=f"{where(write.site, ctx.root_label)} ran again during backward: {event.what} changed a second time.",
-        why=(
-            "A checkpointed region's forward is recomputed during backward, so its side effects happen twice; "
-            "gradients are unaffected, but running statistics used in eval, counters and metrics are off."
-        ),
-        fix=(
-            "keep BatchNorm and in-place accumulations out of the checkpointed region, or guard the "
-            "accumulation so it runs once per step"
-        ),
+        root_label=ctx.root_label,
         mutation=write.site,
         facts=SideEffectFacts(event.what),
     )
@@ -167,14 +135,6 @@ def side_effect_repeated(
 def _write_to_checkpoint_input(
     event: SavedTensorOverwritten | StaleSavedTensorUsed | InplaceErrorRaised, ctx: RuleContext
 ) -> Finding | None:
-    fix = (
-        "make the write out of place inside the checkpointed function (`x = x * 2`, not `x.mul_(2)`), "
-        "or clone the input first (`x = x.clone()`)"
-    )
-    why = (
-        "The region's forward runs again during backward, on its saved inputs; writing one of them in "
-        "place breaks the recompute, and PyTorch raises at backward."
-    )
     if isinstance(event, InplaceErrorRaised):
         text = str(event.error).lower()
         if not event.in_checkpoint:
@@ -186,9 +146,8 @@ def _write_to_checkpoint_input(
         elif "leaf variable" not in text:
             return None
         return make_finding(
-            "IPD108", what=f"{where(event.site, ctx.root_label)} writes in place to a checkpointed region's input.",
-            why=why, fix=fix, mutation=event.site, confirmed=True, severity=Severity.ERROR,
-            cause=SideEffectCause.CHECKPOINT_INPUT,
+            "IPD108", mutation=event.site, confirmed=True, severity=Severity.ERROR,
+            cause=SideEffectCause.CHECKPOINT_INPUT, root_label=ctx.root_label,
         )
     write = event.write if isinstance(event, SavedTensorOverwritten) else None
     if isinstance(event, StaleSavedTensorUsed):
@@ -200,11 +159,7 @@ def _write_to_checkpoint_input(
         return None
     return make_finding(
         "IPD108",
-        what=(
-            f"{where(write.site, ctx.root_label)} writes in place, inside a checkpointed region, to a tensor "
-            f"saved at {event.saved.site.location} (the region's input)."
-        ),
-        why=why, fix=fix, mutation=write.site, saved=event.saved.site,
+        mutation=write.site, saved=event.saved.site, root_label=ctx.root_label,
         confirmed=True if isinstance(event, StaleSavedTensorUsed) else None, severity=Severity.ERROR,
         cause=SideEffectCause.CHECKPOINT_INPUT,
     )

@@ -14,6 +14,7 @@ from typing import Callable, Iterable, Protocol
 from ..causes import Cause, Facts, SiteRole
 from ..errors import UsageError
 from ..events import SavedTensorOverwritten
+from ..explanations import explained
 from ..findings import Finding, Fix, Severity
 from ..sites import Site
 
@@ -74,25 +75,26 @@ def rule(code: str, name: str, title: str, severity: Severity, events: Iterable[
 
 
 def make_finding(
-    code: str, *, cause: Cause, what: str, why: str, fix: str, mutation: Site, saved: Site | None = None,
+    code: str, *, cause: Cause, mutation: Site, root_label: str, saved: Site | None = None,
     read: Site | None = None, read_role: SiteRole = SiteRole.READ, confirmed: bool | None = None,
     severity: Severity | None = None, facts: Facts | None = None, slot: str | None = None,
     target: str | None = None, fixes: tuple[Fix, ...] = (),
 ) -> Finding:
-    """A finding of rule `code`, its decision as fields (`cause`, `facts`, sites); `what`/`why`/`fix`
-    are its sentences; `fixes` the fix as records (`rules/fix_builders.py`)."""
+    """A finding of rule `code`, its decision as fields (`cause`, `facts`, sites; `fixes` the fix as
+    records, `rules/fix_builders.py`); its sentences are made from those by the explainer
+    render/explain/ registered for (`code`, `cause`), for a model called `root_label` in reports."""
     registered = RULES[code]
-    return Finding(
+    finding = Finding(
         code=code,
         severity=severity or registered.severity,
         title=registered.title,
-        what=what,
+        what="",
         mutation=mutation,
         saved=saved,
-        fix=fix,
+        fix="",
         confirmed=confirmed,
         read=read,
-        why=why,
+        why="",
         cause=cause,
         facts=facts,
         slot=slot,
@@ -100,6 +102,7 @@ def make_finding(
         read_role=read_role,
         fixes=fixes,
     )
+    return explained(finding, root_label)
 
 
 def _match(pattern: str) -> list[str]:

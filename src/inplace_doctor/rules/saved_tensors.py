@@ -1,10 +1,13 @@
-"""Rules about tensors autograd saved for backward and then saw overwritten."""
+"""Rules about tensors autograd saved for backward and then saw overwritten.
+
+Their sentences: render/explain/saved_tensors.py.
+"""
 
 from __future__ import annotations
 
 import re
 
-from ..causes import SavedTensorCause, SilentOverwriteCause, VersionFacts
+from ..causes import RaisedFacts, SavedTensorCause, SilentOverwriteCause, VersionFacts
 from ..events import (
     InplaceErrorRaised,
     SavedInfo,
@@ -19,7 +22,6 @@ from ..trace.pytorch_errors import is_stale_saved_tensor_error
 from ..trace.stacks import capture_frames, make_site
 from .fix_builders import silent_write_fixes, write_fixes
 from .fix_moves import step_fixes
-from .phrasing import fix_for_write, qualified, short_op, silent_write_fix, step_fix, where, written_desc
 from .registry import RuleContext, make_finding, rule
 
 # Over PyTorch's own error message (not over any text of ours): the saving node and shape it names.
@@ -86,51 +88,34 @@ def saved_tensor_overwritten(
         write, saved = prior.write, prior.saved
         confirmed = True
         backward = backward_site()
-    node = saved.node or "its autograd node"
-    error = (
-        '"one of the variables needed for gradient computation has been modified by an inplace operation"'
-    )
-    if confirmed:
-        at = f" ({backward.location})" if backward is not None and backward.file else ""
-        why = (
-            f"Backward{at} raised {error} when it reached {node}: the tensor was at version {event.version_now}, "
-            f"autograd saved version {saved.version}."
-        )
-    else:
-        why = (
-            f"A backward that reaches {node} will raise {error}: the tensor is now at version {event.version_now}, "
-            f"autograd saved version {saved.version}. A graph that is freed without such a backward is harmless."
-        )
     return make_finding(
         "IPD101",
         cause=SavedTensorCause.OVERWRITTEN,
-        what=(
-            f"{where(write.site, ctx.root_label)} overwrote {written_desc(write, saved, ctx.root_label)}, which "
-            f"{_saved_phrase_from(saved, ctx)}."
-        ),
-        why=why,
-        fix=_fix(write, backward, ctx, saved.site),
         fixes=_fixes(write, backward, saved.site),
         mutation=write.site,
         saved=saved.site,
         confirmed=confirmed,
         slot=saved.slot,
-        facts=VersionFacts(saved.version, event.version_now),
+        facts=_version_facts(write, saved, event.version_now, backward),
         target=write.target,
+        root_label=ctx.root_label,
     )
 
 
-def _fix(write: WriteInfo, backward: Site | None, ctx: RuleContext, saved: Site | None = None) -> str:
-    if (write.site.api and write.site.api.endswith(".step")) or write.target:
-        # A parameter or buffer update is the program's intent: never drop it, order it.
-        owner = (ctx.root_label or write.target.split(".")[0]) if write.target else None
-        target = qualified(write.target, ctx.root_label) if write.target else None
-        return step_fix(write.site, backward, owner, target)
-    return fix_for_write(write.site, ctx.root_label, saved)
+def _version_facts(write: WriteInfo, saved: SavedInfo, version_now: int | None, backward: Site | None) -> VersionFacts:
+    return VersionFacts(
+        saved.version, version_now, node=saved.node, write_shape=write.shape, write_dtype=write.dtype,
+        saved_shape=saved.shape, backward=backward,
+    )
+
+
+def _is_update(write: WriteInfo) -> bool:
+    """An optimizer step or a write to a parameter or buffer: the program's intent, never dropped, ordered."""
+    return bool((write.site.api and write.site.api.endswith(".step")) or write.target)
 
 
 def _fixes(write: WriteInfo, backward: Site | None, saved: Site | None) -> tuple[Fix, ...]:
-    if (write.site.api and write.site.api.endswith(".step")) or write.target:
+    if _is_update(write):
         return step_fixes(write.site, backward)
     return write_fixes(write.site, saved)
 
@@ -141,27 +126,17 @@ def backward_site() -> Site | None:
     return make_site("backward", frames, api, None, "backward") if frames else None
 
 
-def _saved_phrase_from(saved: SavedInfo, ctx: RuleContext) -> str:
-    return f"`{saved.slot}` saved for backward ({where(saved.site, ctx.root_label)})"
-
-
 def _stale_without_write(event: StaleSavedTensorUsed, ctx: RuleContext) -> Finding:
     saved = event.saved
     return make_finding(
         "IPD101",
         cause=SavedTensorCause.WRITE_NOT_SEEN,
-        what="",
-        why=(
-            f"Backward reached `{saved.slot}`, saved at {saved.site.location}, and found it overwritten: "
-            f"version {event.version_now}, autograd saved version {saved.version}. The write happened "
-            "outside the instrumented code (or before a second backward through a retained graph)."
-        ),
-        fix="find the in-place write to this tensor between its save and backward (run it inside watch(fail_fast=True))",
         mutation=Site(op="<unknown write>", phase=Phase.BACKWARD),
         saved=saved.site,
         confirmed=True,
         slot=saved.slot,
         facts=VersionFacts(saved.version, event.version_now),
+        root_label=ctx.root_label,
     )
 
 
@@ -170,19 +145,16 @@ def _from_pytorch_error(event: InplaceErrorRaised, ctx: RuleContext) -> Finding 
     if not is_stale_saved_tensor_error(text) or event.in_checkpoint:
         return None  # raised by a checkpoint's recompute: IPD108 explains it
     found = _STALE_DETAILS.search(text)
-    what = f"`{found['node']}` saved a [{found['shape']}] tensor" if found else "a saved tensor"
     return make_finding(
         "IPD101",
         cause=SavedTensorCause.RAISED_BEFORE_WATCH,
-        what="",
-        why=(
-            f"PyTorch raised at backward ({event.site.location}): {what} that was modified in place after it "
-            "was saved. The save and the write happened outside inplace-doctor's view (before watch() began), "
-            "so only PyTorch's own check saw it."
-        ),
-        fix="run the forward pass inside watch() too, so both the saving and the overwriting line are named",
         mutation=event.site,
         confirmed=True,
+        facts=RaisedFacts(
+            text.strip().splitlines()[0] if text.strip() else type(event.error).__name__,
+            node=found["node"] if found else None, shape=found["shape"] if found else None,
+        ),
+        root_label=ctx.root_label,
     )
 
 
@@ -233,46 +205,21 @@ def saved_tensor_silently_overwritten(
             return None
         confirmed = None
     write, saved = event.write, event.saved
-    code = write.site.code or ""
     if not event.write_bumped_a_version:
         cause = SilentOverwriteCause.NO_VERSION_BUMP
-        alias = f"with `{short_op(write.site.op)}`, which bumps no version counter at all"
-    elif ".data" in code:
+    elif ".data" in (write.site.code or ""):
         cause = SilentOverwriteCause.DATA_ALIAS
-        alias = "through `.data`"
     else:
         cause = SilentOverwriteCause.OTHER_ALIAS
-        alias = "through an alias that does not share its version counter"
-    node = saved.node or "its autograd node"
-    if confirmed:
-        why = (
-            f"Autograd could not notice (the saved tensor's version stayed {saved.version}): backward read the new "
-            f"values at {node} with no error, so the gradients it computed from them are silently wrong."
-        )
-    else:
-        why = (
-            f"Autograd cannot notice: the saved tensor's version stays {saved.version}, so a backward that reaches "
-            f"{node} will silently compute gradients from the new values. A graph freed without such a backward "
-            "is harmless."
-        )
-    if (write.site.api and write.site.api.endswith(".step")) or write.target:
-        fix, fixes = _fix(write, None, ctx), step_fixes(write.site, None)
-    else:
-        fix, fixes = silent_write_fix(write.site), silent_write_fixes(write.site)
     return make_finding(
         "IPD104",
         cause=cause,
-        what=(
-            f"{where(write.site, ctx.root_label)} changed the memory of {written_desc(write, saved, ctx.root_label)}, "
-            f"which {_saved_phrase_from(saved, ctx)}, {alias}."
-        ),
-        why=why,
-        fix=fix,
-        fixes=fixes,
+        fixes=step_fixes(write.site, None) if _is_update(write) else silent_write_fixes(write.site),
         mutation=write.site,
         saved=saved.site,
         confirmed=confirmed,
         slot=saved.slot,
-        facts=VersionFacts(saved.version, None),
+        facts=_version_facts(write, saved, None, None),
         target=write.target,
+        root_label=ctx.root_label,
     )

@@ -1,0 +1,100 @@
+"""IPD103's sentences: the in-place errors PyTorch raises at the op, with the module, line and fix."""
+
+from __future__ import annotations
+
+import textwrap
+
+from ...causes import ForbiddenCause, RaisedFacts
+from ...explanations import Sentences, explains
+from ...findings import Finding
+from .phrasing import first_inplace_call, inplace_statement, where, without_comment
+from ...sites import Site, module_ref
+
+# cause -> (what the op did, why PyTorch refuses it, the fix)
+_WORDS: dict[ForbiddenCause, tuple[str, str, str]] = {
+    ForbiddenCause.EXPANDED: (
+        "writes to an expanded (overlapping) tensor",
+        "Several elements share one memory location (an `expand()`/`expand_as()` or broadcast view), so "
+        "an elementwise in-place op would write the same memory several times",
+        "`.clone()` (or `.contiguous()`) the expanded tensor before modifying it, or use the out-of-place op",
+    ),
+    ForbiddenCause.HOOKED_OUTPUT: (
+        "modifies the output of a module with full backward hooks",
+        "`register_full_backward_hook` (Grad-CAM, captum, shap) wraps the module's outputs in a custom "
+        "Function; modifying such an output in place would bypass the hook's backward",
+        "make the op out of place (for `nn.ReLU(inplace=True)` after the hooked module, set `inplace = "
+        "False` on every ReLU: `for m in model.modules(): m.inplace = False` where it has the attribute)",
+    ),
+    ForbiddenCause.MULTIPLE_VIEWS: (
+        "modifies one of several views returned together (`unbind`, `split`, `chunk`)",
+        "Autograd cannot rewrite the backward of an op that returned several views when one of them "
+        "changes in place",
+        "`.clone()` the piece before modifying it, or build the result out of place (`torch.stack`/`cat`)",
+    ),
+    ForbiddenCause.NO_GRAD_VIEW: (
+        "modifies, with grad on, a view created under no_grad or inference_mode",
+        "The view has no autograd history from its base, so the in-place change cannot be recorded",
+        "create the view with grad enabled, or move both the view and the in-place op inside the "
+        "`no_grad` (or `inference_mode`) block the view was made in",
+    ),
+    ForbiddenCause.CUSTOM_FUNCTION_VIEW: (
+        "modifies a view whose autograd history cannot be rewritten",
+        "The view comes from a custom Function (or an input returned as-is), whose backward would be "
+        "overridden by the view+in-place logic",
+        "`.clone()` the tensor before modifying it, or return a clone from the custom Function",
+    ),
+}
+
+
+@explains("IPD103", *ForbiddenCause)
+def forbidden_inplace(finding: Finding, root_label: str) -> Sentences:
+    assert isinstance(finding.cause, ForbiddenCause) and isinstance(finding.facts, RaisedFacts)
+    raised, site = finding.facts, finding.mutation
+    what, why, fix = _WORDS[finding.cause]
+    in_backward = ""
+    if raised.backward_called_at is not None:  # raised inside backward: `site` is the forward line
+        in_backward = (
+            f" PyTorch raised it inside backward (called at {raised.backward_called_at}), in {raised.node}, the "
+            "backward of this line."
+        )
+    if finding.cause is ForbiddenCause.MULTIPLE_VIEWS:
+        what, fix = _multiple_views(site, finding.read)
+    ref = module_ref(site, root_label)
+    if ref is not None and site.module_inplace:
+        fix = f"set `{ref}.inplace = False`; in general, {fix}"
+    return Sentences(
+        what=f"{where(site, root_label)} {what}.{in_backward}",
+        why=f"{why}; PyTorch raised: \"{textwrap.shorten(raised.error, 400, placeholder=' ...')}\"",
+        fix=fix,
+    )
+
+
+def _multiple_views(site: Site, views: Site | None) -> tuple[str, str]:
+    """What happened and the fix, for a write into one of several views returned together. The
+    fix names both choices, since which tensor was meant to change is the program's: the piece
+    alone (rebind it out of place), or the tensor it came from too (write that one). A `.clone()`
+    of the piece, written, changes neither: the write is lost."""
+    made = f" by `{views.op.removeprefix('aten.')}` at {views.location}" if views is not None else ""
+    what = f"modifies one of several views returned together{made} (`unbind`, iterating a tensor, `split`, `chunk`)"
+    code = without_comment(site.code or "")
+    statement = inplace_statement(code)
+    call = first_inplace_call(code)
+    if statement and call is not None and call[0] == code:  # one call alone, not `c.mul_(s).add_(m)`
+        target, name = statement["target"], statement["name"]
+        fixed = f"{target} = {code.replace(f'.{name}_(', f'.{name}(', 1)}"
+        piece = f"rebind it out of place: replace `{code}` with `{fixed}` at {site.location}"
+    elif call is not None and not statement:  # its result is used: `f(x.clamp_(a, b))`
+        out_of_place = call[0].replace("_(", "(", 1)
+        piece = (
+            f"use the out-of-place op where its result is used: replace `{call[0]}` with `{out_of_place}` at "
+            f"{site.location} (`{call[1]}` itself then keeps its old values)"
+        )
+    else:
+        piece = f"compute it out of place and bind the result to a new name at {site.location}"
+    fix = (
+        f"decide which tensor is meant to change. Only this piece: {piece} (the tensor it came from keeps its "
+        "old values). The tensor it came from too: write into that tensor by index, one piece at a time "
+        "(`t[i] = t[i].op(...)` instead of the views), or build it out of place (`torch.stack`/`torch.cat` of "
+        "the changed pieces). Writing a `.clone()` of the piece changes neither: the write is lost"
+    )
+    return what, fix

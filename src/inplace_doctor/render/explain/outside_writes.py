@@ -1,0 +1,105 @@
+"""IPD109's sentences: a saved tensor's bytes written outside PyTorch, no op and no version bump."""
+
+from __future__ import annotations
+
+import re
+
+from ...causes import HandOutFacts, OutsideWriteCause, WriteLineSearch
+from ...explanations import Sentences, explains
+from ...findings import Finding
+from ...sites import Site
+from .phrasing import tensor_desc, where, without_comment
+
+# Over the user's source line, not over any text of ours. `a = t.detach().numpy()`, `arr = np.from_dlpack(t)`: the hand-out, assigned to a name
+_ASSIGNED = re.compile(r"^(?P<target>[\w.]+)\s*=\s*(?P<value>.+?)\s*$")
+
+
+@explains("IPD109", *OutsideWriteCause)
+def saved_tensor_changed_outside(finding: Finding, root_label: str) -> Sentences:
+    facts = finding.facts
+    assert isinstance(facts, HandOutFacts) and finding.saved is not None
+    how = facts.how or "a hand-out of its memory"
+    desc = tensor_desc(facts.shape, facts.dtype)
+    saving = f"`{finding.slot}` saved for backward ({where(finding.saved, root_label)})"
+    through = f" through memory handed out by {how} at {facts.handed_out}" if facts.in_source else ""
+    node = facts.node or "its autograd node"
+    if finding.cause is OutsideWriteCause.WRITE_SEEN:
+        write = finding.mutation
+        what = f"`{without_comment(write.code or '')}` at {write.location} changed the bytes of {desc}, {saving},{through}"
+        if facts.search is WriteLineSearch.LINE:
+            what += f" ({_found_by_replay()})"
+    elif finding.cause is OutsideWriteCause.HANDED_OUT:
+        what = f"The bytes of {desc}, {saving}, changed{through}, with no PyTorch op ({_line_not_named(facts.search)})"
+    else:
+        what = (
+            f"The bytes of {desc}, {saving}, changed with no PyTorch op and no hand-out of its memory seen "
+            "(a C/CUDA extension kernel that writes an input without declaring it, or a pointer taken before "
+            f"the session; {_line_not_named(facts.search)})"
+        )
+    version = f"the saved tensor's version stayed {facts.saved_version}"
+    if finding.confirmed:  # backward reached it
+        why = (
+            f"No op ran and no version counter moved ({version}): backward read the new values at {node} with no "
+            "error, so the gradients it computed from them are silently wrong."
+        )
+    else:
+        why = (
+            f"No op ran and no version counter moved ({version}): a backward that reaches {node} will silently "
+            "compute gradients from the new values. A graph freed without such a backward is harmless."
+        )
+    written_at = finding.mutation if finding.cause is OutsideWriteCause.WRITE_SEEN else None
+    return Sentences(what=what + ".", why=why, fix=_fix(facts, how, written_at))
+
+
+def _fix(facts: HandOutFacts, how: str, write: Site | None) -> str:
+    tail = (
+        "the array then owns its memory and the saved tensor keeps its values; to change the tensor itself, "
+        "do it in PyTorch (`s = s * 0.5`) so autograd sees it, or after backward"
+    )
+    if not facts.in_source and write is not None and write.file:
+        return (
+            f"give the code at {write.location} a copy of the tensor (`t.detach().clone()`) to write, or declare "
+            f"the kernel's write: {tail}"
+        )
+    if not facts.in_source:
+        return (
+            "find the code that writes this tensor's memory outside PyTorch (NumPy, DLPack, a pointer, an "
+            "extension kernel) and give it a copy (`t.detach().clone()`), or declare the kernel's write"
+        )
+    code = without_comment(facts.code)
+    assigned = _ASSIGNED.match(code)
+    if assigned and how in ("`.numpy()`", "`__dlpack__()`") and not assigned["value"].endswith(".copy()"):
+        value = assigned["value"]
+        return f"replace `{code}` with `{assigned['target']} = {value}.copy()` at {facts.handed_out}: {tail}"
+    return f"hand out a copy at {facts.handed_out} (`t.detach().clone()` before {how}): {tail}"
+
+
+def _found_by_replay() -> str:
+    return "found by running the model a second time, state restored, and checking the bytes after each line of your code"
+
+
+def _line_not_named(search: WriteLineSearch) -> str:
+    """Why the writing line is not named: how it was looked for, and what kept the search from it."""
+    replay = "a second run of the model, to find the writing line,"
+    reasons = {
+        WriteLineSearch.NOT_SEARCHED: (
+            "the writing line was not looked for: `ipd.audit(model, x)` of the model that writes runs it a second "
+            "time and names the line; `check_contents=True` checks the lines after the hand-out"
+        ),
+        WriteLineSearch.HANDOUT_FRAME: (
+            "the lines after the hand-out, in its frame, were checked and none changed the bytes: the write ran "
+            "elsewhere; `ipd.audit(model, x)` of the model that writes runs it a second time and checks every line"
+        ),
+        WriteLineSearch.NOT_SAVED_AGAIN: f"the writing line is not named: {replay} saved no tensor at this place, "
+        "so the run does not repeat",
+        WriteLineSearch.OTHER_BYTES: f"the writing line is not named: {replay} saved this tensor with other bytes, "
+        "so the run is not deterministic (random draws the RNG state does not cover, or state the first run changed)",
+        WriteLineSearch.NO_CHANGE: f"the writing line is not named: {replay} saved the same bytes, and no line of your "
+        "code changed them (the write may depend on state the first run changed, or run in another thread)",
+        WriteLineSearch.BUDGET: f"the writing line is not named: {replay} ran out of its line budget before the change",
+        WriteLineSearch.TRACED: "the writing line is not named: another trace function (a debugger, coverage) was "
+        "active, so a second run could not check the lines",
+        WriteLineSearch.FAILED: f"the writing line is not named: {replay} raised before it saved this tensor, so the run does "
+        "not repeat",
+    }
+    return reasons.get(search, reasons[WriteLineSearch.NOT_SEARCHED])
