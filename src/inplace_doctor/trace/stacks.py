@@ -61,12 +61,41 @@ def _is_wrapper_package(filename: str) -> bool:
     return False
 
 
+# Installed frameworks that run the user's code (test runners, trainers): their frames are how the
+# user's function was reached, not the user's line (`manual_backward` calls `loss.backward()` inside
+# Lightning; pytest and pluggy put about 40 frames under every test).
+_FRAMEWORK_PACKAGES = frozenset(
+    {"pytest", "_pytest", "pluggy", "lightning", "pytorch_lightning", "lightning_fabric", "accelerate"}
+)
+_framework_cache: dict[str, str | None] = {}
+
+
+def framework_of(filename: str) -> str | None:
+    """The installed framework whose file this is (`pluggy`), or None: the user's own code, a model
+    library's (`transformers`' modeling files are where their writes are) or torch's."""
+    if filename in _framework_cache:
+        return _framework_cache[filename]
+    found = None
+    for marker in _SITE_MARKERS:
+        if marker in filename:
+            rest = filename.split(marker, 1)[1]
+            top = rest.split(os.sep, 1)[0]
+            if top in _FRAMEWORK_PACKAGES:
+                found = top.lstrip("_")  # pytest's code is in `_pytest`
+            elif top == "transformers" and os.path.basename(rest).startswith("trainer"):
+                found = top  # the Trainer's loop, not a model's code
+            break
+    _framework_cache[filename] = found
+    return found
+
+
 def is_user_file(filename: str) -> bool:
     known = _is_user_file_cache.get(filename)
     if known is None:
         stdlib = filename.startswith(_STDLIB_DIRS) and not any(m in filename for m in _SITE_MARKERS)
         known = filename.startswith(_USER_DIRS) or not (
             stdlib or filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen") or _is_wrapper_package(filename)
+            or framework_of(filename) is not None
         )
         _is_user_file_cache[filename] = known
     return known
@@ -191,14 +220,32 @@ def checkpoint_split(captured: Any, limit: int) -> tuple[tuple[RawFrame, ...], s
     return frames, api, ()
 
 
-def _select(entries: list[dict[str, Any]], limit: int) -> tuple[tuple[RawFrame, ...], str | None, bool]:
+class UserFrames(tuple[RawFrame, ...]):
+    """The user's frames of a stack (innermost last), and the framework of each frame left out
+    because an installed framework ran it (`pluggy`, `_pytest`), outermost first."""
+
+    hidden: tuple[str, ...] = ()
+
+
+def _user_frames(frames: list[RawFrame], hidden: list[str]) -> UserFrames:
+    kept = UserFrames(frames)
+    if hidden:
+        kept.hidden = tuple(hidden)
+    return kept
+
+
+def _select(entries: list[dict[str, Any]], limit: int) -> tuple[UserFrames, str | None, bool]:
     frames: list[RawFrame] = []
+    hidden: list[str] = []
     api: str | None = None
     through_checkpoint = False
     for entry in entries:  # innermost first
         filename, line, name = entry["filename"], entry["line"], entry["name"]
         if filename == _CHECKPOINT_FILE:
             through_checkpoint = True
+        framework = framework_of(filename)
+        if framework is not None:
+            hidden.append(framework)
         if len(frames) >= limit:
             continue
         if is_user_file(filename):
@@ -208,7 +255,8 @@ def _select(entries: list[dict[str, Any]], limit: int) -> tuple[tuple[RawFrame, 
             if _is_api_name(qualname):
                 api = qualname
     frames.reverse()
-    return tuple(frames), api, through_checkpoint
+    hidden.reverse()
+    return _user_frames(frames, hidden), api, through_checkpoint
 
 
 # filename -> (first line, last line, name, qualname) of every code object compiled from it
@@ -259,17 +307,21 @@ def inplace_op_in_traceback(tb: TracebackType | None) -> str | None:
 def frames_from_traceback(tb: TracebackType | None) -> tuple[tuple[RawFrame, ...], str | None]:
     """User frames of a traceback, innermost last, and the torch API the innermost one called."""
     frames: list[RawFrame] = []
+    hidden: list[str] = []
     api: str | None = None
     after_user = False
     while tb is not None:
         code = tb.tb_frame.f_code
+        framework = framework_of(code.co_filename)
+        if framework is not None:
+            hidden.append(framework)
         if is_user_file(code.co_filename):
             frames.append((code.co_filename, tb.tb_lineno, code.co_name))
             api, after_user = None, True
         elif after_user and code.co_filename.startswith(TORCH_DIR) and _is_api_name(code.co_qualname):
             api, after_user = code.co_qualname, False
         tb = tb.tb_next
-    return tuple(frames[-MAX_STACK:]), api
+    return _user_frames(frames[-MAX_STACK:], hidden), api
 
 
 
@@ -340,4 +392,5 @@ def make_site(
         phase=Phase(phase),
         origin=origin,
         form=form,
+        hidden_frames=getattr(raw_frames, "hidden", ()),
     )
