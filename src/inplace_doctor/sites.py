@@ -62,6 +62,8 @@ class Site:
     #: the framework of each frame left out of `stack` because an installed framework ran it
     #: (pytest, pluggy, Lightning's loop), outermost first
     hidden_frames: tuple[str, ...] = field(default=(), compare=False)
+    #: ran inside `torch.compile`d code, which the tracer runs eagerly (compiled, it may behave otherwise)
+    in_compiled: bool = field(default=False, compare=False)
 
     @property
     def origin_location(self) -> str | None:

@@ -101,6 +101,7 @@ def saved_tensor_overwritten(
             f"A backward that reaches {node} will raise {error}: the tensor is now at version {event.version_now}, "
             f"autograd saved version {saved.version}. A graph that is freed without such a backward is harmless."
         )
+    why += compiled_note(saved.site, write.site)
     return make_finding(
         "IPD101",
         cause=SavedTensorCause.OVERWRITTEN,
@@ -133,6 +134,29 @@ def _fixes(write: WriteInfo, backward: Site | None, saved: Site | None) -> tuple
     if (write.site.api and write.site.api.endswith(".step")) or write.target:
         return step_fixes(write.site, backward)
     return write_fixes(write.site, saved)
+
+
+def compiled_note(saved: Site | None, write: Site) -> str:
+    """What the program does without the tool when the tensor was saved inside `torch.compile`d code,
+    which the tool runs eagerly (measured on torch 2.14.1, CPU, inductor): "" otherwise."""
+    if saved is None or not saved.in_compiled:
+        return ""
+    eager = (
+        " The tensor was saved inside torch.compile'd code, which inplace-doctor runs eagerly while it watches:"
+        " eager PyTorch raises here, as this program does without torch.compile."
+    )
+    if write.in_compiled:
+        return eager + (
+            " Compiled, torch.compile traces this backward while it compiles and, with the save and"
+            " the write in one compiled graph, stops with this error inside BackendCompilerFailed."
+        )
+    return eager + (
+        " Compiled, the backward reads the tensors the compiler chose to save, not necessarily this one:"
+        " where it saved this one (a Linear's input, `sigmoid`'s output) the same error is raised; where it"
+        " kept its own (inductor does for `relu`'s output) the program runs on without error, with the"
+        " gradients of the out-of-place program (its backward reads the values from before the write), and"
+        " it raises again wherever it runs uncompiled."
+    )
 
 
 def backward_site() -> Site | None:

@@ -1,4 +1,4 @@
-"""Stacks: which frames are the user's, capturing them (Python and C++ stacks), and DDP detection."""
+"""Stacks: which frames are the user's (the files: `user_files`), capturing them (Python and C++ stacks), and DDP detection."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import linecache
 import os
 import re
 import sys
-import sysconfig
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -15,90 +14,14 @@ import torch
 from .. import _compat
 from ..causes import WriteForm
 from ..sites import Frame, Phase, Site, source_line
+from .user_files import PACKAGE_DIR as PACKAGE_DIR
+from .user_files import framework_of as framework_of
+from .user_files import is_user_file as is_user_file
 
-# inplace_doctor's own files are never the user's line (its bundled examples are).
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _with_real(dirs: set[str]) -> tuple[str, ...]:
-    return tuple(sorted({os.path.join(p, "") for d in dirs for p in (d, os.path.realpath(d))}))
-
-
-def _library_dirs() -> tuple[str, ...]:
-    dirs = {os.path.dirname(torch.__file__), PACKAGE_DIR}
-    scripts = sysconfig.get_paths().get("scripts")  # console-script wrappers
-    if scripts:
-        dirs.add(scripts)
-    return _with_real(dirs)
-
-
-# The standard library, but not the site-packages inside it (a venv's
-# platstdlib is a parent of its site-packages).
-_STDLIB_DIRS = _with_real({os.path.dirname(os.__file__)})
-_SITE_MARKERS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
-_LIBRARY_DIRS = _library_dirs()
 TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "")  # torch's own files: never the user's line
-# The bundled examples are user code as far as locations go.
-_USER_DIRS = tuple(
-    os.path.join(d, "examples", "") for d in (PACKAGE_DIR, os.path.realpath(PACKAGE_DIR))
-)
 _TORCH_MODULES_DIR = os.path.join(torch.nn.modules.__path__[0], "")
-_is_user_file_cache: dict[str, bool] = {}
 # Torch frames that only forward a call (module __call__, decorators): not the API the user called.
 _WRAPPER_NAMES = frozenset({"_wrapped_call_impl", "_call_impl", "_fn", "wrapper", "decorate_context"})
-
-
-# Installed packages that only wrap calls (deprecation and decorator helpers): a frame there is the
-# wrapper around the user's call (`torch.nn.utils.weight_norm` is wrapped by typing_extensions' `deprecated`).
-_WRAPPER_PACKAGES = ("typing_extensions.py", "wrapt", "decorator.py", "deprecated", "deprecation.py", "functools.py")
-
-
-def _is_wrapper_package(filename: str) -> bool:
-    for marker in _SITE_MARKERS:
-        if marker in filename:
-            top = filename.split(marker, 1)[1].split(os.sep, 1)[0]
-            return top in _WRAPPER_PACKAGES
-    return False
-
-
-# Installed frameworks that run the user's code (test runners, trainers): their frames are how the
-# user's function was reached, not the user's line (`manual_backward` calls `loss.backward()` inside
-# Lightning; pytest and pluggy put about 40 frames under every test).
-_FRAMEWORK_PACKAGES = frozenset(
-    {"pytest", "_pytest", "pluggy", "lightning", "pytorch_lightning", "lightning_fabric", "accelerate"}
-)
-_framework_cache: dict[str, str | None] = {}
-
-
-def framework_of(filename: str) -> str | None:
-    """The installed framework whose file this is (`pluggy`), or None: the user's own code, a model
-    library's (`transformers`' modeling files are where their writes are) or torch's."""
-    if filename in _framework_cache:
-        return _framework_cache[filename]
-    found = None
-    for marker in _SITE_MARKERS:
-        if marker in filename:
-            rest = filename.split(marker, 1)[1]
-            top = rest.split(os.sep, 1)[0]
-            if top in _FRAMEWORK_PACKAGES:
-                found = top.lstrip("_")  # pytest's code is in `_pytest`
-            elif top == "transformers" and os.path.basename(rest).startswith("trainer"):
-                found = top  # the Trainer's loop, not a model's code
-            break
-    _framework_cache[filename] = found
-    return found
-
-
-def is_user_file(filename: str) -> bool:
-    known = _is_user_file_cache.get(filename)
-    if known is None:
-        stdlib = filename.startswith(_STDLIB_DIRS) and not any(m in filename for m in _SITE_MARKERS)
-        known = filename.startswith(_USER_DIRS) or not (
-            stdlib or filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen") or _is_wrapper_package(filename)
-            or framework_of(filename) is not None
-        )
-        _is_user_file_cache[filename] = known
-    return known
 
 
 def called_by_a_torch_module(frame: FrameType | None) -> bool:
@@ -221,28 +144,42 @@ def checkpoint_split(captured: Any, limit: int) -> tuple[tuple[RawFrame, ...], s
 
 
 class UserFrames(tuple[RawFrame, ...]):
-    """The user's frames of a stack (innermost last), and the framework of each frame left out
-    because an installed framework ran it (`pluggy`, `_pytest`), outermost first."""
+    """The user's frames of a stack (innermost last), the framework of each frame left out
+    because an installed framework ran it (`pluggy`, `_pytest`), outermost first, and whether
+    the stack ran inside `torch.compile`d code (which the tracer runs eagerly)."""
 
     hidden: tuple[str, ...] = ()
+    in_compiled: bool = False
 
 
-def _user_frames(frames: list[RawFrame], hidden: list[str]) -> UserFrames:
+def _user_frames(frames: list[RawFrame], hidden: list[str], in_compiled: bool = False) -> UserFrames:
     kept = UserFrames(frames)
     if hidden:
         kept.hidden = tuple(hidden)
+    if in_compiled:
+        kept.in_compiled = True
     return kept
+
+
+# The wrapper `torch.compile` puts around a function or a module's forward: on the stack while
+# compiled code runs (eagerly, under the tracer's `force_eager` stance). Its `_fn` is the wrapper of
+# `torch._dynamo.disable`d functions (optimizers, torch's own helpers), not of compiled ones; torch
+# releases that name their compile wrapper `_fn` too are not told apart (no note there).
+_EVAL_FRAME_FILE = os.path.join(os.path.dirname(torch.__file__), "_dynamo", "eval_frame.py")
+_COMPILE_WRAPPERS = frozenset({"compile_wrapper"})
 
 
 def _select(entries: list[dict[str, Any]], limit: int) -> tuple[UserFrames, str | None, bool]:
     frames: list[RawFrame] = []
     hidden: list[str] = []
     api: str | None = None
-    through_checkpoint = False
+    through_checkpoint = in_compiled = False
     for entry in entries:  # innermost first
         filename, line, name = entry["filename"], entry["line"], entry["name"]
         if filename == _CHECKPOINT_FILE:
             through_checkpoint = True
+        elif filename == _EVAL_FRAME_FILE and name in _COMPILE_WRAPPERS:
+            in_compiled = True
         framework = framework_of(filename)
         if framework is not None:
             hidden.append(framework)
@@ -256,7 +193,7 @@ def _select(entries: list[dict[str, Any]], limit: int) -> tuple[UserFrames, str 
                 api = qualname
     frames.reverse()
     hidden.reverse()
-    return _user_frames(frames, hidden), api, through_checkpoint
+    return _user_frames(frames, hidden, in_compiled), api, through_checkpoint
 
 
 # filename -> (first line, last line, name, qualname) of every code object compiled from it
@@ -393,4 +330,5 @@ def make_site(
         origin=origin,
         form=form,
         hidden_frames=getattr(raw_frames, "hidden", ()),
+        in_compiled=getattr(raw_frames, "in_compiled", False),
     )
