@@ -227,6 +227,28 @@ class SoftActorCritic:
         return self.critic(obs) - target
 
 
+class SelfCaller(nn.Module):
+    """A module whose own method calls it (`self(x)`): `self` there names no particular module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        return self(x)
+
+
+def test_a_module_called_by_its_own_method_is_named_by_the_callers_variable_not_self():
+    policy = SelfCaller()
+    paths = ModulePaths()
+    with paths, Recorder(paths) as rec:
+        policy.predict(torch.randn(2, 4))
+    assert [ctx[0] for ctx in rec.contexts("aten.addmm")] == ["policy.fc"]
+
+
 def test_modules_in_a_plain_objects_list_are_named_by_the_path_not_by_the_loop_variable():
     flow = Flow()
     paths = ModulePaths()

@@ -19,7 +19,7 @@ _USER_FRAMES = 8  # user frames whose names are searched, innermost first
 _DEPTH = 4  # attribute steps from a name the user wrote (`trainer.agent.critic.qf1` is three)
 _VISITS = 4000  # objects looked at, at most: the search runs once per module first seen
 _ITEMS = 64  # elements of one list, tuple or dict looked at
-_SELF_NAMES = ("self", "cls")  # names every method has: paths through them come last
+_SELF_NAMES = frozenset({"self", "cls"})  # names every method has: paths through them come last
 
 
 @functools.lru_cache(maxsize=256)
@@ -64,7 +64,8 @@ def variable_name(module: torch.nn.Module) -> str | None:
     if not frames:
         return None
     inner = frames[0]
-    for scope, skip in ((inner.f_locals, loop_targets(inner.f_code)), (inner.f_globals, frozenset())):
+    # `self` in a method that calls its own module (`self(x)`) says nothing about which module it is.
+    for scope, skip in ((inner.f_locals, loop_targets(inner.f_code) | _SELF_NAMES), (inner.f_globals, frozenset())):
         names = _bound_names(scope, module, skip)
         if len(names) == 1:
             return names[0]
@@ -101,7 +102,7 @@ def attribute_path(module: torch.nn.Module, frames: list[FrameType]) -> str | No
     for _ in range(_DEPTH + 1):
         following: list[tuple[str, Any]] = []
         for path, value in level:
-            if value is module:
+            if value is module and path not in _SELF_NAMES:
                 return path
             if id(value) in visited or len(visited) >= _VISITS:
                 continue
