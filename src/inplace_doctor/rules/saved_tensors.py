@@ -142,8 +142,8 @@ def compiled_note(saved: Site | None, write: Site) -> str:
     if saved is None or not saved.in_compiled:
         return ""
     eager = (
-        " The tensor was saved inside torch.compile'd code, which inplace-doctor runs eagerly while it watches:"
-        " eager PyTorch raises here, as this program does without torch.compile."
+        " The tensor was saved inside torch.compile'd code, which inplace-doctor runs eagerly while it watches,"
+        " as PyTorch runs this program without torch.compile."
     )
     if write.in_compiled:
         return eager + (
@@ -151,11 +151,11 @@ def compiled_note(saved: Site | None, write: Site) -> str:
             " the write in one compiled graph, stops with this error inside BackendCompilerFailed."
         )
     return eager + (
-        " Compiled, the backward reads the tensors the compiler chose to save, not necessarily this one:"
-        " where it saved this one (a Linear's input, `sigmoid`'s output) the same error is raised; where it"
-        " kept its own (inductor does for `relu`'s output) the program runs on without error, with the"
-        " gradients of the out-of-place program (its backward reads the values from before the write), and"
-        " it raises again wherever it runs uncompiled."
+        " Compiled, its backward reads the tensors the compiler chose to save, not necessarily this one:"
+        " where the compiler saved this one (a Linear's input, `sigmoid`'s output) it raises the same error;"
+        " where it kept its own (inductor does for `relu`'s output) the program runs on without error, with"
+        " the gradients of the out-of-place program (its backward reads the values from before the write),"
+        " and raises wherever it runs uncompiled."
     )
 
 
