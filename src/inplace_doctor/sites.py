@@ -64,6 +64,11 @@ class Site:
     origin: Frame | None = field(default=None, compare=False)
     #: how Python asked for the write when it is no `op_` call: an `inplace=True` flag or `x += y`
     form: WriteForm | None = None
+    #: the framework of each frame left out of `stack` because an installed framework ran it
+    #: (pytest, pluggy, Lightning's loop), outermost first
+    hidden_frames: tuple[str, ...] = field(default=(), compare=False)
+    #: ran inside `torch.compile`d code, which the tracer runs eagerly (compiled, it may behave otherwise)
+    in_compiled: bool = field(default=False, compare=False)
 
     @property
     def origin_location(self) -> str | None:

@@ -15,6 +15,7 @@ from conftest import marker_line
 pl = pytest.importorskip("lightning.pytorch")  # CI installs it through '.[test]'; a guard for bare checkouts
 
 import inplace_doctor as ipd  # noqa: E402
+from inplace_doctor.findings import FixKind  # noqa: E402
 from inplace_doctor.integrations import InplaceHazardsFound  # noqa: E402
 from inplace_doctor.integrations.lightning import InplaceDoctorCallback  # noqa: E402
 
@@ -67,7 +68,7 @@ class StepBeforeBackward(Regressor):
         opt = self.optimizers()
         self.manual_backward(loss, retain_graph=True)
         opt.step()  # type: ignore[union-attr]
-        self.manual_backward(loss)
+        self.manual_backward(loss)  # <second-backward>
 
 
 def loader() -> torch.utils.data.DataLoader:
@@ -144,6 +145,11 @@ def test_an_optimizer_step_before_a_retained_backward_is_caught_in_manual_optimi
         fit(StepBeforeBackward(manual=True), [callback])
     assert "model.net.head.weight" in str(raised.value), str(raised.value)
     assert no_tracer_left()
+    # The backward is the user's `manual_backward` call, not the `loss.backward()` inside Lightning:
+    # moving the step after it is an edit of this file.
+    (finding,) = raised.value.findings
+    (move,) = [f for f in finding.fixes if f.kind is FixKind.MOVE_STATEMENT]
+    assert [(e.path, e.start.line) for e in move.edits][-1] == (__file__, marker_line(__file__, "second-backward"))
 
 
 @pytest.mark.parametrize("fail_on", ["warning", "error", None])

@@ -19,6 +19,7 @@ from torch import nn
 
 import inplace_doctor as ipd
 from inplace_doctor.trace.compiled import EagerCompiled
+from conftest import marker_line
 
 TRAIN = textwrap.dedent(
     """\
@@ -192,3 +193,73 @@ def test_outputs_and_gradients_match_eager_with_and_without_the_tool() -> None:
         out.sum().backward()
     assert session.findings == []
     assert torch.equal(out, eager) and torch.equal(model.fc.weight.grad, eager_grad)
+
+
+class Encoder(nn.Module):
+    """Returns `relu`'s output, which eager autograd saves and inductor does not (it keeps its own)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.fc(x))
+
+
+def _shift_after_forward(model: nn.Module, x: torch.Tensor, inplace: bool) -> None:
+    h = model(x)
+    if inplace:
+        h -= 0.5  # written after the compiled forward returned  # <shift>
+    else:
+        h = h - 0.5
+    h.square().mean().backward()
+
+
+def test_pytorch_fact_inductor_runs_on_where_eager_raises_with_the_out_of_place_gradients() -> None:
+    """The fact IPD101's note on compiled code rests on (torch 2.14.1, CPU, inductor): a write after a
+    compiled forward into `relu`'s output raises eagerly; compiled, backward reads inductor's own saved
+    tensors, so the program runs on, with the gradients of the out-of-place program."""
+    torch.manual_seed(0)
+    base, x = Encoder(), torch.randn(4, 8)
+    reference = Encoder()
+    reference.load_state_dict(base.state_dict())
+    _shift_after_forward(reference, x.clone(), inplace=False)
+    eager = Encoder()
+    eager.load_state_dict(base.state_dict())
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        _shift_after_forward(eager, x.clone(), inplace=True)
+    torch._dynamo.reset()
+    compiled = Encoder()
+    compiled.load_state_dict(base.state_dict())
+    _shift_after_forward(torch.compile(compiled), x.clone(), inplace=True)  # inductor: no error
+    torch._dynamo.reset()
+    for p, q in zip(compiled.parameters(), reference.parameters()):
+        assert p.grad is not None and q.grad is not None and torch.equal(p.grad, q.grad)
+
+
+def test_a_save_inside_compiled_code_is_marked_so_the_finding_says_what_compiled_code_does() -> None:
+    model = Encoder()
+    with pytest.raises(ipd.InplaceError) as raised:
+        with ipd.watch():
+            _shift_after_forward(torch.compile(model, backend="eager"), torch.randn(4, 8), inplace=True)
+    [f] = raised.value.findings
+    assert f.code == "IPD101" and f.confirmed and f.saved is not None
+    assert f.saved.in_compiled and not f.mutation.in_compiled  # saved in the compiled forward, written after it
+    assert f.mutation.line == marker_line(__file__, "shift")
+
+
+def test_a_save_and_a_write_both_inside_compiled_code_are_both_marked() -> None:
+    compiled = torch.compile(Gate(), backend="eager")
+    with pytest.raises(ipd.InplaceError) as raised:
+        with ipd.watch():
+            compiled(torch.randn(2, 4)).sum().backward()
+    [f] = raised.value.findings
+    assert f.saved is not None and f.saved.in_compiled and f.mutation.in_compiled
+
+
+def test_a_save_outside_compiled_code_is_not_marked() -> None:
+    with pytest.raises(ipd.InplaceError) as raised:
+        with ipd.watch():
+            _shift_after_forward(Encoder(), torch.randn(4, 8), inplace=True)
+    [f] = raised.value.findings
+    assert f.saved is not None and not f.saved.in_compiled and not f.mutation.in_compiled

@@ -234,9 +234,9 @@ def test_models_are_named_by_the_variables_that_hold_them_and_never_share_a_path
     assert {"G", "G.0", "D", "D.0"} <= paths
     twins = [nn.Sequential(nn.Linear(2, 2), nn.Sigmoid(), nn.ReLU(inplace=True)) for _ in range(2)]
     with ipd.watch() as session:
-        kept = [m(torch.randn(1, 2)) for m in twins]  # a loop variable names the first; the second by class
+        kept = [m(torch.randn(1, 2)) for m in twins]  # the loop variable names neither: the list does
     (f,) = session.findings
-    assert f.count == 2 and set(f.places) == {"m.2", "Sequential.2"} and kept
+    assert f.count == 2 and set(f.places) == {"twins[0].2", "twins[1].2"} and kept
 
 
 class _TwoBugs(nn.Module):

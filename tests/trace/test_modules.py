@@ -168,22 +168,103 @@ def test_a_module_never_added_and_bound_to_two_names_is_named_by_its_class():
 
 
 def test_two_unnamed_modules_of_one_class_get_distinct_paths():
-    models = [nn.Sequential(nn.ReLU(inplace=True)), nn.Sequential(nn.ReLU(inplace=True))]
     paths = ModulePaths()
     with paths, Recorder(paths) as rec:
-        for i in range(2):
-            models[i](torch.randn(2))
+        for m in (nn.Sequential(nn.ReLU(inplace=True)), nn.Sequential(nn.ReLU(inplace=True))):
+            m(torch.randn(2))  # bound to the loop variable only, which names no module
     assert [ctx[0] for ctx in rec.contexts("aten.relu_")] == ["Sequential.0", "Sequential#2.0"]
 
 
-def test_a_loop_variable_names_only_the_first_module():
+def test_a_loop_variable_names_no_module_the_list_it_runs_over_does():
     models = [nn.Sequential(nn.ReLU(inplace=True)), nn.Sequential(nn.ReLU(inplace=True))]
     paths = ModulePaths()
     with paths, Recorder(paths) as rec:
         for m in models:
             m(torch.randn(2))
-    first, second = [ctx[0] for ctx in rec.contexts("aten.relu_")]
-    assert first == "m.0" and second == "Sequential.0"
+    assert [ctx[0] for ctx in rec.contexts("aten.relu_")] == ["models[0].0", "models[1].0"]
+
+
+class FlowStep(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.scale(x)) + x
+
+
+class Flow:
+    """Steps kept in a plain list by a plain object (no nn.Module around them), run in a loop."""
+
+    def __init__(self) -> None:
+        self.steps = [FlowStep(), FlowStep()]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        for s in self.steps:
+            x = s(x)
+        return x
+
+
+class Critic(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.qf1, self.qf2 = nn.Linear(4, 1), nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.minimum(self.qf1(x), self.qf2(x))
+
+
+class SoftActorCritic:
+    """An online critic and its target of one class, held by a plain trainer object (SAC's shape)."""
+
+    def __init__(self) -> None:
+        self.critic = Critic()
+        self.critic_target = Critic()
+
+    def update(self, obs: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            target = self.critic_target(obs)  # the target first: the online critic is the second Critic seen
+        return self.critic(obs) - target
+
+
+class SelfCaller(nn.Module):
+    """A module whose own method calls it (`self(x)`): `self` there names no particular module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        return self(x)
+
+
+def test_a_module_called_by_its_own_method_is_named_by_the_callers_variable_not_self():
+    policy = SelfCaller()
+    paths = ModulePaths()
+    with paths, Recorder(paths) as rec:
+        policy.predict(torch.randn(2, 4))
+    assert [ctx[0] for ctx in rec.contexts("aten.addmm")] == ["policy.fc"]
+
+
+def test_modules_in_a_plain_objects_list_are_named_by_the_path_not_by_the_loop_variable():
+    flow = Flow()
+    paths = ModulePaths()
+    with paths, Recorder(paths) as rec:
+        flow(torch.randn(2, 4))
+    assert [ctx[0] for ctx in rec.contexts("aten.addmm")] == ["flow.steps[0].scale", "flow.steps[1].scale"]
+
+
+def test_modules_of_one_class_held_by_the_users_object_are_named_by_its_attributes():
+    trainer = SoftActorCritic()
+    paths = ModulePaths()
+    with paths, Recorder(paths) as rec:
+        trainer.update(torch.randn(2, 4))
+    assert [ctx[0] for ctx in rec.contexts("aten.addmm")] == [
+        "trainer.critic_target.qf1", "trainer.critic_target.qf2", "trainer.critic.qf1", "trainer.critic.qf2",
+    ]
 
 
 def test_no_hooks_left_behind_after_exit():
@@ -438,6 +519,12 @@ def test_variable_name_ignores_private_names():
     _hidden = model = nn.Linear(2, 2)
     assert _hidden is model
     assert name_of(model) == "model"
+
+
+def test_variable_name_skips_a_loop_variable_for_the_path_it_came_from():
+    nets = {"g": nn.Linear(2, 2)}
+    for net in nets.values():
+        assert name_of(net) == "nets['g']"
 
 
 def test_variable_name_ambiguous_or_unbound():

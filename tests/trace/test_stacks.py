@@ -8,14 +8,16 @@ import json
 import os
 import sysconfig
 
+import pytest
 import torch
 import torch.nn.modules.linear
+from conftest import marker_line
 
 import inplace_doctor
 import inplace_doctor.examples
 import inplace_doctor.sites
 import inplace_doctor.trace.stacks
-from inplace_doctor.trace.stacks import is_user_file
+from inplace_doctor.trace.stacks import framework_of, is_user_file
 
 SITE_PACKAGES = os.path.dirname(os.path.dirname(torch.__file__))  # torch is installed in it
 PACKAGE_DIR = os.path.dirname(inplace_doctor.__file__)
@@ -78,6 +80,41 @@ def test_wrapper_packages_are_not_the_users():
 def test_other_installed_packages_are_the_users():
     assert is_user_file(os.path.join(SITE_PACKAGES, "timm", "models", "vit.py"))
     assert is_user_file(os.path.join(SITE_PACKAGES, "wrapt_helpers", "x.py"))  # only the exact top-level name
+
+
+def test_installed_frameworks_that_run_the_users_code_are_not_the_users():
+    for parts in (("_pytest", "runner.py"), ("pluggy", "_callers.py"), ("lightning", "pytorch", "core", "module.py"),
+                  ("pytorch_lightning", "core", "module.py"), ("accelerate", "accelerator.py"),
+                  ("transformers", "trainer.py")):
+        assert not is_user_file(os.path.join(SITE_PACKAGES, *parts)), parts
+        assert framework_of(os.path.join(SITE_PACKAGES, *parts)) is not None
+    # a model library's code is where its writes are: transformers' modeling files stay the user's
+    assert is_user_file(os.path.join(SITE_PACKAGES, "transformers", "models", "bert", "modeling_bert.py"))
+    assert framework_of(os.path.join(SITE_PACKAGES, "pytest_plugins", "x.py")) is None  # only the exact name
+
+
+def _overwrite_a_saved_tensor() -> None:
+    x = torch.randn(3, 3, requires_grad=True)
+    y = torch.sigmoid(x)
+    y.mul_(2)  # <write>
+    y.sum().backward()
+
+
+def test_a_write_under_pytest_keeps_the_users_frames_and_counts_the_frameworks():
+    # This test runs under pytest: pytest and pluggy frames are below it on the stack.
+    with pytest.raises(inplace_doctor.InplaceError) as raised:
+        with inplace_doctor.watch():
+            _overwrite_a_saved_tensor()  # <call>
+    write = raised.value.findings[0].mutation
+    assert [(f.function, f.line) for f in write.stack[-2:]] == [
+        ("test_a_write_under_pytest_keeps_the_users_frames_and_counts_the_frameworks", marker_line(__file__, "call")),
+        ("_overwrite_a_saved_tensor", marker_line(__file__, "write")),
+    ]
+    assert all(framework_of(f.file) is None for f in write.stack), [f.file for f in write.stack]
+    assert {"pytest", "pluggy"} <= set(write.hidden_frames)
+    shown = str(raised.value.written_here)  # type: ignore[attr-defined]
+    files = [line for line in shown.splitlines() if line.lstrip().startswith("File ")]
+    assert len(files) == len(write.stack) and not any(SITE_PACKAGES in line for line in files)
 
 
 def test_console_script_wrappers_are_not_the_users():

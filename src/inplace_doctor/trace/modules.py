@@ -14,6 +14,7 @@ from ..errors import UnsupportedModuleError
 from ..sites import ROOT_LABEL, module_path
 from .compiled import uncompiled, without_compiled_wrappers
 from .storage import storage_key
+from .user_names import variable_name
 
 ModuleContext = tuple[str, int, str, "bool | None"]  # path, call index, class, inplace flag
 
@@ -180,7 +181,7 @@ class ModulePaths:
         taken = {path for _, path, _ in self._known.values()}
         name = variable_name(module)
         if name in taken:
-            name = None  # a loop variable (`for m in models: m(x)`) names only the first; the rest by class
+            name = None  # a name now bound to another module than the one it named first
         self.add_root(module, unique_label(name or type(module).__name__, taken))
         return self._known[id(module)]
 
@@ -271,21 +272,3 @@ def unique_label(name: str, taken: set[str]) -> str:
         n += 1
         label = f"{name}#{n}"
     return label
-
-
-def variable_name(module: torch.nn.Module) -> str | None:
-    """The one name the innermost user frame (locals, then globals) binds to `module`, if exactly one."""
-    from .stacks import is_user_file
-
-    frame = sys._getframe(2)
-    while frame is not None and not is_user_file(frame.f_code.co_filename):
-        frame = frame.f_back  # type: ignore[assignment]
-    if frame is None:
-        return None
-    for scope in (frame.f_locals, frame.f_globals):
-        names = [name for name, value in list(scope.items()) if value is module and not name.startswith("_")]
-        if len(names) == 1 and names[0].isidentifier():
-            return names[0]
-        if names:
-            return None
-    return None

@@ -1,4 +1,4 @@
-"""Stacks: which frames are the user's, capturing them (Python and C++ stacks), and DDP detection."""
+"""Stacks: which frames are the user's (the files: `user_files`), capturing them (Python and C++ stacks), and DDP detection."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import linecache
 import os
 import re
 import sys
-import sysconfig
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -15,61 +14,14 @@ import torch
 from .. import _compat
 from ..causes import WriteForm
 from ..sites import Frame, Phase, Site, source_line
+from .user_files import PACKAGE_DIR as PACKAGE_DIR
+from .user_files import framework_of as framework_of
+from .user_files import is_user_file as is_user_file
 
-# inplace_doctor's own files are never the user's line (its bundled examples are).
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _with_real(dirs: set[str]) -> tuple[str, ...]:
-    return tuple(sorted({os.path.join(p, "") for d in dirs for p in (d, os.path.realpath(d))}))
-
-
-def _library_dirs() -> tuple[str, ...]:
-    dirs = {os.path.dirname(torch.__file__), PACKAGE_DIR}
-    scripts = sysconfig.get_paths().get("scripts")  # console-script wrappers
-    if scripts:
-        dirs.add(scripts)
-    return _with_real(dirs)
-
-
-# The standard library, but not the site-packages inside it (a venv's
-# platstdlib is a parent of its site-packages).
-_STDLIB_DIRS = _with_real({os.path.dirname(os.__file__)})
-_SITE_MARKERS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
-_LIBRARY_DIRS = _library_dirs()
 TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "")  # torch's own files: never the user's line
-# The bundled examples are user code as far as locations go.
-_USER_DIRS = tuple(
-    os.path.join(d, "examples", "") for d in (PACKAGE_DIR, os.path.realpath(PACKAGE_DIR))
-)
 _TORCH_MODULES_DIR = os.path.join(torch.nn.modules.__path__[0], "")
-_is_user_file_cache: dict[str, bool] = {}
 # Torch frames that only forward a call (module __call__, decorators): not the API the user called.
 _WRAPPER_NAMES = frozenset({"_wrapped_call_impl", "_call_impl", "_fn", "wrapper", "decorate_context"})
-
-
-# Installed packages that only wrap calls (deprecation and decorator helpers): a frame there is the
-# wrapper around the user's call (`torch.nn.utils.weight_norm` is wrapped by typing_extensions' `deprecated`).
-_WRAPPER_PACKAGES = ("typing_extensions.py", "wrapt", "decorator.py", "deprecated", "deprecation.py", "functools.py")
-
-
-def _is_wrapper_package(filename: str) -> bool:
-    for marker in _SITE_MARKERS:
-        if marker in filename:
-            top = filename.split(marker, 1)[1].split(os.sep, 1)[0]
-            return top in _WRAPPER_PACKAGES
-    return False
-
-
-def is_user_file(filename: str) -> bool:
-    known = _is_user_file_cache.get(filename)
-    if known is None:
-        stdlib = filename.startswith(_STDLIB_DIRS) and not any(m in filename for m in _SITE_MARKERS)
-        known = filename.startswith(_USER_DIRS) or not (
-            stdlib or filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen") or _is_wrapper_package(filename)
-        )
-        _is_user_file_cache[filename] = known
-    return known
 
 
 def called_by_a_torch_module(frame: FrameType | None) -> bool:
@@ -191,14 +143,46 @@ def checkpoint_split(captured: Any, limit: int) -> tuple[tuple[RawFrame, ...], s
     return frames, api, ()
 
 
-def _select(entries: list[dict[str, Any]], limit: int) -> tuple[tuple[RawFrame, ...], str | None, bool]:
+class UserFrames(tuple[RawFrame, ...]):
+    """The user's frames of a stack (innermost last), the framework of each frame left out
+    because an installed framework ran it (`pluggy`, `_pytest`), outermost first, and whether
+    the stack ran inside `torch.compile`d code (which the tracer runs eagerly)."""
+
+    hidden: tuple[str, ...] = ()
+    in_compiled: bool = False
+
+
+def _user_frames(frames: list[RawFrame], hidden: list[str], in_compiled: bool = False) -> UserFrames:
+    kept = UserFrames(frames)
+    if hidden:
+        kept.hidden = tuple(hidden)
+    if in_compiled:
+        kept.in_compiled = True
+    return kept
+
+
+# The wrapper `torch.compile` puts around a function or a module's forward: on the stack while
+# compiled code runs (eagerly, under the tracer's `force_eager` stance). Its `_fn` is the wrapper of
+# `torch._dynamo.disable`d functions (optimizers, torch's own helpers), not of compiled ones; torch
+# releases that name their compile wrapper `_fn` too are not told apart (no note there).
+_EVAL_FRAME_FILE = os.path.join(os.path.dirname(torch.__file__), "_dynamo", "eval_frame.py")
+_COMPILE_WRAPPERS = frozenset({"compile_wrapper"})
+
+
+def _select(entries: list[dict[str, Any]], limit: int) -> tuple[UserFrames, str | None, bool]:
     frames: list[RawFrame] = []
+    hidden: list[str] = []
     api: str | None = None
-    through_checkpoint = False
+    through_checkpoint = in_compiled = False
     for entry in entries:  # innermost first
         filename, line, name = entry["filename"], entry["line"], entry["name"]
         if filename == _CHECKPOINT_FILE:
             through_checkpoint = True
+        elif filename == _EVAL_FRAME_FILE and name in _COMPILE_WRAPPERS:
+            in_compiled = True
+        framework = framework_of(filename)
+        if framework is not None:
+            hidden.append(framework)
         if len(frames) >= limit:
             continue
         if is_user_file(filename):
@@ -208,7 +192,8 @@ def _select(entries: list[dict[str, Any]], limit: int) -> tuple[tuple[RawFrame, 
             if _is_api_name(qualname):
                 api = qualname
     frames.reverse()
-    return tuple(frames), api, through_checkpoint
+    hidden.reverse()
+    return _user_frames(frames, hidden, in_compiled), api, through_checkpoint
 
 
 # filename -> (first line, last line, name, qualname) of every code object compiled from it
@@ -259,17 +244,21 @@ def inplace_op_in_traceback(tb: TracebackType | None) -> str | None:
 def frames_from_traceback(tb: TracebackType | None) -> tuple[tuple[RawFrame, ...], str | None]:
     """User frames of a traceback, innermost last, and the torch API the innermost one called."""
     frames: list[RawFrame] = []
+    hidden: list[str] = []
     api: str | None = None
     after_user = False
     while tb is not None:
         code = tb.tb_frame.f_code
+        framework = framework_of(code.co_filename)
+        if framework is not None:
+            hidden.append(framework)
         if is_user_file(code.co_filename):
             frames.append((code.co_filename, tb.tb_lineno, code.co_name))
             api, after_user = None, True
         elif after_user and code.co_filename.startswith(TORCH_DIR) and _is_api_name(code.co_qualname):
             api, after_user = code.co_qualname, False
         tb = tb.tb_next
-    return tuple(frames[-MAX_STACK:]), api
+    return _user_frames(frames[-MAX_STACK:], hidden), api
 
 
 
@@ -340,4 +329,6 @@ def make_site(
         phase=Phase(phase),
         origin=origin,
         form=form,
+        hidden_frames=getattr(raw_frames, "hidden", ()),
+        in_compiled=getattr(raw_frames, "in_compiled", False),
     )

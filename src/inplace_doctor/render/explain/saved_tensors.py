@@ -21,7 +21,7 @@ def saved_tensor_overwritten(finding: Finding, root_label: str) -> Sentences:
             f"{where(finding.mutation, root_label)} overwrote {_written_desc(finding, facts, root_label)}, which "
             f"{_saved_phrase(finding, root_label)}."
         ),
-        why=_overwritten_why(facts, bool(finding.confirmed)),
+        why=_overwritten_why(facts, bool(finding.confirmed)) + compiled_note(finding.saved, finding.mutation),
         fix=_fix(finding, facts.backward, root_label),
     )
 
@@ -165,3 +165,26 @@ def _written_desc(finding: Finding, facts: VersionFacts, root_label: str) -> str
         else:
             desc += f", saved as a {shape} view of it"
     return desc
+
+
+def compiled_note(saved: Site | None, write: Site) -> str:
+    """What the program does without the tool when the tensor was saved inside `torch.compile`d code,
+    which the tool runs eagerly (measured on torch 2.14.1, CPU, inductor): "" otherwise."""
+    if saved is None or not saved.in_compiled:
+        return ""
+    eager = (
+        " The tensor was saved inside torch.compile'd code, which inplace-doctor runs eagerly while it watches,"
+        " as PyTorch runs this program without torch.compile."
+    )
+    if write.in_compiled:
+        return eager + (
+            " Compiled, torch.compile traces this backward while it compiles and, with the save and"
+            " the write in one compiled graph, stops with this error inside BackendCompilerFailed."
+        )
+    return eager + (
+        " Compiled, its backward reads the tensors the compiler chose to save, not necessarily this one:"
+        " where the compiler saved this one (a Linear's input, `sigmoid`'s output) it raises the same error;"
+        " where it kept its own (inductor does for `relu`'s output) the program runs on without error, with"
+        " the gradients of the out-of-place program (its backward reads the values from before the write),"
+        " and raises wherever it runs uncompiled."
+    )
