@@ -28,6 +28,19 @@ class SiteRole(enum.StrEnum):
     CONSTRUCTOR = "constructor"  # where the module with the `inplace` flag was constructed
 
 
+class Unreached(enum.StrEnum):
+    """Why a prediction ended unconfirmed: what kept backward from reaching its tensor. Its words:
+    render/explain/unreached.py. A warning when the run could not tell (backward stopped at an
+    error, or never ran); info when a backward ran and its tensor is not on its path."""
+
+    STOPPED_AT_INPLACE_ERROR = "stopped-at-inplace-error"  # backward stopped at an earlier in-place error
+    STOPPED_AT_ERROR = "stopped-at-error"  # backward stopped at another error raised inside backward
+    FORWARD_STOPPED = "forward-stopped"  # audit's forward raised before backward
+    NO_BACKWARD = "no-backward"  # audit ran the forward only
+    NOT_ON_LOSS_PATH = "not-on-loss-path"  # audit's backward ran to the end without reaching it
+    NOT_REACHED_IN_WATCH = "not-reached-in-watch"  # no backward reached it while watch() was active
+
+
 class SavedTensorCause(enum.StrEnum):
     """IPD101."""
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, NamedTuple, TypeVar
 
-from .causes import Cause
+from .causes import Cause, Unreached
 from .findings import Finding
 
 
@@ -71,3 +71,16 @@ def explained(finding: Finding, root_label: str) -> Finding:
     """`finding` with its sentences (`what`, `why`, `fix`) made from its records."""
     what, why, fix = explain(finding, root_label)
     return replace(finding, what=what, why=why, fix=fix)
+
+
+_UNREACHED: dict[Unreached, str] = {}
+
+
+def says_unreached(words: dict[Unreached, str]) -> None:
+    """Register the sentence of each `Unreached` reason (render/explain/unreached.py)."""
+    _UNREACHED.update(words)
+
+
+def unreached(finding: Finding, reason: Unreached) -> Finding:
+    """`finding`, unconfirmed for `reason`: the reason as a field, and its sentence."""
+    return replace(finding, confirmed=False, unreached=reason, unconfirmed_reason=_UNREACHED[reason])

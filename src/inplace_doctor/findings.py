@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from .causes import Cause, Facts, SiteRole
+from .causes import Cause, Facts, SiteRole, Unreached
 from .sites import Site, caller_frame
 
 
@@ -150,7 +150,8 @@ class Finding:
     count: int = 1
     places: tuple[str, ...] = ()
     why: str = ""
-    unconfirmed_reason: str = ""
+    unconfirmed_reason: str = ""  # the sentence of `unreached`
+    unreached: Unreached | None = None  # when confirmed is False: what kept backward from its tensor
     fixes: tuple[Fix, ...] = ()  # the fix as data; `fix` above is its sentence
     cause: Cause | None = None  # the rule's cause enum: what render/ explains, what later code decides on
     facts: Facts | None = None  # what the rule measured (versions, a difference, an argument)
@@ -233,6 +234,7 @@ class Finding:
             "places": list(self.places),
             "why": self.why,
             "unconfirmed_reason": self.unconfirmed_reason,
+            "unreached": str(self.unreached) if self.unreached is not None else None,
             "mutation": self.mutation.to_dict(),
             "saved": self.saved.to_dict() if self.saved else None,
             "read": self.read.to_dict() if self.read else None,

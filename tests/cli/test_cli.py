@@ -230,7 +230,7 @@ def test_no_backward_reports_at_the_write_unconfirmed(capsys):
     assert finding["code"] == "IPD101"
     # A prediction no backward ran to confirm: a warning (exit 1 at the default fail-on), saying why.
     assert finding["confirmed"] is False and finding["severity"] == "warning"
-    assert "backward was not run" in finding["unconfirmed_reason"]
+    assert finding["unreached"] == "no-backward"
 
 
 # --- --input ------------------------------------------------------------------------------

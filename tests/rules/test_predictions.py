@@ -23,6 +23,7 @@ from torch import nn
 import inplace_doctor as ipd
 from conftest import line_of
 from inplace_doctor import Severity
+from inplace_doctor.causes import Unreached
 
 MINIMAL = """
 import torch
@@ -74,7 +75,7 @@ def test_the_minimal_reproduction_has_no_error_or_warning():
     # The graph was still alive when watch() ended: a prediction nothing confirmed, said as info.
     (info,) = session.report().findings
     assert info.code == "IPD101" and info.severity is Severity.INFO and info.confirmed is False
-    assert "no backward reached" in info.unconfirmed_reason
+    assert info.unreached is Unreached.NOT_REACHED_IN_WATCH
 
 
 def test_a_loop_drops_each_freed_graph_and_counts_it():
@@ -138,7 +139,7 @@ def test_audit_reports_what_backward_did_not_reach_after_an_earlier_error_as_a_w
         ("IPD101", Severity.WARNING, False),
         ("IPD101", Severity.ERROR, True),
     ]
-    assert "stopped at an earlier in-place error" in by_line[0].unconfirmed_reason
+    assert by_line[0].unreached is Unreached.STOPPED_AT_INPLACE_ERROR
 
 
 def test_an_ipd104_prediction_is_confirmed_when_backward_reads_the_changed_values():
@@ -269,7 +270,7 @@ def test_watch_reports_what_a_stopped_backward_did_not_reach_as_a_warning_when_t
         ("IPD101", Severity.WARNING, False),
         ("IPD101", Severity.ERROR, True),
     ]
-    assert "stopped at an earlier in-place error" in by_line[0].unconfirmed_reason
+    assert by_line[0].unreached is Unreached.STOPPED_AT_INPLACE_ERROR
 
 
 def test_a_prediction_made_after_the_stopped_backward_keeps_its_own_reason():
@@ -285,7 +286,7 @@ def test_a_prediction_made_after_the_stopped_backward_keeps_its_own_reason():
         later.mul_(2)  # <never backpropagated>
         session.tracer.flush()
     (f,) = [f for f in session.findings if f.mutation.line == line_of(__file__, "# <never backpropagated>")]
-    assert f.severity is Severity.INFO and "no backward reached" in f.unconfirmed_reason
+    assert f.severity is Severity.INFO and f.unreached is Unreached.NOT_REACHED_IN_WATCH
     del later
 
 
@@ -312,7 +313,7 @@ def test_run_reports_what_the_script_s_stopped_backward_did_not_reach_as_a_warni
         ("IPD101", "warning", False),
         ("IPD101", "error", True),
     ]
-    assert "stopped at an earlier in-place error" in findings[0]["unconfirmed_reason"]
+    assert findings[0]["unreached"] == "stopped-at-inplace-error"
 
 
 class _FailsInBackward(torch.autograd.Function):
@@ -338,4 +339,4 @@ def test_a_backward_that_raised_another_error_leaves_what_it_did_not_reach_a_war
     (f,) = session.findings
     assert f.mutation.line == line_of(__file__, "# <behind the broken backward>")
     assert (f.code, f.severity, f.confirmed) == ("IPD101", Severity.WARNING, False)
-    assert "backward stopped at an earlier error" in f.unconfirmed_reason
+    assert f.unreached is Unreached.STOPPED_AT_ERROR

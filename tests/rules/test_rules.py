@@ -16,6 +16,7 @@ from torch import nn
 import inplace_doctor as ipd
 
 from conftest import marker_line
+from inplace_doctor.causes import Unreached
 
 
 
@@ -156,7 +157,7 @@ def test_ipd101_branch_backward_never_reaches_is_unconfirmed_info():
     report = ipd.audit(TwoHeads(), torch.randn(2, 4), loss_fn=lambda out: out[0].sum())
     f = only(report.findings, "IPD101")
     assert_lines(f, "branch", "branch")
-    assert f.confirmed is False and f.severity is ipd.Severity.INFO and "not on the loss" in f.unconfirmed_reason
+    assert f.confirmed is False and f.severity is ipd.Severity.INFO and f.unreached is Unreached.NOT_ON_LOSS_PATH
     assert "Unconfirmed" in f.message
     both = only(ipd.audit(TwoHeads(), torch.randn(2, 4)).findings, "IPD101")
     assert both.confirmed is True and both.severity is ipd.Severity.ERROR

@@ -17,6 +17,7 @@ from torch import nn
 import inplace_doctor as ipd
 from conftest import line_of
 from inplace_doctor import Severity
+from inplace_doctor.causes import Unreached
 
 
 class Masked(nn.Module):
@@ -76,7 +77,7 @@ def test_audit_on_a_model_reports_it_confirmed() -> None:
 def test_audit_forward_only_keeps_it_as_an_unconfirmed_warning() -> None:
     report = ipd.audit(Masked(), torch.randn(4, 8), backward=False)
     f = _ipd110(report.findings)
-    assert f.confirmed is False and f.severity is Severity.WARNING and "backward was not run" in f.unconfirmed_reason
+    assert f.confirmed is False and f.severity is Severity.WARNING and f.unreached is Unreached.NO_BACKWARD
 
 
 def test_run_reports_both_lines_of_a_script(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ from ..events import InplaceErrorRaised
 from ..findings import Finding, Severity
 from ..report import Report
 from ..rules import select_rules
-from ..rules.dispatch import STOPPED, STOPPED_AT_ERROR, Analyzer
+from ..causes import Unreached
+from ..rules.dispatch import Analyzer
 from ..rules.phrasing import raised_in_backward
 from ..sites import ROOT_LABEL
 from ..trace.blame import UNPRINTABLE, exception_text, internal_error, passed_through, raised_by_the_tool
@@ -110,7 +111,7 @@ def audit(
         except Exception as exc:
             passed_through(exc)
             _classify_or_raise(exc, tracer, analyzer, report, "forward", model)
-            analyzer.finish("the forward stopped before backward could reach this tensor.", Severity.WARNING)
+            analyzer.finish(Unreached.FORWARD_STOPPED, Severity.WARNING)
             return finish_report(report, tracer, analyzer)
         tracer.flush()
         if backward:
@@ -134,7 +135,7 @@ def audit(
                 del loss
         # Before the graph is freed: what is still pending was never reached by a backward.
         tracer.check_contents_now()
-        analyzer.finish("backward was not run (forward only); a backward through this tensor would.", Severity.WARNING)
+        analyzer.finish(Unreached.NO_BACKWARD, Severity.WARNING)
         del output
     report = finish_report(report, tracer, analyzer)
     if tracer.contents.unlocated:  # IPD109 without the writing line: the run repeats, so look for it
@@ -331,13 +332,10 @@ class watch:
         self._tracer.__exit__(exc_type, exc, tb)
         described = self._described(exc)
         if isinstance(exc, InplaceError):
-            self._analyzer.finish(STOPPED, Severity.WARNING)
+            self._analyzer.finish(Unreached.STOPPED_AT_INPLACE_ERROR, Severity.WARNING)
         elif described is not None and described.node is not None:  # raised inside backward, in that node
-            self._analyzer.finish(STOPPED_AT_ERROR, Severity.WARNING)
-        self._analyzer.finish(
-            "no backward reached this tensor while watch() was active; a backward through its graph would "
-            "(a graph that is freed without one is harmless)."
-        )
+            self._analyzer.finish(Unreached.STOPPED_AT_ERROR, Severity.WARNING)
+        self._analyzer.finish(Unreached.NOT_REACHED_IN_WATCH)
         if isinstance(exc, InplaceError):
             self._analyzer.adopt(exc.findings)
             return False

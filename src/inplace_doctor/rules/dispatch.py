@@ -18,7 +18,8 @@ tensor. The prediction is kept, not reported, until one of:
 - the run ends (`finish`): still pending, reported unconfirmed with the
   reason. One policy for its severity: a prediction backward would have
   reached but did not, because backward (or forward) stopped at an earlier
-  error first, is a warning (`STOPPED`, `STOPPED_AT_ERROR`), wherever the
+  error first, is a warning (`Unreached.STOPPED_AT_INPLACE_ERROR`,
+  `STOPPED_AT_ERROR`, `FORWARD_STOPPED`, `NO_BACKWARD`), wherever the
   run ended (`audit`, `watch`, a script under `run` that raised, an error the
   program caught); one with no backward run through its graph while the
   session was active is info.
@@ -30,7 +31,7 @@ from collections import OrderedDict
 from dataclasses import replace
 from typing import Mapping, Sequence
 
-from ..causes import Cause, SavedTensorCause, VersionFacts
+from ..causes import Cause, SavedTensorCause, Unreached, VersionFacts
 from ..errors import InplaceError, WrittenHere
 from ..events import (
     ChangedGraphTensorFreed,
@@ -45,7 +46,7 @@ from ..events import (
     SavedTensorReached,
     StaleSavedTensorUsed,
 )
-from ..explanations import explained
+from ..explanations import explained, unreached
 from ..findings import Finding, Fix, FixKind, Severity
 from ..sites import Site, source_line
 from . import Rule
@@ -57,16 +58,6 @@ from .suppress import is_suppressed
 _REACHED = (StaleSavedTensorUsed, SavedTensorReached, ChangedGraphTensorReached)
 _FREED = (SavedTensorFreed, ChangedGraphTensorFreed)
 _REMEMBERED_OVERWRITES = 4096
-#: the reason given to a prediction still pending when backward stopped at an earlier error (a warning)
-STOPPED = (
-    "backward stopped at an earlier in-place error before reaching this tensor; fix that one and run "
-    "again to confirm this."
-)
-#: the same, when the error backward stopped at was not an in-place one
-STOPPED_AT_ERROR = (
-    "backward stopped at an earlier error (raised inside backward) before reaching this tensor; fix that "
-    "one and run again to confirm this."
-)
 _FIXES_SHOWN = 4
 
 
@@ -214,7 +205,7 @@ class Analyzer:
                 ) else VersionFacts(then=then, then_at=last.mutation.location, updates=updates)
                 confirmed = explained(
                     f.with_(
-                        confirmed=True, unconfirmed_reason="", fixes=alternatives or f.fixes,
+                        confirmed=True, unconfirmed_reason="", unreached=None, fixes=alternatives or f.fixes,
                         cause=SavedTensorCause.ALSO_WRITTEN, facts=facts,
                     ),
                     self.root_label,
@@ -275,40 +266,31 @@ class Analyzer:
         if confirming and not old.confirmed:
             merged = old.with_(
                 confirmed=True, severity=finding.severity, what=finding.what, why=finding.why, cause=finding.cause,
-                places=places, fix_alternatives=alternatives, unconfirmed_reason="", fixes=records,
+                places=places, fix_alternatives=alternatives, unconfirmed_reason="", unreached=None, fixes=records,
             )
         else:
             merged = old.with_(count=old.count + 1, places=places, fix_alternatives=alternatives, fixes=records)
         self.findings[index] = merged
         return merged
 
-    def finish(self, reason: str, severity: Severity = Severity.INFO) -> None:
-        """The run is over: predictions still pending are reported at `severity`, saying `reason`;
-        those pending when a backward stopped at an error this session raised, as warnings (`STOPPED`)."""
+    def finish(self, reason: Unreached, severity: Severity = Severity.INFO) -> None:
+        """The run is over: predictions still pending are reported at `severity`, for `reason`; those
+        pending when a backward stopped at an error this session raised, as warnings for that."""
         pending, self.pending = self.pending, {}
         cut_short, self._cut_short = self._cut_short, set()
         for key, predicted in pending.items():
             stopped = key in cut_short and severity.rank < Severity.WARNING.rank
             for f in predicted:
-                self._record(
-                    f.with_(
-                        confirmed=False,
-                        severity=Severity.WARNING if stopped else severity,
-                        unconfirmed_reason=STOPPED if stopped else reason,
-                    ),
-                    confirming=False,
-                )
+                ended = unreached(f, Unreached.STOPPED_AT_INPLACE_ERROR if stopped else reason)
+                self._record(ended.with_(severity=Severity.WARNING if stopped else severity), confirming=False)
 
     def backward_completed(self) -> None:
         """After audit's backward ran to the end: what it never reached is not on the loss's path."""
-        self.finish(
-            "the backward of the loss did not reach this tensor (it is not on the loss's path); a backward "
-            "through it would."
-        )
+        self.finish(Unreached.NOT_ON_LOSS_PATH)
 
     def backward_stopped(self) -> None:
         """After audit's backward raised at a confirmed error: the rest were not reached, but may be real."""
-        self.finish(STOPPED, Severity.WARNING)
+        self.finish(Unreached.STOPPED_AT_INPLACE_ERROR, Severity.WARNING)
 
 
 def _fixed_by(finding: Finding) -> tuple[object, ...]:

@@ -20,4 +20,5 @@ from . import (  # noqa: F401  (each module registers its explainers)
     outside_writes,
     program_meaning,
     saved_tensors,
+    unreached,
 )
