@@ -43,6 +43,8 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: RuleContext) -> Fin
 
     Fix: make that op out of place (``inplace=False``), or clone the input at
     the top of ``forward`` (``x = x.clone()``) if in-place is wanted inside.
+
+    Mode: fast and deep: ``watch(deep=False)`` serves it (only writes and saves enter Python).
     """
     write = event.write
     return make_finding(
@@ -104,6 +106,9 @@ def held_tensor_overwritten(event: HeldTensorUsed | HeldTensorOverwritten, ctx: 
 
     Fix: take a real snapshot: ``copy.deepcopy(model.state_dict())`` or
     ``{k: v.detach().clone() for k, v in model.state_dict().items()}``.
+
+    Mode: deep: it waits for a stale alias to be *read*, which only the per-op tracer sees;
+    ``watch(deep=False)`` selecting it runs deep.
     """
     used = event if isinstance(event, HeldTensorUsed) else None
     overwritten = used.overwritten if used is not None else event

@@ -87,6 +87,9 @@ def graph_tensor_changed_outside_autograd(
     gradient should flow back through ``h``'s history, cut it explicitly first
     (``h = h.detach()``, then write); for a deliberate straight-through
     estimator, ``h = h + (new - h).detach()``.
+
+    Mode: deep: it waits for a changed graph tensor to be *read*, which only the per-op tracer sees;
+    ``watch(deep=False)`` selecting it runs deep.
     """
     reached = event if isinstance(event, ChangedGraphTensorReached) else None
     confirmed = True if reached is not None else None

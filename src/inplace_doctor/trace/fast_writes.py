@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from .. import _compat
+from .nodes import origin_of
 from .owner import Busy
 from .pytorch_errors import RaisedErrors
 from .saved import SavedTensors
@@ -65,6 +67,7 @@ class FastWrites:
         self._saved = saved
         self._writes = writes
         self.ops = 0
+        self._last_write: Any = None  # the write whose kernel returned last: the op of the node made next
         self._kernels = WriteKernels(self._after, self._before, self._failed)
 
     def _before(self, func: Any, written: list[torch.Tensor]) -> None:
@@ -85,8 +88,13 @@ class FastWrites:
 
     def on_node(self, node: Any) -> None:
         """The node-creation hook: the saving op named from the node, as the deep tracer's last op."""
+        name = node.name()
+        last_write = self._last_write
+        if not name.startswith("AsStridedBackward"):  # CopySlices makes one first
+            self._last_write = None
         if not isinstance(node, torch.autograd.function.BackwardCFunction):
-            self._saved.last_op = op_of_node(node.name())
+            # a write into a view: autograd makes its CopySlices right after the write's kernel returned
+            self._saved.last_op = last_write if name.endswith("CopySlices") else op_of_node(name)
         else:
             self._saved.last_op = None
         self._saved.on_node(node)
@@ -95,8 +103,12 @@ class FastWrites:
         """PyTorch raised at a write (into an expanded tensor): the op, for the error's description.
         By id, as the dispatch mode keeps it: holding the exception would hold its frames."""
         self._raised.failed_op = (id(exc), func)
+        node = _compat.current_autograd_node()
+        if node is not None:  # inside backward: the node whose backward failed
+            self._raised.failed_node = (id(exc), origin_of(node))
 
     def _after(self, func: Any, written: list[torch.Tensor]) -> None:
+        self._last_write = func
         if self._writes.pending and not self._busy.on:
             self._writes.settle()
 
