@@ -107,8 +107,8 @@ def held_tensor_overwritten(event: HeldTensorUsed | HeldTensorOverwritten, ctx: 
     Fix: take a real snapshot: ``copy.deepcopy(model.state_dict())`` or
     ``{k: v.detach().clone() for k, v in model.state_dict().items()}``.
 
-    Mode: deep: it waits for a stale alias to be *read*, which only the per-op tracer sees;
-    ``watch(deep=False)`` selecting it runs deep.
+    Mode: fast and deep: ``watch(deep=False)`` serves it (every op enters Python only while a stale
+    alias awaits its use).
     """
     used = event if isinstance(event, HeldTensorUsed) else None
     overwritten = used.overwritten if used is not None else event

@@ -20,13 +20,16 @@ import torch
 
 from .. import _compat
 from .nodes import origin_of
+from .dispatch_mode import copies_onto_itself
 from .owner import Busy
+from .pending_reads import PendingReads
 from .pytorch_errors import RaisedErrors
 from .saved import SavedTensors
 from .write_kernels import WriteKernels
 from .writes import WriteRecorder
 
 
+_COPY = torch.ops.aten.copy_.default
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 # Nodes whose name is not their op's (the op that creates them is a private one).
 _RENAMED = {"Softmax": "_softmax", "LogSoftmax": "_log_softmax", "UnsafeView": "_unsafe_view"}
@@ -61,8 +64,12 @@ class FastWrites:
     `ops` counts the writes it saw (the fast tracer sees no other op).
     """
 
-    def __init__(self, busy: Busy, saved: SavedTensors, writes: WriteRecorder, raised: RaisedErrors) -> None:
+    def __init__(
+        self, busy: Busy, saved: SavedTensors, writes: WriteRecorder, raised: RaisedErrors,
+        reads: PendingReads | None = None,
+    ) -> None:
         self._busy = busy
+        self._reads = reads  # per-op interception while a read is awaited (IPD107)
         self._raised = raised
         self._saved = saved
         self._writes = writes
@@ -70,7 +77,7 @@ class FastWrites:
         self._last_write: Any = None  # the write whose kernel returned last: the op of the node made next
         self._kernels = WriteKernels(self._after, self._before, self._failed)
 
-    def _before(self, func: Any, written: list[torch.Tensor]) -> None:
+    def _before(self, func: Any, written: list[torch.Tensor], args: Any) -> None:
         if self._busy.on or not written or _traced_by_the_compiler(written):
             return
         self.ops += 1
@@ -84,7 +91,7 @@ class FastWrites:
         if saved.by_storage:
             writes.before_write_through_alias(func, written)
         with self._busy:  # the tracer's own torch calls are not the program's writes
-            writes.record(func, written)
+            writes.record(func, written, func is _COPY and copies_onto_itself(args))
 
     def on_node(self, node: Any) -> None:
         """The node-creation hook: the saving op named from the node, as the deep tracer's last op."""
@@ -111,6 +118,9 @@ class FastWrites:
         self._last_write = func
         if self._writes.pending and not self._busy.on:
             self._writes.settle()
+        reads = self._reads
+        if reads is not None and (reads.on or reads.held.stale_ids):
+            reads.update()
 
     def __enter__(self) -> "FastWrites":
         self._kernels.__enter__()
