@@ -60,3 +60,34 @@ def test_the_read_mode_does_not_outlive_the_tracer() -> None:
         assert tracer.pending_reads.on
     assert _get_current_dispatch_mode() is None
     assert snapshot  # held until here
+
+
+def test_a_graph_tensor_changed_under_no_grad_turns_the_read_mode_on_until_its_use_is_hooked() -> None:
+    from inplace_doctor.events import GraphTensorChangedOutsideAutograd
+
+    events = Events()
+    x = torch.randn(3, requires_grad=True)
+    with Tracer(events, fast=True) as tracer:
+        reads = tracer.pending_reads
+        h = x * 2
+        assert not reads.on
+        with torch.no_grad():
+            h.mul_(3)  # autograd does not record it: h's history still describes x * 2
+        assert reads.on and _get_current_dispatch_mode() is reads.mode
+        y = h.sin()  # the use
+        y.exp()  # its node exists now: the prediction is made and hooked
+        assert any(isinstance(e, GraphTensorChangedOutsideAutograd) for e in events)
+        torch.zeros(1).add_(1)
+        assert not reads.on and _get_current_dispatch_mode() is None
+
+
+def test_detach_and_data_are_seen_while_the_fast_tracer_runs_and_restored_after() -> None:
+    detach, had_data = torch.Tensor.__dict__["detach"], "data" in torch.Tensor.__dict__
+    x = torch.randn(3, requires_grad=True)
+    with Tracer(Events(), fast=True) as tracer:
+        h = x * 2
+        h.data.mul_(2)  # through `.data`: a change autograd does not see
+        assert tracer.pending_reads.on
+        assert torch.equal(h.detach(), h.data)
+    assert torch.Tensor.__dict__["detach"] is detach and ("data" in torch.Tensor.__dict__) == had_data
+    assert _get_current_dispatch_mode() is None

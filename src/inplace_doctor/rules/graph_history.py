@@ -88,8 +88,8 @@ def graph_tensor_changed_outside_autograd(
     (``h = h.detach()``, then write); for a deliberate straight-through
     estimator, ``h = h + (new - h).detach()``.
 
-    Mode: deep: it waits for a changed graph tensor to be *read*, which only the per-op tracer sees;
-    ``watch(deep=False)`` selecting it runs deep.
+    Mode: fast and deep: ``watch(deep=False)`` serves it (every op enters Python only while a changed
+    graph tensor awaits its use).
     """
     reached = event if isinstance(event, ChangedGraphTensorReached) else None
     confirmed = True if reached is not None else None

@@ -148,7 +148,7 @@ def get_rule(code: str) -> Rule:
 
 #: Rules the fast tracer (`watch(deep=False)`, issue 26: only writes and saves enter Python) gives
 #: the same findings for as the deep one; the rule fixtures run under both for these.
-FAST_MODE_RULES = frozenset({"IPD101", "IPD102", "IPD103", "IPD104", "IPD106", "IPD107"})
+FAST_MODE_RULES = frozenset({"IPD101", "IPD102", "IPD103", "IPD104", "IPD106", "IPD107", "IPD110"})
 
 
 def needing_deep_mode(rules: Iterable[Rule]) -> list[str]:

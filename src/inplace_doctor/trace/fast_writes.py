@@ -74,7 +74,8 @@ class FastWrites:
         self._saved = saved
         self._writes = writes
         self.ops = 0
-        self._last_write: Any = None  # the write whose kernel returned last: the op of the node made next
+        self._last_write: Any = None
+        self._args: Any = None  # the arguments of the write running now, while `reads` needs them  # the write whose kernel returned last: the op of the node made next
         self._kernels = WriteKernels(self._after, self._before, self._failed)
 
     def _before(self, func: Any, written: list[torch.Tensor], args: Any) -> None:
@@ -92,6 +93,8 @@ class FastWrites:
             writes.before_write_through_alias(func, written)
         with self._busy:  # the tracer's own torch calls are not the program's writes
             writes.record(func, written, func is _COPY and copies_onto_itself(args))
+        if self._reads is not None:
+            self._args = args  # for the graph-tensor check after the write (IPD110)
 
     def on_node(self, node: Any) -> None:
         """The node-creation hook: the saving op named from the node, as the deep tracer's last op."""
@@ -119,7 +122,12 @@ class FastWrites:
         if self._writes.pending and not self._busy.on:
             self._writes.settle()
         reads = self._reads
-        if reads is not None and (reads.on or reads.held.stale_ids):
+        if reads is None:
+            return
+        args, self._args = self._args, None
+        if args is not None and not self._busy.on and _compat.current_autograd_node() is None:
+            reads.graph.written(func, args, written)  # a forward write autograd does not record (IPD110)
+        if reads.asked():
             reads.update()
 
     def __enter__(self) -> "FastWrites":

@@ -207,6 +207,8 @@ def _select(entries: list[dict[str, Any]], limit: int) -> tuple[tuple[RawFrame, 
             qualname = _qualname(filename, name, line)
             if _is_api_name(qualname):
                 api = qualname
+        elif not frames and filename.startswith(PACKAGE_DIR):
+            api = None  # torch called by the tool (a write kernel's redispatch): not the API the user called
     frames.reverse()
     return tuple(frames), api, through_checkpoint
 

@@ -80,9 +80,10 @@ class Tracer:
         fast: see writes through Python kernels at `ADInplaceOrView` instead of
             a dispatch mode seeing every op (`fast_writes.py`, issue 26): only
             writes and saves enter Python. It has no `observe_reads` features
-            but stale `state_dict()` aliases (IPD107), whose reads it sees through
-            a dispatch mode pushed only while one is pending (`pending_reads.py`),
-            and names a saving node's op by the node.
+            but stale `state_dict()` aliases (IPD107) and graph tensors changed
+            outside autograd (IPD110), whose reads it sees through a dispatch
+            mode pushed only while one is pending (`pending_reads.py`), and
+            names a saving node's op by the node.
 
     It is the `TraceOwner` of its helpers (`inplace_calls`, `held`).
     """
@@ -137,10 +138,11 @@ class Tracer:
             self._recompute, self._pack,
         )
         #: the fast tracer's per-op interception while a stale held alias awaits its use (IPD107)
-        self.pending_reads = PendingReads(self._busy, self.held) if fast else None
-        self._fast = (
-            FastWrites(self._busy, self._saved, self._writes, self._raised, self.pending_reads) if fast else None
-        )
+        self._fast: FastWrites | None = None
+        self.pending_reads: PendingReads | None = None
+        if fast:
+            self.pending_reads = PendingReads(self._busy, self.held, self._graph)
+            self._fast = FastWrites(self._busy, self._saved, self._writes, self._raised, self.pending_reads)
         self._contexts: list[Any] = []
         self._active = False
 
