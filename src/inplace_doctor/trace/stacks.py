@@ -37,6 +37,7 @@ def _library_dirs() -> tuple[str, ...]:
 _STDLIB_DIRS = _with_real({os.path.dirname(os.__file__)})
 _SITE_MARKERS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 _LIBRARY_DIRS = _library_dirs()
+_WRITE_KERNELS_FILE = os.path.join(PACKAGE_DIR, "trace", "write_kernels.py")
 TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "")  # torch's own files: never the user's line
 # The bundled examples are user code as far as locations go.
 _USER_DIRS = tuple(
@@ -207,8 +208,8 @@ def _select(entries: list[dict[str, Any]], limit: int) -> tuple[tuple[RawFrame, 
             qualname = _qualname(filename, name, line)
             if _is_api_name(qualname):
                 api = qualname
-        elif not frames and filename.startswith(PACKAGE_DIR):
-            api = None  # torch called by the tool (a write kernel's redispatch): not the API the user called
+        elif not frames and filename == _WRITE_KERNELS_FILE:
+            api = None  # a write kernel's redispatch: torch called by the tool, not the API the user called
     frames.reverse()
     return tuple(frames), api, through_checkpoint
 
