@@ -55,6 +55,9 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: RuleContext) -> Fin
 
     Fix: make that op out of place (``inplace=False``), or clone the input at
     the top of ``forward`` (``x = x.clone()``) if in-place is wanted inside.
+
+    Mode: deep: a write an ``inplace=True`` asked for waits for the caller's read
+    after the call, which only the deep tracer sees yet.
     """
     write = event.write
     return make_finding(
@@ -122,6 +125,9 @@ def held_tensor_overwritten(event: HeldTensorUsed | HeldTensorOverwritten, ctx: 
 
     Fix: take a real snapshot: ``copy.deepcopy(model.state_dict())`` or
     ``{k: v.detach().clone() for k, v in model.state_dict().items()}``.
+
+    Mode: fast and deep: ``watch(deep=False)`` serves it (every op enters Python only while a stale
+    alias awaits its use).
     """
     used = event if isinstance(event, HeldTensorUsed) else None
     overwritten = used.overwritten if used is not None else event

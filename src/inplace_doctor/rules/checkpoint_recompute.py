@@ -81,6 +81,9 @@ def checkpoint_recompute_differs(
     what it saved: pass ``early_stop=False`` to ``checkpoint`` (the recompute
     then runs the region to its end, drawing the same noise with the
     preserved RNG state), or call ``F.rrelu``/``nn.RReLU`` outside the region.
+
+    Mode: deep: it compares a checkpoint's recompute with its forward op by op, which only the
+    per-op tracer sees; ``watch(deep=False)`` selecting it runs deep.
     """
     if isinstance(event, CheckpointSavedBeforeWrite):
         return _saved_before_write(event, ctx)

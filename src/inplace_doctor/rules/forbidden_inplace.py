@@ -71,6 +71,8 @@ def forbidden_inplace(event: InplaceErrorRaised, ctx: RuleContext) -> Finding | 
     would lose the write.
 
     Fix: out-of-place op or a ``.clone()`` before the write, as the finding says.
+
+    Mode: fast and deep: ``watch(deep=False)`` serves it (only writes and saves enter Python).
     """
     text = str(event.error)
     cause = next((cause for cause, pattern in _FORWARD_ERRORS if pattern.search(text)), None)

@@ -72,6 +72,9 @@ def graph_tensor_changed_outside_autograd(
     gradient should flow back through ``h``'s history, cut it explicitly first
     (``h = h.detach()``, then write); for a deliberate straight-through
     estimator, ``h = h + (new - h).detach()``.
+
+    Mode: fast and deep: ``watch(deep=False)`` serves it (every op enters Python only while a changed
+    graph tensor awaits its use).
     """
     reached = event if isinstance(event, ChangedGraphTensorReached) else None
     confirmed = True if reached is not None else None

@@ -40,6 +40,8 @@ def inplace_on_leaf(event: InplaceErrorRaised, ctx: RuleContext) -> Finding | No
     Fix: for an update of parameters, wrap it in ``with torch.no_grad():``; to
     compute with a modified value, use the out-of-place form (``w = w + 1``)
     or modify a ``.clone()``.
+
+    Mode: fast and deep: ``watch(deep=False)`` serves it (only writes and saves enter Python).
     """
     text = str(event.error)
     if not _LEAF.search(text) or event.in_checkpoint:

@@ -69,6 +69,9 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
     ``s.detach().clone().numpy()``) and write that; or make the change in
     PyTorch on the tensor itself (``s = s * 0.5``) so autograd sees it; or do
     the write after backward. Reading the array (logging, metrics) is fine.
+
+    Mode: deep: it needs the hand-out calls (``.numpy()``, DLPack, ``data_ptr()``) and content
+    checks, which the fast tracer does not watch; ``watch(deep=False)`` selecting it runs deep.
     """
     saved, handed, write = event.saved, event.handed_out, event.write
     if write is not None and write.file:

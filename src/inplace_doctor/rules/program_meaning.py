@@ -59,6 +59,9 @@ def inplace_changes_result(event: OriginalValueRead, ctx: RuleContext) -> Findin
     Fix: set the module's ``inplace=False`` (or pass ``inplace=False``), or
     write ``x = x + y`` instead of ``x += y``; or keep what the later op needs
     (``identity = x.clone()``) before the in-place call.
+
+    Mode: deep: it compares the values each in-place call overwrote with later reads, which only the
+    per-op tracer sees; ``watch(deep=False)`` selecting it runs deep.
     """
     write = event.write
     cause = ChangedResultCause.FLAG if event.kind == "flag" else ChangedResultCause.AUGMENTED
@@ -119,6 +122,9 @@ def side_effect_repeated(
     ``module.momentum`` bookkeeping or ``track_running_stats=False``); move
     accumulations out of the region or guard them with
     ``torch.is_grad_enabled()``/a recompute flag.
+
+    Mode: deep: it needs the ops of a checkpoint's recompute (BatchNorm running again), which only
+    the per-op tracer sees; ``watch(deep=False)`` selecting it runs deep.
     """
     if not isinstance(event, SideEffectRepeated):
         return _write_to_checkpoint_input(event, ctx)

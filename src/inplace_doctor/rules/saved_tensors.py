@@ -68,6 +68,8 @@ def saved_tensor_overwritten(
     ``inplace=False``, or move the write (an optimizer step) after backward.
     Safe look-alikes: ``relu_`` after Linear/BatchNorm/Dropout/GELU, and
     ``x += f(x)`` where ``f`` saves nothing (``x * 2``, ``x + y``).
+
+    Mode: fast and deep: ``watch(deep=False)`` serves it (only writes and saves enter Python).
     """
     if isinstance(event, InplaceErrorRaised):
         return _from_pytorch_error(event, ctx)
@@ -194,6 +196,8 @@ def saved_tensor_silently_overwritten(
     parameter, do the update after backward (under ``torch.no_grad()``).
     Writes the node's backward never reads (BatchNorm's running statistics in
     training mode) are not reported.
+
+    Mode: fast and deep: ``watch(deep=False)`` serves it (only writes and saves enter Python).
     """
     if isinstance(event, SavedTensorReached):
         prior = ctx.overwrite_for(event.key)

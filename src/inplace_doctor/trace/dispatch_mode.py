@@ -170,7 +170,7 @@ class SubclassConstruction:
     top); `alias` writes nothing, so nothing is missed. Undone on exit.
     """
 
-    def __init__(self, mode: TracingMode) -> None:
+    def __init__(self, mode: _compat.TorchDispatchMode) -> None:
         self.mode = mode
         self.installed = False
 

@@ -18,13 +18,18 @@ from typing import Any
 
 import torch
 
+from .. import _compat
+from .nodes import origin_of
+from .dispatch_mode import copies_onto_itself
 from .owner import Busy
+from .pending_reads import PendingReads
 from .pytorch_errors import RaisedErrors
 from .saved import SavedTensors
 from .write_kernels import WriteKernels
 from .writes import WriteRecorder
 
 
+_COPY = torch.ops.aten.copy_.default
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 # Nodes whose name is not their op's (the op that creates them is a private one).
 _RENAMED = {"Softmax": "_softmax", "LogSoftmax": "_log_softmax", "UnsafeView": "_unsafe_view"}
@@ -59,15 +64,21 @@ class FastWrites:
     `ops` counts the writes it saw (the fast tracer sees no other op).
     """
 
-    def __init__(self, busy: Busy, saved: SavedTensors, writes: WriteRecorder, raised: RaisedErrors) -> None:
+    def __init__(
+        self, busy: Busy, saved: SavedTensors, writes: WriteRecorder, raised: RaisedErrors,
+        reads: PendingReads | None = None,
+    ) -> None:
         self._busy = busy
+        self._reads = reads  # per-op interception while a read is awaited (IPD107)
         self._raised = raised
         self._saved = saved
         self._writes = writes
         self.ops = 0
+        self._last_write: Any = None
+        self._args: Any = None  # the arguments of the write running now, while `reads` needs them  # the write whose kernel returned last: the op of the node made next
         self._kernels = WriteKernels(self._after, self._before, self._failed)
 
-    def _before(self, func: Any, written: list[torch.Tensor]) -> None:
+    def _before(self, func: Any, written: list[torch.Tensor], args: Any) -> None:
         if self._busy.on or not written or _traced_by_the_compiler(written):
             return
         self.ops += 1
@@ -81,12 +92,19 @@ class FastWrites:
         if saved.by_storage:
             writes.before_write_through_alias(func, written)
         with self._busy:  # the tracer's own torch calls are not the program's writes
-            writes.record(func, written)
+            writes.record(func, written, func is _COPY and copies_onto_itself(args))
+        if self._reads is not None:
+            self._args = args  # for the graph-tensor check after the write (IPD110)
 
     def on_node(self, node: Any) -> None:
         """The node-creation hook: the saving op named from the node, as the deep tracer's last op."""
+        name = node.name()
+        last_write = self._last_write
+        if not name.startswith("AsStridedBackward"):  # CopySlices makes one first
+            self._last_write = None
         if not isinstance(node, torch.autograd.function.BackwardCFunction):
-            self._saved.last_op = op_of_node(node.name())
+            # a write into a view: autograd makes its CopySlices right after the write's kernel returned
+            self._saved.last_op = last_write if name.endswith("CopySlices") else op_of_node(name)
         else:
             self._saved.last_op = None
         self._saved.on_node(node)
@@ -98,11 +116,23 @@ class FastWrites:
         """PyTorch raised at a write (into an expanded tensor): the op, for the error's description.
         By id, as the dispatch mode keeps it: holding the exception would hold its frames."""
         self._raised.failed_op = (id(exc), func)
+        node = _compat.current_autograd_node()
+        if node is not None:  # inside backward: the node whose backward failed
+            self._raised.failed_node = (id(exc), origin_of(node))
 
     def _after(self, func: Any, written: list[torch.Tensor]) -> None:
+        self._last_write = func
         pending = self._writes.pending
         if pending and not self._busy.on and not _awaits_its_node(pending):
             self._writes.settle()
+        reads = self._reads
+        if reads is None:
+            return
+        args, self._args = self._args, None
+        if args is not None and not self._busy.on and _compat.current_autograd_node() is None:
+            reads.graph.written(func, args, written)  # a forward write autograd does not record (IPD110)
+        if reads.asked():
+            reads.update()
 
     def __enter__(self) -> "FastWrites":
         self._kernels.__enter__()

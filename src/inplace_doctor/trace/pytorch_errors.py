@@ -10,6 +10,7 @@ from ..events import InplaceErrorRaised
 from .modules import ModuleContext
 from .nodes import NodeOrigin, custom_backward_in_traceback, origin_of
 from .ops import op_name
+from .raised_at import augmented_op_raised_at, receiver_raised_at
 from .stacks import checkpoint_in_traceback, frames_from_traceback, inplace_op_in_traceback, make_site
 
 
@@ -60,7 +61,10 @@ class RaisedErrors:
         if self.failed_op is not None and self.failed_op[0] == id(exc):
             op = op_name(self.failed_op[1])
         else:  # raised above the dispatcher (autograd's view and leaf checks)
-            op = inplace_op_in_traceback(exc.__traceback__) or (call[1] if call else None) or "<in-place op>"
+            op = (
+                inplace_op_in_traceback(exc.__traceback__) or (call[1] if call else None)
+                or augmented_op_raised_at(exc.__traceback__) or "<in-place op>"
+            )
         if self.error_module is not None and self.error_module[0] == id(exc):
             module = self.error_module[1]
         else:  # still inside the run: the module stack is as the error left it
@@ -68,11 +72,15 @@ class RaisedErrors:
         phase = "forward"
         site = make_site(op, frames, api, module, phase)
         node = self._failing_node(exc)
+        if call is not None:
+            target = call[2]
+        else:  # no function mode (the fast tracer): the receiver of the call that raised, if plain
+            target = _created(receiver_raised_at(exc.__traceback__))
         return InplaceErrorRaised(
             exc, site, checkpoint_in_traceback(exc.__traceback__),
             node=node.name if node is not None else None,
             created=node.site() if node is not None else None,
-            target_created=call[2].site() if call is not None and call[2] is not None else None,
+            target_created=target.site() if target is not None else None,
         )
 
     def _failing_node(self, exc: BaseException) -> NodeOrigin | None:
@@ -88,6 +96,12 @@ class RaisedErrors:
         if last is not None and f"Function {last.name} returned" in str(exc):
             return last
         return None
+
+
+def _created(t: torch.Tensor | None) -> NodeOrigin | None:
+    """Where the autograd node of `t` was created, as `call_raised` keeps it."""
+    node = t.grad_fn if t is not None and t.requires_grad else None
+    return origin_of(node) if node is not None else None
 
 
 def written_here(error: BaseException) -> BaseException | None:

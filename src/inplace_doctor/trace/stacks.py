@@ -18,6 +18,7 @@ from .user_files import PACKAGE_DIR as PACKAGE_DIR
 from .user_files import framework_of as framework_of
 from .user_files import is_user_file as is_user_file
 
+_WRITE_KERNELS_FILE = os.path.join(PACKAGE_DIR, "trace", "write_kernels.py")
 TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "")  # torch's own files: never the user's line
 _TORCH_MODULES_DIR = os.path.join(torch.nn.modules.__path__[0], "")
 # Torch frames that only forward a call (module __call__, decorators): not the API the user called.
@@ -191,6 +192,8 @@ def _select(entries: list[dict[str, Any]], limit: int) -> tuple[UserFrames, str 
             qualname = _qualname(filename, name, line)
             if _is_api_name(qualname):
                 api = qualname
+        elif not frames and filename == _WRITE_KERNELS_FILE:
+            api = None  # a write kernel's redispatch: torch called by the tool, not the API the user called
     frames.reverse()
     hidden.reverse()
     return _user_frames(frames, hidden, in_compiled), api, through_checkpoint

@@ -50,6 +50,7 @@ from .graph_writes import UnrecordedWrites
 from .inplace_calls import InplaceCalls
 from .modules import ModulePaths
 from .origins import ConstructionRecorder
+from .pending_reads import PendingReads
 from .owner import Busy, Sink
 from .pytorch_errors import RaisedErrors, written_here
 from .recompute import RecomputeCheck, RegionCount
@@ -78,8 +79,11 @@ class Tracer:
             handed-out memory) and look for the line that wrote one (IPD109).
         fast: see writes through Python kernels at `ADInplaceOrView` instead of
             a dispatch mode seeing every op (`fast_writes.py`, issue 26): only
-            writes and saves enter Python. It sees no reads, so it has no
-            `observe_reads` features, and names a saving node's op by the node.
+            writes and saves enter Python. It has no `observe_reads` features
+            but stale `state_dict()` aliases (IPD107) and graph tensors changed
+            outside autograd (IPD110), whose reads it sees through a dispatch
+            mode pushed only while one is pending (`pending_reads.py`), and
+            names a saving node's op by the node.
 
     It is the `TraceOwner` of its helpers (`inplace_calls`, `held`).
     """
@@ -136,7 +140,12 @@ class Tracer:
             self._busy, self._saved, self._writes, self.inplace_calls, self.held, self._raised, self._graph,
             self._recompute, self._pack,
         )
-        self._fast = FastWrites(self._busy, self._saved, self._writes, self._raised) if fast else None
+        #: the fast tracer's per-op interception while a stale held alias awaits its use (IPD107)
+        self._fast: FastWrites | None = None
+        self.pending_reads: PendingReads | None = None
+        if fast:
+            self.pending_reads = PendingReads(self._busy, self.held, self._graph)
+            self._fast = FastWrites(self._busy, self._saved, self._writes, self._raised, self.pending_reads)
         self._contexts: list[Any] = []
         self._active = False
 
@@ -170,6 +179,10 @@ class Tracer:
                 self._enter(self.inplace_calls)
                 self._enter(self.held)
                 self._enter(self.contents)
+            elif self.pending_reads is not None:
+                self._enter(self.held)
+                self._enter(self.pending_reads)
+                self._enter(SubclassConstruction(self.pending_reads.mode))
         except BaseException:
             self.__exit__(None, None, None)
             raise

@@ -39,8 +39,10 @@ from .ops import WriteSpec, op_name, write_spec, written_tensors
 Recorder = Callable[[Any, list[torch.Tensor]], None]
 #: called with (op, the exception) when PyTorch raised at a write
 Failed = Callable[[Any, BaseException], None]
+#: called with (op, tensors it writes, the op's positional arguments) before the op runs
+Before = Callable[[Any, list[torch.Tensor], Any], None]
 #: (called before the op runs or None, called after its version bump, called when it raised or None)
-_Hooks = tuple[Recorder | None, Recorder, Failed | None]
+_Hooks = tuple[Before | None, Recorder, Failed | None]
 _RECORDER: contextvars.ContextVar[_Hooks | None] = contextvars.ContextVar("inplace_doctor_writes", default=None)
 
 # In-place ops that only change a view's metadata: their ADInplaceOrView kernels set up view
@@ -112,7 +114,7 @@ def _kernel(op: Any, spec: WriteSpec, bumps: bool) -> Callable[..., Any]:
         hooks = get()
         written = written_tensors(spec, args, kwargs)
         if hooks is not None and hooks[0] is not None:
-            hooks[0](op, written)
+            hooks[0](op, written, args)
         with below():
             out = run(keyset, args, kwargs, hooks)
         increment_version(written)
@@ -128,7 +130,7 @@ def _kernel(op: Any, spec: WriteSpec, bumps: bool) -> Callable[..., Any]:
             return run(keyset, args, kwargs, None)
         written = written_tensors(spec, args, kwargs)
         if hooks[0] is not None:
-            hooks[0](op, written)
+            hooks[0](op, written, args)
         token = _RECORDER.set(None)
         try:
             out = run(keyset, args, kwargs, hooks)
@@ -185,7 +187,7 @@ class WriteKernels:
         recorder: called with (op, written tensors) after each write made in
             the context that entered (not in other threads), after the
             version bump.
-        before: called likewise before the op runs.
+        before: called likewise before the op runs, with the op's positional arguments too.
         failed: called with (op, exception) when PyTorch raised at a write of this context.
 
     Example:
@@ -194,7 +196,7 @@ class WriteKernels:
         ...     torch.zeros(2).add_(1)
     """
 
-    def __init__(self, recorder: Recorder, before: Recorder | None = None, failed: Failed | None = None) -> None:
+    def __init__(self, recorder: Recorder, before: Before | None = None, failed: Failed | None = None) -> None:
         self.hooks: _Hooks = (before, recorder, failed)
         self._token: contextvars.Token[_Hooks | None] | None = None
 

@@ -1,0 +1,156 @@
+"""The fast tracer's reads, only while one is awaited (issue 26): IPD107's stale `state_dict()` aliases,
+IPD110's graph tensors changed outside autograd.
+
+The fast tracer sees no op but writes. A rule that waits for a *read* (a
+stale alias used as a snapshot) needs every op only while such a suspect is
+pending: `PendingReads` pushes a pass-through dispatch mode on this thread's
+stack when a write leaves a held alias stale or changes a graph tensor
+autograd does not see changed, and pops it at the first write kernel after
+none is pending any more (the stale alias was used or freed; the changed
+graph tensor's use was found and its node hooked, or the tensor freed).
+`.detach()` and `.data`, which IPD110 needs to know always (a write through
+such an alias is the change), are seen by wrapping `Tensor.detach` and
+`Tensor.data` while the tracer runs (calls from Python only).
+Between those points every op enters Python, as in deep mode; elsewhere none
+does.
+
+Known limitations: the mode is pushed and popped only while it is the top of
+the thread's dispatch-mode stack (a mode the program entered after it stays
+above it until the program leaves that mode); a stale alias kept for the
+rest of the run keeps the mode on for the rest of the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _compat
+import torch
+
+from .aliases import HeldTensors
+from .graph_writes import UnrecordedWrites
+from .ops import _op_facts, op_facts, written_tensors
+from .owner import Busy
+
+
+class _ReadMode(_compat.TorchDispatchMode):
+    """Pass-through: each op's tensor arguments checked against the stale aliases, nothing else."""
+
+    def __init__(self, busy: Busy, held: HeldTensors, graph: UnrecordedWrites) -> None:
+        super().__init__()
+        self.busy = busy
+        self.held = held
+        self.graph = graph
+        self.ops = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        """What the deep tracer's mode does for these two rules, in its order."""
+        if kwargs is None:
+            kwargs = {}
+        if self.busy.on:
+            return func(*args, **kwargs)
+        self.ops += 1
+        graph = self.graph
+        if graph.awaiting:
+            graph.resolve()
+        _, spec, _ = _op_facts.get(id(func)) or op_facts(func)
+        written = written_tensors(spec, args, kwargs) if spec else None
+        stale_read = self.held.check_uses(func, args, kwargs, written) if self.held.stale_ids else None
+        if graph.watching and _compat.current_autograd_node() is None and func is not _DETACH:
+            graph.check_uses(func, args, kwargs, written)
+        out = func(*args, **kwargs)
+        if stale_read is not None:  # a `.detach()`/`.data` of a stale alias: the same alias, followed
+            self.held.alias_of_stale(stale_read, out)
+        if graph.used is not None:
+            graph.after_op(out)
+        return out
+
+
+_DETACH = torch.ops.aten.detach.default
+
+
+class PendingReads:
+    """Turns `_ReadMode` on while a stale held alias awaits its use, off once none does."""
+
+    def __init__(self, busy: Busy, held: HeldTensors, graph: UnrecordedWrites) -> None:
+        self.held = held
+        self.graph = graph
+        self.busy = busy
+        self.mode = _ReadMode(busy, held, graph)
+        self._originals: dict[str, Any] = {}
+        self.on = False
+        #: times the mode was turned on (the report's statistics may show it)
+        self.turned_on = 0
+
+    def pending(self) -> bool:
+        """Whether a live stale alias awaits its use (freed ones are dropped here)."""
+        stale = self.held.stale_ids
+        if stale and any(e.ref() is None for e in stale.values()):
+            for key in [k for k, e in stale.items() if e.ref() is None]:
+                del stale[key]
+        graph = self.graph
+        if graph.watching:
+            graph.watching = [w for w in graph.watching if w.root() is not None]
+        return bool(stale or graph.watching or graph.awaiting or graph.used is not None)
+
+    def asked(self) -> bool:
+        """Cheap: whether `update` may have anything to do."""
+        graph = self.graph
+        return self.on or bool(self.held.stale_ids or graph.watching or graph.awaiting)
+
+    def __enter__(self) -> "PendingReads":
+        graph, busy = self.graph, self.busy
+        detach = torch.Tensor.__dict__["detach"]
+        data = torch._C.TensorBase.__dict__["data"]
+
+        def detach_seen(t: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+            if not busy.on:
+                graph.detached(t)
+            return detach(t, *args, **kwargs)
+
+        def data_seen(t: torch.Tensor) -> torch.Tensor:
+            if not busy.on:
+                graph.detached(t)
+            return data.__get__(t)  # type: ignore[no-any-return]
+
+        self._originals = {"detach": detach}
+        torch.Tensor.detach = detach_seen  # type: ignore[method-assign, assignment]
+        if "data" not in torch.Tensor.__dict__:
+            torch.Tensor.data = property(data_seen, data.__set__)  # type: ignore[method-assign, assignment]
+            self._originals["data"] = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.off()
+        originals, self._originals = self._originals, {}
+        if "detach" in originals:
+            torch.Tensor.detach = originals["detach"]  # type: ignore[method-assign]
+        if "data" in originals:
+            del torch.Tensor.data
+
+    def update(self) -> None:
+        """Called by the write kernels' hooks: the mode on when a read is awaited, off when none is."""
+        wanted = self.pending()
+        if wanted == self.on:
+            return
+        if wanted:
+            _compat.push_dispatch_mode(self.mode)
+            self.on = True
+            self.turned_on += 1
+        else:
+            self.off()
+
+    def off(self) -> None:
+        """Pop the mode, if it is the top of this thread's stack (else it stays until it is)."""
+        if self.on and _top_mode() is self.mode:
+            _compat.pop_dispatch_mode(None)
+            self.on = False
+
+
+def _top_mode() -> Any:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    return _get_current_dispatch_mode()
+
+
+__all__ = ["PendingReads"]
