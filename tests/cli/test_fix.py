@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from programs import ACTOR_CRITIC
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKEN_TRAIN = ROOT / "examples" / "broken_train.py"
@@ -121,36 +122,6 @@ def test_a_value_computed_from_views_of_what_it_writes_is_computed_first_and_wri
     assert output_of(project, "train.py") == output_of(project, "intended.py")
 
 
-ACTOR_CRITIC = textwrap.dedent(
-    """\
-    import torch
-    from torch import nn
-
-    torch.manual_seed(0)
-    critic, actor, target = nn.Linear(4, 1), nn.Linear(4, 4), nn.Linear(4, 1)
-    target.load_state_dict(critic.state_dict())
-    c_opt = torch.optim.SGD(critic.parameters(), lr=0.1)
-    a_opt = torch.optim.SGD(actor.parameters(), lr=0.1)
-    for step in range(3):
-        s = torch.randn(8, 4)
-        with torch.no_grad():
-            y = target(s) * 0.9 + 1
-        critic_loss = (critic(s) - y).pow(2).mean()
-        critic.requires_grad_(False)
-        actor_loss = -critic(actor(s)).mean()  # saves the critic's weight
-        critic.requires_grad_(True)
-        c_opt.zero_grad()
-        a_opt.zero_grad()
-        critic_loss.backward()
-        c_opt.step()  # overwrites it before the actor's backward
-        with torch.no_grad():  # Polyak: reads the stepped critic
-            for p, t in zip(critic.parameters(), target.parameters()):
-                t.mul_(0.9).add_(0.1 * p)
-        actor_loss.backward()
-        a_opt.step()
-    print(target.weight.tolist())
-    """
-)
 
 
 def test_moving_a_step_past_code_that_reads_the_stepped_parameters_is_not_applied(tmp_path: Path) -> None:

@@ -13,13 +13,13 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 
 import inplace_doctor as ipd
+from programs import ACTOR_CRITIC
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKEN_TRAIN = ROOT / "examples" / "broken_train.py"
@@ -75,36 +75,6 @@ def test_run_prove_json_marks_the_fix_proven_with_its_evidence(tmp_path: Path) -
     assert any(note.startswith("--prove: 1 fix(es) proven on this program") for note in data["notes"])
 
 
-ACTOR_CRITIC = textwrap.dedent(
-    """\
-    import torch
-    from torch import nn
-
-    torch.manual_seed(0)
-    critic, actor, target = nn.Linear(4, 1), nn.Linear(4, 4), nn.Linear(4, 1)
-    target.load_state_dict(critic.state_dict())
-    c_opt = torch.optim.SGD(critic.parameters(), lr=0.1)
-    a_opt = torch.optim.SGD(actor.parameters(), lr=0.1)
-    for step in range(3):
-        s = torch.randn(8, 4)
-        with torch.no_grad():
-            y = target(s) * 0.9 + 1
-        critic_loss = (critic(s) - y).pow(2).mean()
-        critic.requires_grad_(False)
-        actor_loss = -critic(actor(s)).mean()  # saves the critic's weight
-        critic.requires_grad_(True)
-        c_opt.zero_grad()
-        a_opt.zero_grad()
-        critic_loss.backward()
-        c_opt.step()  # overwrites it before the actor's backward
-        with torch.no_grad():  # Polyak: reads the stepped critic
-            for p, t in zip(critic.parameters(), target.parameters()):
-                t.mul_(0.9).add_(0.1 * p)
-        actor_loss.backward()
-        a_opt.step()
-    print(target.weight.tolist())
-    """
-)
 
 
 def test_a_fix_that_changes_the_results_stays_unsafe_with_the_first_difference_and_sarif_offers_nothing(
