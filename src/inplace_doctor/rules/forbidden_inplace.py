@@ -72,6 +72,11 @@ def forbidden_inplace(event: InplaceErrorRaised, ctx: RuleContext) -> Finding | 
 
     Fix: out-of-place op or a ``.clone()`` before the write, as the finding says.
 
+    Not seen: writes PyTorch allows at the op. Those that overwrite a tensor
+    saved for backward are IPD101 (or IPD104 without a version bump); those
+    through ``.detach()``/``.data`` into a tensor autograd still tracks are
+    IPD110.
+
     Mode: fast and deep: ``watch(deep=False)`` serves it (only writes and saves enter Python).
     """
     text = str(event.error)

@@ -41,6 +41,11 @@ def inplace_on_leaf(event: InplaceErrorRaised, ctx: RuleContext) -> Finding | No
     compute with a modified value, use the out-of-place form (``w = w + 1``)
     or modify a ``.clone()``.
 
+    Not seen: what PyTorch does not raise. A leaf written under
+    ``torch.no_grad()`` or through ``.data`` (an optimizer's update, an init)
+    raises nothing and is not reported; the same error raised inside a
+    checkpoint's recompute is left to IPD108, which names the side effect.
+
     Mode: fast and deep: ``watch(deep=False)`` serves it (only writes and saves enter Python).
     """
     text = str(event.error)

@@ -60,6 +60,11 @@ def inplace_changes_result(event: OriginalValueRead, ctx: RuleContext) -> Findin
     write ``x = x + y`` instead of ``x += y``; or keep what the later op needs
     (``identity = x.clone()``) before the in-place call.
 
+    Not seen: explicit in-place methods (``x.relu_()``, ``x.add_(y)``),
+    which say what they do, and reads after the forward returns (a caller
+    reading its own input again is IPD106). The difference is measured on
+    this input only.
+
     Mode: deep: it compares the values each in-place call overwrote with later reads, which only the
     per-op tracer sees; ``watch(deep=False)`` selecting it runs deep.
     """

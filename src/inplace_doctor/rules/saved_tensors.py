@@ -69,6 +69,14 @@ def saved_tensor_overwritten(
     Safe look-alikes: ``relu_`` after Linear/BatchNorm/Dropout/GELU, and
     ``x += f(x)`` where ``f`` saves nothing (``x * 2``, ``x + y``).
 
+    Not seen: writes that bump no version counter (``.data``, ``set_``, fused
+    kernels that skip the bump: IPD104; memory written through NumPy, DLPack
+    or a pointer: IPD109); ops run by threads the watched code starts (they
+    run untraced, and the report names them); lines inside TorchScript (the
+    sites name the line that called it). ``torch.compile``d code is run
+    eagerly while watched, and the finding says what the compiled program
+    does instead.
+
     Mode: fast and deep: ``watch(deep=False)`` serves it (only writes and saves enter Python).
     """
     if isinstance(event, InplaceErrorRaised):
