@@ -14,6 +14,7 @@ functional tensors) are skipped; the tracer runs compiled code eagerly anyway.
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
 import torch
@@ -49,6 +50,12 @@ def op_of_node(name: str) -> Any:
     return op
 
 
+_ACCUMULATE_GRAD = torch._C._functions.AccumulateGrad
+_BackwardCFunction = torch.autograd.function.BackwardCFunction
+_UNKNOWN = object()
+_op_by_type: dict[type, Any] = {}
+
+
 def _traced_by_the_compiler(written: list[torch.Tensor]) -> bool:
     return any(type(t).__module__.startswith("torch._subclasses") for t in written)
 
@@ -66,6 +73,7 @@ class FastWrites:
         self._writes = writes
         self.ops = 0
         self._kernels = WriteKernels(self._after, self._before, self._failed)
+        saved.share_captures = True
 
     def _before(self, func: Any, written: list[torch.Tensor]) -> None:
         if self._busy.on or not written or _traced_by_the_compiler(written):
@@ -84,12 +92,30 @@ class FastWrites:
             writes.record(func, written)
 
     def on_node(self, node: Any) -> None:
-        """The node-creation hook: the saving op named from the node, as the deep tracer's last op."""
-        if not isinstance(node, torch.autograd.function.BackwardCFunction):
-            self._saved.last_op = op_of_node(node.name())
-        else:
-            self._saved.last_op = None
-        self._saved.on_node(node)
+        """The node-creation hook: the saving op named from the node, as the deep tracer's last op.
+
+        Runs on every node, so it does little: gradient accumulators (a parameter's, made anew
+        by each graph) are skipped, as they save nothing and run no code of the program's; the op
+        is looked up by the node's type; and the stack captured by this node's last save is
+        reused when the node is created at the same instruction of the same frame."""
+        cls = type(node)
+        if cls is _ACCUMULATE_GRAD:
+            return
+        saved = self._saved
+        op = _op_by_type.get(cls, _UNKNOWN)
+        if op is _UNKNOWN:
+            op = None if issubclass(cls, _BackwardCFunction) else op_of_node(node.name())
+            if cls.__name__ == node.name().rsplit("::", 1)[-1]:  # a type of its own
+                _op_by_type[cls] = op
+        saved.last_op = op
+        stack = None
+        last = saved.last_capture
+        if last is not None:
+            saved.last_capture = None
+            caller = sys._getframe(1)
+            if last[0] == id(caller) and last[1] == caller.f_lasti:
+                stack = last[2]
+        saved.on_node(node, stack)
 
     def _failed(self, func: Any, exc: BaseException) -> None:
         """PyTorch raised at a write (into an expanded tensor): the op, for the error's description.
