@@ -142,3 +142,37 @@ def test_the_fast_tracer_names_saved_tensors_after_sharing_stacks_with_their_nod
     assert finding.code == "IPD101" and finding.saved is not None
     assert finding.saved.line == line_of(SOURCE, "# <own sigmoid>")
     assert finding.mutation.line == line_of(SOURCE, "# <write>")
+
+
+def test_a_training_callback_window_registers_the_kernels_once_for_all_its_steps() -> None:
+    """`deep=False` on the callbacks' window: one registration when it opens, kept over every
+    step (the same library object), removed when it closes; the steps find what deep mode finds."""
+    from inplace_doctor.integrations.window import StepWindow
+    from inplace_doctor.trace import write_kernels
+
+    def steps(window: StepWindow | None) -> list[object]:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.Sigmoid())
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        libraries = []
+        if window is not None:
+            window.open(model, "model")
+        for _ in range(3):
+            h = model(torch.randn(2, 4))
+            h.mul_(2)  # <window write>
+            del h
+            opt.step()
+            libraries.append(write_kernels._REGISTRATION.library)
+        if window is not None:
+            window.close()
+        return libraries
+
+    fast = StepWindow(3, None, sorted(FAST_MODE_RULES), None, 2, deep=False)
+    libraries = steps(fast)
+    assert libraries[0] is not None and all(lib is libraries[0] for lib in libraries)
+    assert registered() == 0
+    deep = StepWindow(3, None, sorted(FAST_MODE_RULES), None, 2)
+    assert steps(deep) == [None] * 3
+    assert fast.report is not None and deep.report is not None
+    assert fast.report.stats["fast_tracer"] == 1
+    assert _findings(fast.report) == _findings(deep.report)
