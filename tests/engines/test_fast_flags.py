@@ -176,3 +176,16 @@ def test_a_training_callback_window_registers_the_kernels_once_for_all_its_steps
     assert fast.report is not None and deep.report is not None
     assert fast.report.stats["fast_tracer"] == 1
     assert _findings(fast.report) == _findings(deep.report)
+
+
+def test_the_fast_tracer_keeps_no_graph_dropped_without_backward_alive() -> None:
+    """Forward passes with grad on and no backward (no write either): each graph's saved tensors
+    are freed when the program drops it, as in deep mode (at most the last node waits to be named)."""
+    model = nn.Sequential(nn.Linear(16, 16), nn.Sigmoid())
+    live = {}
+    for deep in (True, False):
+        with ipd.watch(deep=deep, select=sorted(FAST_MODE_RULES)) as session:
+            for _ in range(20):
+                model(torch.randn(8, 16))
+            live[deep] = session.tracer.live_saved_tensors()
+    assert live[False] == live[True] <= 2

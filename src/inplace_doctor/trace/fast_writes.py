@@ -97,7 +97,8 @@ class FastWrites:
         Runs on every node, so it does little: gradient accumulators (a parameter's, made anew
         by each graph) are skipped, as they save nothing and run no code of the program's; the op
         is looked up by the node's type; and the stack captured by this node's last save is
-        reused when the node is created at the same instruction of the same frame."""
+        reused when the node is created at the same instruction of the same frame. The previous
+        node's saved tensors are named here (autograd has finished saving them by now)."""
         cls = type(node)
         if cls is _ACCUMULATE_GRAD:
             return
@@ -115,6 +116,10 @@ class FastWrites:
             caller = sys._getframe(1)
             if last[0] == id(caller) and last[1] == caller.f_lasti:
                 stack = last[2]
+        if saved.pending_nodes:
+            # Named at the next node, as the deep tracer names them at the next op: the pending list
+            # holds its nodes, so waiting for a write would keep every graph dropped unread alive.
+            saved.flush_nodes()
         saved.on_node(node, stack)
 
     def _failed(self, func: Any, exc: BaseException) -> None:
