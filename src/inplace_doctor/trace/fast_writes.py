@@ -52,8 +52,7 @@ def op_of_node(name: str) -> Any:
 
 _ACCUMULATE_GRAD = torch._C._functions.AccumulateGrad
 _BackwardCFunction = torch.autograd.function.BackwardCFunction
-_UNKNOWN = object()
-_op_by_type: dict[type, Any] = {}
+_op_by_type: dict[type, tuple[Any, bool]] = {}  # node type -> (its op, a custom Function's)
 
 
 def _traced_by_the_compiler(written: list[torch.Tensor]) -> bool:
@@ -96,19 +95,31 @@ class FastWrites:
 
         Runs on every node, so it does little: gradient accumulators (a parameter's, made anew
         by each graph) are skipped, as they save nothing and run no code of the program's; the op
-        is looked up by the node's type; and the stack captured by this node's last save is
-        reused when the node is created at the same instruction of the same frame. The previous
-        node's saved tensors are named here (autograd has finished saving them by now)."""
+        is looked up by the node's type; only a custom Function's node records where it was
+        created (`nodes.NodeOrigin`, for an error its Python backward raises), reusing the stack
+        captured by its last save when created at the same instruction of the same frame. The
+        previous node's saved tensors are named here (autograd has finished saving them by now)."""
         cls = type(node)
         if cls is _ACCUMULATE_GRAD:
             return
         saved = self._saved
-        op = _op_by_type.get(cls, _UNKNOWN)
-        if op is _UNKNOWN:
-            op = None if issubclass(cls, _BackwardCFunction) else op_of_node(node.name())
+        known = _op_by_type.get(cls)
+        if known is None:
+            custom = issubclass(cls, _BackwardCFunction)
+            known = (None if custom else op_of_node(node.name()), custom)
             if cls.__name__ == node.name().rsplit("::", 1)[-1]:  # a type of its own
-                _op_by_type[cls] = op
+                _op_by_type[cls] = known
+        op, custom = known
         saved.last_op = op
+        if saved.pending_nodes:
+            # Named at the next node, as the deep tracer names them at the next op: the pending list
+            # holds its nodes, so waiting for a write would keep every graph dropped unread alive.
+            saved.flush_nodes()
+        if not custom:
+            # Where a C++ node was created is read only for a backward error the dispatch mode saw
+            # raised in it: the fast tracer has none, so it records no origin (no stack) for them.
+            saved.on_node(node, None, origin=False)
+            return
         stack = None
         last = saved.last_capture
         if last is not None:
@@ -116,10 +127,6 @@ class FastWrites:
             caller = sys._getframe(1)
             if last[0] == id(caller) and last[1] == caller.f_lasti:
                 stack = last[2]
-        if saved.pending_nodes:
-            # Named at the next node, as the deep tracer names them at the next op: the pending list
-            # holds its nodes, so waiting for a write would keep every graph dropped unread alive.
-            saved.flush_nodes()
         saved.on_node(node, stack)
 
     def _failed(self, func: Any, exc: BaseException) -> None:

@@ -266,10 +266,13 @@ class SavedTensors:
         return sum(len(b) for b in self.by_storage.values())
 
     # -- which node saved what --------------------------------------------
-    def on_node(self, node: Any, stack: Any = None) -> None:
+    def on_node(self, node: Any, stack: Any = None, origin: bool = True) -> None:
+        """A node was created: its saved tensors named later (`flush_nodes`); with `origin`, where
+        it was created recorded in it (`nodes.record_creation`), from `stack` if given."""
         if _saved_attrs(node):  # `flush_nodes` names the records of nodes that save tensors, no others
             self.pending_nodes.append((node, self.last_op))
-        record_creation(node, self._modules.current, self.last_op, stack)
+        if origin:
+            record_creation(node, self._modules.current, self.last_op, stack)
 
     def flush_nodes(self) -> None:
         nodes, self.pending_nodes = self.pending_nodes, []
