@@ -14,7 +14,6 @@ functional tensors) are skipped; the tracer runs compiled code eagerly anyway.
 from __future__ import annotations
 
 import re
-import sys
 from typing import Any
 
 import torch
@@ -50,11 +49,6 @@ def op_of_node(name: str) -> Any:
     return op
 
 
-_ACCUMULATE_GRAD = torch._C._functions.AccumulateGrad
-_BackwardCFunction = torch.autograd.function.BackwardCFunction
-_op_by_type: dict[type, tuple[Any, bool]] = {}  # node type -> (its op, a custom Function's)
-
-
 def _traced_by_the_compiler(written: list[torch.Tensor]) -> bool:
     return any(type(t).__module__.startswith("torch._subclasses") for t in written)
 
@@ -72,7 +66,6 @@ class FastWrites:
         self._writes = writes
         self.ops = 0
         self._kernels = WriteKernels(self._after, self._before, self._failed)
-        saved.share_captures = True
 
     def _before(self, func: Any, written: list[torch.Tensor]) -> None:
         if self._busy.on or not written or _traced_by_the_compiler(written):
@@ -91,43 +84,12 @@ class FastWrites:
             writes.record(func, written)
 
     def on_node(self, node: Any) -> None:
-        """The node-creation hook: the saving op named from the node, as the deep tracer's last op.
-
-        Runs on every node, so it does little: gradient accumulators (a parameter's, made anew
-        by each graph) are skipped, as they save nothing and run no code of the program's; the op
-        is looked up by the node's type; only a custom Function's node records where it was
-        created (`nodes.NodeOrigin`, for an error its Python backward raises), reusing the stack
-        captured by its last save when created at the same instruction of the same frame. The
-        previous node's saved tensors are named here (autograd has finished saving them by now)."""
-        cls = type(node)
-        if cls is _ACCUMULATE_GRAD:
-            return
-        saved = self._saved
-        known = _op_by_type.get(cls)
-        if known is None:
-            custom = issubclass(cls, _BackwardCFunction)
-            known = (None if custom else op_of_node(node.name()), custom)
-            if cls.__name__ == node.name().rsplit("::", 1)[-1]:  # a type of its own
-                _op_by_type[cls] = known
-        op, custom = known
-        saved.last_op = op
-        if saved.pending_nodes:
-            # Named at the next node, as the deep tracer names them at the next op: the pending list
-            # holds its nodes, so waiting for a write would keep every graph dropped unread alive.
-            saved.flush_nodes()
-        if not custom:
-            # Where a C++ node was created is read only for a backward error the dispatch mode saw
-            # raised in it: the fast tracer has none, so it records no origin (no stack) for them.
-            saved.on_node(node, None, origin=False)
-            return
-        stack = None
-        last = saved.last_capture
-        if last is not None:
-            saved.last_capture = None
-            caller = sys._getframe(1)
-            if last[0] == id(caller) and last[1] == caller.f_lasti:
-                stack = last[2]
-        saved.on_node(node, stack)
+        """The node-creation hook: the saving op named from the node, as the deep tracer's last op."""
+        if not isinstance(node, torch.autograd.function.BackwardCFunction):
+            self._saved.last_op = op_of_node(node.name())
+        else:
+            self._saved.last_op = None
+        self._saved.on_node(node)
 
     def _failed(self, func: Any, exc: BaseException) -> None:
         """PyTorch raised at a write (into an expanded tensor): the op, for the error's description.

@@ -52,29 +52,14 @@ class NodeOrigin:
 _BackwardCFunction = torch.autograd.function.BackwardCFunction
 
 
-_names: dict[type, str] = {}  # node type -> its name, where the type's name is the node's
-
-
-def node_name(node: Any) -> str:
-    """`torch::autograd::CopySlices` -> `CopySlices`, looked up by the node's type once known."""
-    cls = type(node)
-    name = _names.get(cls)
-    if name is None:
-        name = node.name().rsplit("::", 1)[-1]
-        if cls.__name__ == name:  # a type of its own (not one Python type for several C++ nodes)
-            _names[cls] = name
-    return name
-
-
-def record_creation(node: Any, module: ModuleContext | None, op: Any, stack: Any = None) -> None:
+def record_creation(node: Any, module: ModuleContext | None, op: Any) -> None:
     """Called by the node-creation hook: remember in the node where it was created, as the
-    `NodeOrigin` an error will need (built here once, so backward only looks it up). `stack`:
-    a capture of the stack already taken at this point (the node's saved tensors'), else taken here."""
+    `NodeOrigin` an error will need (built here once, so backward only looks it up)."""
     try:
-        name = node_name(node)
+        name = node.name().rsplit("::", 1)[-1]  # `torch::autograd::CopySlices` -> `CopySlices`
         if isinstance(node, _BackwardCFunction):
             op = None  # the last aten op was inside the Function's forward, not the call itself
-        node.metadata[NODE_KEY] = NodeOrigin(name, stack if stack is not None else capture_stack(), module, op)
+        node.metadata[NODE_KEY] = NodeOrigin(name, capture_stack(), module, op)
     except (AttributeError, RuntimeError, TypeError):  # a node type without metadata
         pass
 

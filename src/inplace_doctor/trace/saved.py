@@ -7,7 +7,6 @@ hooks); autograd's node-creation hook names the node and field holding it.
 
 from __future__ import annotations
 
-import sys
 import weakref
 from typing import Any, Callable, NamedTuple
 
@@ -144,11 +143,6 @@ class SavedTensors:
         self._overwritten_keys: set[int] = set()
         #: `contents.ContentChecks` while the tracer checks saved tensors' bytes
         self.contents: Any = None
-        #: the fast tracer reuses a save's stack capture for the node created right after it at the
-        #: same Python instruction (autograd runs the node-creation hook after the node's saves):
-        #: (id of the calling frame, its instruction offset, the capture), set by `pack` when on
-        self.share_captures = False
-        self.last_capture: tuple[int, int, Any] | None = None
 
     def pack(self, t: torch.Tensor) -> SavedRecord:
         if type(t) is torch.Tensor or type(t) is torch.nn.Parameter:
@@ -159,11 +153,7 @@ class SavedTensors:
                 alias = t.detach()
         key = self.saves = self.saves + 1
         in_backward = _compat.current_autograd_node() is not None
-        stack = capture_stack()
-        if self.share_captures:
-            caller = sys._getframe(1)
-            self.last_capture = (id(caller), caller.f_lasti, stack)
-        record = SavedRecord(alias, key, stack, self._modules.current, in_backward, t._version)
+        record = SavedRecord(alias, key, capture_stack(), self._modules.current, in_backward, t._version)
         record.grad = t.requires_grad
         ptr = storage_key(alias)
         if ptr:
@@ -266,13 +256,9 @@ class SavedTensors:
         return sum(len(b) for b in self.by_storage.values())
 
     # -- which node saved what --------------------------------------------
-    def on_node(self, node: Any, stack: Any = None, origin: bool = True) -> None:
-        """A node was created: its saved tensors named later (`flush_nodes`); with `origin`, where
-        it was created recorded in it (`nodes.record_creation`), from `stack` if given."""
-        if _saved_attrs(node):  # `flush_nodes` names the records of nodes that save tensors, no others
-            self.pending_nodes.append((node, self.last_op))
-        if origin:
-            record_creation(node, self._modules.current, self.last_op, stack)
+    def on_node(self, node: Any) -> None:
+        self.pending_nodes.append((node, self.last_op))
+        record_creation(node, self._modules.current, self.last_op)
 
     def flush_nodes(self) -> None:
         nodes, self.pending_nodes = self.pending_nodes, []
