@@ -153,6 +153,25 @@ def add_check_contents(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_tracer_mode(parser: argparse.ArgumentParser) -> None:
+    """`--fast` / `--deep`: which tracer runs (issue 26); `deep` in the namespace, True by default."""
+    from ..rules import FAST_MODE_RULES
+
+    served = ", ".join(sorted(FAST_MODE_RULES))
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--fast", dest="deep", action="store_false",
+        help=f"the fast tracer: only ops that write and tensors saved for backward enter Python, every other op "
+             f"stays in C++. It serves {served} so far: with other rules selected (select them with --select) "
+             "or --check-contents, the deep tracer runs and the report says so",
+    )
+    group.add_argument(
+        "--deep", dest="deep", action="store_true",
+        help="the deep tracer (the default): every op through a dispatch mode, for every rule",
+    )
+    parser.set_defaults(deep=True)
+
+
 def stack_depth(text: str) -> int:
     """`--stack N`: a whole number of at least 1."""
     try:

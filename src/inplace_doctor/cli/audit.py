@@ -14,6 +14,7 @@ from .args import (
     add_format,
     add_html,
     add_check_contents,
+    add_tracer_mode,
     add_model,
     add_output,
     add_rule_selection,
@@ -45,6 +46,7 @@ def add_parser(sub: "Subcommands") -> None:
     add_config(audit)
     add_stack(audit)
     add_check_contents(audit)
+    add_tracer_mode(audit)
     add_force(audit)
     audit.set_defaults(handler=command)
 
@@ -63,7 +65,7 @@ def command(ns: argparse.Namespace) -> int:
     model.train(not ns.eval)
     with model_raises(model, lambda: "during audit"):  # its own errors audit words itself; this is sys.exit
         report = audit(model, *args, backward=not ns.no_backward, select=config.select, ignore=config.ignore,
-                       per_module_ignores=config.per_module_ignores, check_contents=ns.check_contents, **kwargs)
+                       per_module_ignores=config.per_module_ignores, check_contents=ns.check_contents, deep=ns.deep, **kwargs)
     report.target = ns.spec
     report.stack = ns.stack
     if ns.output:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from .args import (
     add_check_contents,
+    add_tracer_mode,
     add_fail_on,
     add_format,
     add_force,
@@ -45,6 +46,7 @@ def add_parser(sub: "Subcommands") -> None:
              "line says which was counted",
     )
     add_check_contents(runner)
+    add_tracer_mode(runner)
     runner.add_argument(
         "--verify", action="store_true",
         help="after the script ends, verify each model it ran (the first call of each top-level module while "
@@ -122,7 +124,7 @@ def command(ns: argparse.Namespace) -> int:
     status, report, stats = run_script(
         target, args, module=module, fail_fast=ns.fail_fast, steps=ns.steps, select=config.select,
         ignore=config.ignore, per_module_ignores=config.per_module_ignores, check_contents=ns.check_contents,
-        models=models,
+        models=models, deep=ns.deep,
     )
     report.verify_results = models.verify_all(stats.rank) if models is not None else []
     verified = [str(v) for v in report.verify_results]

@@ -73,6 +73,7 @@ def run_script(
     err: TextIO | None = None,
     check_contents: bool = False,
     models: "ModelCalls | None" = None,
+    deep: bool = True,
 ) -> tuple[int, Report, RunStats]:
     """Run the script; return (its exit status, the report, what was watched).
 
@@ -82,7 +83,7 @@ def run_script(
     """
     session = watch(
         fail_fast=fail_fast, select=select, ignore=ignore, per_module_ignores=per_module_ignores,
-        check_contents=check_contents,
+        check_contents=check_contents, deep=deep,
     )
     stats = RunStats()
     saved_argv = sys.argv[:]

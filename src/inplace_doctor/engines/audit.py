@@ -37,6 +37,7 @@ def audit(
     per_module_ignores: dict[str, list[str]] | None = None,
     names: Mapping[str, torch.nn.Module] | None = None,
     check_contents: bool = False,
+    deep: bool = True,
     **kwargs: Any,
 ) -> Report:
     """Run `model(*args, **kwargs)` (and backward) once under the tracer; return a Report.
@@ -62,6 +63,8 @@ def audit(
             (IPD109 for writes no op makes: extension kernels, NumPy, pointers).
             When IPD109 finds a change without its writing line, the model runs
             a second time, all of the above restored, to name the line.
+        deep: as `watch`'s: `deep=False` runs the fast tracer when the selected
+            rules allow it, else deep mode, with a note in the report.
 
     Example:
         >>> import inplace_doctor as ipd
@@ -84,12 +87,15 @@ def audit(
     if names:
         labels = {id(m): label for label, m in names.items() if isinstance(m, torch.nn.Module)}
         root_label, prefix = "", labels.get(id(model), "model")
-    analyzer = Analyzer(select_rules(select, ignore), root_label=root_label, per_module_ignores=per_module_ignores)
+    rules = select_rules(select, ignore)
+    analyzer = Analyzer(rules, root_label=root_label, per_module_ignores=per_module_ignores)
     args, kwargs = private_inputs(args), private_inputs(kwargs)
     inputs = tensors_in((args, kwargs))
     preserved = Preserved(model, inputs, modules)
+    deep_because = tracer_mode.choose(rules, deep, check_contents)
     tracer = Tracer(
-        analyzer, before_write=preserved.before_write, track_call_inputs=False, check_contents=check_contents
+        analyzer, before_write=preserved.before_write, track_call_inputs=False, check_contents=check_contents,
+        fast=not (deep or deep_because),
     )
     for label, sub in (names or {}).items():
         if sub is not model:
@@ -103,6 +109,8 @@ def audit(
         command="audit",
         root_label=root_label,
     )
+    if deep_because:
+        report.notes.append(tracer_mode.switched_note(deep_because, "audit(deep=False)"))
     with preserved, tracer:
         try:
             output = model(*args, **kwargs)
@@ -297,8 +305,6 @@ class watch:
             stack=self._stack,
         )
         report = finish_report(report, self._tracer, self._analyzer)
-        if not self.deep:
-            report.stats["fast_tracer"] = 1  # only when asked (deep=False) and served: default output unchanged
         if self.deep_because:
             report.notes.append(tracer_mode.switched_note(self.deep_because))
         return report

@@ -12,10 +12,10 @@ def choose(rules: list[Rule], deep: bool, check_contents: bool) -> list[str]:
     return needing_deep_mode(rules) or (["check_contents"] if check_contents else [])
 
 
-def switched_note(because: list[str]) -> str:
-    """The report's note when `deep=False` was asked and deep mode ran."""
+def switched_note(because: list[str], asked: str = "watch(deep=False)") -> str:
+    """The report's note when the fast tracer was asked for (`asked`: how) and deep mode ran."""
     verb = "needs" if len(because) == 1 else "need"
     return (
-        "watch(deep=False) asked for the fast tracer, but it ran in deep mode (every op through a dispatch "
+        f"{asked} asked for the fast tracer, but it ran in deep mode (every op through a dispatch "
         f"mode) because {', '.join(because)} {verb} it; select only {', '.join(sorted(FAST_MODE_RULES))} to run fast"
     )

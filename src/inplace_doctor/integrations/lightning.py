@@ -55,6 +55,9 @@ class InplaceDoctorCallback(pl.Callback):
         fail_on: "error" (default), "warning", "info", or None.
         select, ignore: rule codes or prefixes, as for `ipd.watch`.
         stack: frames the text report shows per site.
+        deep: as `watch`'s: `deep=False` with `select` of the fast tracer's rules (IPD101, IPD104,
+            IPD106) runs the fast tracer over the window; its kernels are registered once, when the
+            window opens, and removed when it closes.
 
     Example:
         >>> trainer = pl.Trainer(max_steps=10, callbacks=[InplaceDoctorCallback(steps=2)])
@@ -68,9 +71,10 @@ class InplaceDoctorCallback(pl.Callback):
         select: Selection = None,
         ignore: Selection = None,
         stack: int = 2,
+        deep: bool = True,
     ) -> None:
         super().__init__()
-        self._window = StepWindow(steps, fail_on, select, ignore, stack)
+        self._window = StepWindow(steps, fail_on, select, ignore, stack, deep)
         self._first_step = 0
         self._watched = 0
         self._published = False

@@ -68,6 +68,9 @@ class InplaceDoctorCallback(TrainerCallback):
         fail_on: "error" (default), "warning", "info", or None.
         select, ignore: rule codes or prefixes, as for `ipd.watch`.
         stack: frames the text report shows per site.
+        deep: as `watch`'s: `deep=False` with `select` of the fast tracer's rules (IPD101, IPD104,
+            IPD106) runs the fast tracer over the window; its kernels are registered once, when the
+            window opens, and removed when it closes.
 
     Example:
         >>> trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[InplaceDoctorCallback()])
@@ -81,8 +84,9 @@ class InplaceDoctorCallback(TrainerCallback):
         select: Selection = None,
         ignore: Selection = None,
         stack: int = 2,
+        deep: bool = True,
     ) -> None:
-        self._settings = (steps, fail_on, select, ignore, stack)
+        self._settings = (steps, fail_on, select, ignore, stack, deep)
         self._window = StepWindow(*self._settings)
         self._trainer: Trainer | None = None
         self._first_step = 0

@@ -47,13 +47,14 @@ class StepWindow:
     """One watch over the first `steps` training steps; opened once, closed once."""
 
     def __init__(
-        self, steps: int, fail_on: str | Severity | None, select: Selection, ignore: Selection, stack: int
+        self, steps: int, fail_on: str | Severity | None, select: Selection, ignore: Selection, stack: int,
+        deep: bool = True,
     ) -> None:
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise UsageError(f"steps must be a positive int (training steps to watch), got {steps!r}")
         self.steps = steps
         self.fail_on = parse_fail_on(fail_on)
-        self._select, self._ignore, self._stack = select, ignore, stack
+        self._select, self._ignore, self._stack, self._deep = select, ignore, stack, deep
         self._session: watch | None = None
         self._restore: list[Callable[[], None]] = []
         self.started = False
@@ -72,7 +73,7 @@ class StepWindow:
         self.started = True
         self.target = target
         models = (model,) if model is not None else ()
-        session = watch(*models, select=self._select, ignore=self._ignore, stack=self._stack)
+        session = watch(*models, select=self._select, ignore=self._ignore, stack=self._stack, deep=self._deep)
         session.__enter__()
         self._session = session
 
