@@ -12,7 +12,7 @@ Variants, each one forward + backward with `loss = output.sum()`:
 - anomaly-cheap: `detect_anomaly(check_nan=False)`, the cheapest anomaly mode;
 - watch:   inside `inplace_doctor.watch()`, the deep tracer (every aten op through a
            dispatch mode), which is what `audit` runs internally;
-- fast:    inside `inplace_doctor.watch(deep=False, select=[IPD101, IPD104, IPD106])`, the fast
+- fast:    inside `inplace_doctor.watch(deep=False, select=sorted(FAST_MODE_RULES))`, the fast
            tracer (issue 26: only writes and saves enter Python). Its kernels'
            registration (printed once) is held for the whole run, as a watch
            around a whole training run pays it once, not per step;
