@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import textwrap
 
-# A SAC/DDPG-style step: the critic's step overwrites the weight the actor's loss saved, and a
-# Polyak update between that step and the actor's backward reads the stepped critic.
-ACTOR_CRITIC = textwrap.dedent(
+# A SAC/DDPG-style step: the critic's step overwrites the weight the actor's loss saved. Where the
+# Polyak update (reading the stepped critic) goes is a slot: between that step and the actor's
+# backward (POLYAK_HERE), or after the actor's step (POLYAK_LAST).
+ACTOR_CRITIC_SLOTS = textwrap.dedent(
     """\
     import torch
     from torch import nn
@@ -28,11 +29,20 @@ ACTOR_CRITIC = textwrap.dedent(
         a_opt.zero_grad()
         critic_loss.backward()
         c_opt.step()  # overwrites it before the actor's backward
-        with torch.no_grad():  # Polyak: reads the stepped critic
-            for p, t in zip(critic.parameters(), target.parameters()):
-                t.mul_(0.9).add_(0.1 * p)
+    POLYAK_HERE
         actor_loss.backward()
         a_opt.step()
-    print(target.weight.tolist())
+    POLYAK_LAST
     """
+)
+POLYAK = """\
+    with torch.no_grad():  # Polyak: reads the stepped critic
+        for p, t in zip(critic.parameters(), target.parameters()):
+            t.mul_(0.9).add_(0.1 * p)"""
+
+
+# The program with the Polyak update between the critic's step and the actor's backward.
+ACTOR_CRITIC = (
+    ACTOR_CRITIC_SLOTS.replace("POLYAK_HERE\n", POLYAK + "\n").replace("POLYAK_LAST\n", "")
+    + "print(target.weight.tolist())\n"
 )

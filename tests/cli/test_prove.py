@@ -11,6 +11,8 @@ from typing import Any
 from inplace_doctor.cli.prove import Verdict, Workspace, identity, judge, serious
 from inplace_doctor.cli.source_edits import plan
 from inplace_doctor.findings import Edit, Position
+from programs import ACTOR_CRITIC_SLOTS as ACTOR_CRITIC
+from programs import POLYAK
 
 
 def prove(tmp_path: Path, source: str, edits: list[Edit]) -> tuple[Workspace, Verdict, list[dict[str, Any]]]:
@@ -67,40 +69,6 @@ def test_computing_the_value_then_writing_into_a_copy_is_proven_bit_for_bit(tmp_
     _, verdict, findings = prove(tmp_path, BUFFER, [write])
     assert verdict.proven, verdict
     assert verdict.steps == 3 and not serious(findings)
-
-
-ACTOR_CRITIC = textwrap.dedent(
-    """\
-    import torch
-    from torch import nn
-
-    torch.manual_seed(0)
-    critic, actor, target = nn.Linear(4, 1), nn.Linear(4, 4), nn.Linear(4, 1)
-    target.load_state_dict(critic.state_dict())
-    c_opt = torch.optim.SGD(critic.parameters(), lr=0.1)
-    a_opt = torch.optim.SGD(actor.parameters(), lr=0.1)
-    for step in range(3):
-        s = torch.randn(8, 4)
-        with torch.no_grad():
-            y = target(s) * 0.9 + 1
-        critic_loss = (critic(s) - y).pow(2).mean()
-        critic.requires_grad_(False)
-        actor_loss = -critic(actor(s)).mean()  # saves the critic's weight
-        critic.requires_grad_(True)
-        c_opt.zero_grad()
-        a_opt.zero_grad()
-        critic_loss.backward()
-        c_opt.step()  # overwrites it before the actor's backward
-    POLYAK_HERE
-        actor_loss.backward()
-        a_opt.step()
-    POLYAK_LAST
-    """
-)
-POLYAK = """\
-    with torch.no_grad():  # Polyak: reads the stepped critic
-        for p, t in zip(critic.parameters(), target.parameters()):
-            t.mul_(0.9).add_(0.1 * p)"""
 
 
 def move_step(after_line: int) -> list[Edit]:
