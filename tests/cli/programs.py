@@ -46,3 +46,23 @@ ACTOR_CRITIC = (
     ACTOR_CRITIC_SLOTS.replace("POLYAK_HERE\n", POLYAK + "\n").replace("POLYAK_LAST\n", "")
     + "print(target.weight.tolist())\n"
 )
+
+
+# `mul` saves views of `buf`, and the assignment then writes `buf`: a clone before the statement
+# cannot help (the clone is both read and written).
+BUFFER_STEPS = textwrap.dedent(
+    """\
+    import torch
+
+    torch.manual_seed(0)
+    x = torch.randn(8, requires_grad=True)
+    opt = torch.optim.SGD([x], lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        buf = x * 1.5
+        buf[4] = torch.mul(buf[2], buf[3])  # mul saves views of buf; the assignment writes buf
+        buf.sum().backward()
+        opt.step()
+    """
+)
+BUFFER = BUFFER_STEPS + "print(x.tolist())\n"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from programs import ACTOR_CRITIC
+from programs import BUFFER
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKEN_TRAIN = ROOT / "examples" / "broken_train.py"
@@ -89,22 +90,6 @@ def test_the_edit_lands_in_the_file_and_line_of_the_site_whatever_the_line_quote
     assert (project / "train.py").read_text().splitlines()[6] == "    h = h.clone()"
 
 
-BUFFER = textwrap.dedent(
-    """\
-    import torch
-
-    torch.manual_seed(0)
-    x = torch.randn(8, requires_grad=True)
-    opt = torch.optim.SGD([x], lr=0.1)
-    for _ in range(3):
-        opt.zero_grad()
-        buf = x * 1.5
-        buf[4] = torch.mul(buf[2], buf[3])  # mul saves views of buf; the assignment writes buf
-        buf.sum().backward()
-        opt.step()
-    print(x.tolist())
-    """
-)
 
 
 def test_a_value_computed_from_views_of_what_it_writes_is_computed_first_and_written_into_a_copy(tmp_path: Path) -> None:

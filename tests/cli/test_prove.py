@@ -13,6 +13,7 @@ from inplace_doctor.cli.source_edits import plan
 from inplace_doctor.findings import Edit, Position
 from programs import ACTOR_CRITIC_SLOTS as ACTOR_CRITIC
 from programs import POLYAK
+from programs import BUFFER_STEPS as BUFFER
 
 
 def prove(tmp_path: Path, source: str, edits: list[Edit]) -> tuple[Workspace, Verdict, list[dict[str, Any]]]:
@@ -39,21 +40,6 @@ def insert(line: int, indent: int, text: str) -> Edit:
     return Edit("train.py", Position(line, indent), Position(line, indent), "", text + "\n" + " " * indent)
 
 
-BUFFER = textwrap.dedent(
-    """\
-    import torch
-
-    torch.manual_seed(0)
-    x = torch.randn(8, requires_grad=True)
-    opt = torch.optim.SGD([x], lr=0.1)
-    for _ in range(3):
-        opt.zero_grad()
-        buf = x * 1.5
-        buf[4] = torch.mul(buf[2], buf[3])  # mul saves views of buf; the assignment writes buf
-        buf.sum().backward()
-        opt.step()
-    """
-)
 
 
 def test_a_clone_before_a_write_that_saves_its_own_operands_is_not_proven(tmp_path: Path) -> None:
