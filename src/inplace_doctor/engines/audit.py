@@ -16,7 +16,7 @@ from ..causes import Unreached
 from ..rules.dispatch import Analyzer
 from ..rules.phrasing import raised_in_backward
 from ..sites import ROOT_LABEL
-from ..trace.blame import UNPRINTABLE, exception_text, internal_error, passed_through, raised_by_the_tool
+from ..trace.blame import UNPRINTABLE, exception_text, forget_frames, internal_error, passed_through, raised_by_the_tool
 from ..trace.modules import refuse_opaque, unique_label, variable_name
 from ..trace.tracer import Tracer
 from . import nesting, replay_writes, tracer_mode
@@ -131,7 +131,7 @@ def audit(
                 try:
                     loss.backward()
                 except InplaceError as err:
-                    _forget_frames(err)
+                    forget_frames(err)
                     report.notes.append("backward raised at the first overwritten saved tensor it reached")
                     analyzer.backward_stopped()
                 except Exception as exc:
@@ -152,14 +152,6 @@ def audit(
     return report
 
 
-def _forget_frames(exc: BaseException | None) -> None:
-    """Drop the tracebacks of an error audit consumed: autograd may keep the error
-    object after backward returns, and its frames would keep the graph alive."""
-    while exc is not None:
-        exc.__traceback__ = None
-        exc = exc.__cause__ or exc.__context__
-
-
 def _classify_or_raise(
     exc: Exception, tracer: Tracer, analyzer: Analyzer, report: Report, stage: str, model: torch.nn.Module
 ) -> None:
@@ -171,17 +163,17 @@ def _classify_or_raise(
     event = tracer.describe_exception(exc)
     if analyzer.handle(event):
         report.notes.append(f"{stage} stopped: PyTorch raised {type(exc).__name__} at the op")
-        _forget_frames(exc)
+        forget_frames(exc)
         return
     unselected = Analyzer(select_rules(), root_label=analyzer.root_label).handle(event)
     if unselected:
         codes = ", ".join(sorted({f.code for f in unselected}))
         report.notes.append(f"{stage} stopped at an in-place error of a rule not selected ({codes})")
-        _forget_frames(exc)
+        forget_frames(exc)
         return
     if analyzer.suppressed:
         report.notes.append(f"{stage} stopped at the in-place error of a suppressed finding (PyTorch still raises it)")
-        _forget_frames(exc)
+        forget_frames(exc)
         return
     in_backward = raised_in_backward(event, analyzer.root_label)
     if in_backward is not None:  # the forward line that created the failing node, as anomaly mode names it

@@ -26,7 +26,7 @@ from ..findings import Finding
 from ..report import Report
 from ..rules import select_rules
 from ..rules.dispatch import Analyzer
-from ..trace.blame import internal_error, passed_through, raised_by_the_tool
+from ..trace.blame import forget_frames, internal_error, passed_through, raised_by_the_tool
 from ..trace.fingerprint import Fingerprint
 from ..trace.storage import storage_span
 from ..trace.tracer import Tracer
@@ -96,7 +96,7 @@ def _replay(
                     raise internal_error(exc) from exc
                 for key in search.expected:  # a tensor saved again keeps what the search found of it
                     search.outcome.setdefault(key, WriteLineSearch.FAILED)
-                _forget_frames(exc)
+                forget_frames(exc)
     finally:
         for storage, saved in kept:
             storage.copy_(saved)  # bytes only: no version moves
@@ -112,12 +112,6 @@ def _snapshot(tensors: list[torch.Tensor]) -> list[tuple[Any, Any]]:
                 storage = t.untyped_storage()
                 kept[span[0]] = (storage, storage.clone())
     return list(kept.values())
-
-
-def _forget_frames(exc: BaseException | None) -> None:
-    while exc is not None:
-        exc.__traceback__ = None
-        exc = exc.__cause__ or exc.__context__
 
 
 def _rewrite(report: Report, new: Finding) -> None:

@@ -154,3 +154,11 @@ def internal_error(exc: BaseException) -> InternalError:
         + f" (a bug in inplace-doctor {__version__}, torch {torch.__version__}, Python {python}; not in "
         "your code: please report it with the traceback above)"
     )
+
+
+def forget_frames(exc: BaseException | None) -> None:
+    """Drop the tracebacks of an error the tool consumed: autograd may keep the error
+    object after backward returns, and its frames would keep the graph alive."""
+    while exc is not None:
+        exc.__traceback__ = None
+        exc = exc.__cause__ or exc.__context__

@@ -40,7 +40,7 @@ from .fingerprint import Fingerprint, fingerprint
 from .saved import SavedRecord, SavedTensors
 from .stacks import MAX_STACK, PACKAGE_DIR, TORCH_DIR, capture_stack, make_site, resolve_stack
 from .storage import storage_span
-from .write_lines import searched
+from .write_lines import searched, traced_caller, traced_site
 
 LINE_BUDGET = 200  # lines checked per hand-out, at most, in its frame and its callers
 CALLEE_BUDGET = 2000  # lines checked per hand-out, at most, in the user functions those call
@@ -247,7 +247,7 @@ class ContentChecks:
                 now = fingerprint(record.tensor)
                 if now is not None and now != record.seen:
                     record.seen = now
-                    record.written_at = _line_site(frame, line, entry.how)
+                    record.written_at = traced_site(frame, line, f"write through {entry.how.strip('`')}", "forward")
                     record.handout = record.handout or entry
 
 
@@ -293,7 +293,7 @@ class _LineChecks:
             return None
         if callee and self.callee_left <= 0:  # the callees' budget is spent: their caller's line runs on
             frame.f_trace = None
-            self.at = _traced_caller(frame)
+            self.at = traced_caller(frame)
             self.line = self.at.f_lineno if self.at is not None else 0
             return None
         if event == "line":
@@ -301,7 +301,7 @@ class _LineChecks:
         elif event == "return":
             frame.f_trace = None
             if callee:  # its caller's line runs on
-                self.at = _traced_caller(frame)
+                self.at = traced_caller(frame)
                 self.line = self.at.f_lineno if self.at is not None else 0
                 return None
             caller = _user_frame(frame.f_back)
@@ -342,14 +342,6 @@ class _LineChecks:
             sys.settrace(None)
 
 
-def _traced_caller(frame: FrameType) -> FrameType | None:
-    """The traced user frame a returning callee goes back to (None: none is traced)."""
-    caller = frame.f_back
-    while caller is not None and not searched(caller.f_code.co_filename):
-        caller = caller.f_back
-    return caller if caller is not None and caller.f_trace is not None else None
-
-
 def _asked_by_torch(frame: FrameType | None) -> bool:
     """Whether torch's own code asked (`nn.RNNBase` compares `data_ptr()`s on every forward): it
     writes nothing through the pointer. The tool's own frames and torch's pass-through ones are skipped."""
@@ -365,19 +357,6 @@ def _user_frame(frame: FrameType | None) -> FrameType | None:
     while frame is not None and not searched(frame.f_code.co_filename):
         frame = frame.f_back
     return frame
-
-
-def _line_site(frame: FrameType, line: int, how: str) -> Site:
-    """`line` of `frame`, after the traced user frames that called it."""
-    frames = [(frame.f_code.co_filename, line, frame.f_code.co_name)]
-    caller = frame.f_back
-    while caller is not None and len(frames) < MAX_STACK:
-        if searched(caller.f_code.co_filename):
-            if caller.f_trace is None:
-                break
-            frames.append((caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name))
-        caller = caller.f_back
-    return make_site(f"write through {how.strip('`')}", tuple(reversed(frames)), None, None, "forward")
 
 
 def _overlaps(record: SavedRecord, span: tuple[int, int, int]) -> bool:

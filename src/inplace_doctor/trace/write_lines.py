@@ -117,7 +117,7 @@ class LineSearch:
         if event == "line":
             self._at, self._line = frame, frame.f_lineno
         elif event == "return":
-            self._at = _traced_caller(frame)
+            self._at = traced_caller(frame)
             self._line = self._at.f_lineno if self._at is not None else 0
         return self._local
 
@@ -140,7 +140,8 @@ class LineSearch:
                 continue
             del self._records[key]
             if self._at is not None:
-                self.found[key] = _site(self._at, self._line)
+                phase = "backward" if _compat.current_autograd_node() is not None else "forward"
+                self.found[key] = traced_site(self._at, self._line, "write outside PyTorch", phase)
                 self.outcome[key] = Found.LINE
 
     def stop(self) -> None:
@@ -151,7 +152,7 @@ class LineSearch:
             sys.settrace(None)
 
 
-def _traced_caller(frame: FrameType) -> FrameType | None:
+def traced_caller(frame: FrameType) -> FrameType | None:
     """The user frame a returning frame goes back to, when it was called inside the search (its
     current line runs on); None when the search did not start inside it (the tool's own code)."""
     caller = frame.f_back
@@ -160,7 +161,7 @@ def _traced_caller(frame: FrameType) -> FrameType | None:
     return caller if caller is not None and caller.f_trace is not None else None
 
 
-def _site(frame: FrameType, line: int) -> Site:
+def traced_site(frame: FrameType, line: int, op: str, phase: str) -> Site:
     """`line` of `frame`, with the user frames inside the search that called it (outermost first)."""
     frames: list[tuple[str, int, str]] = [(frame.f_code.co_filename, line, frame.f_code.co_name)]
     f = frame.f_back
@@ -170,5 +171,4 @@ def _site(frame: FrameType, line: int) -> Site:
                 break  # a frame the search did not enter: the caller of the replayed code
             frames.append((f.f_code.co_filename, f.f_lineno, f.f_code.co_name))
         f = f.f_back
-    phase = "backward" if _compat.current_autograd_node() is not None else "forward"
-    return make_site("write outside PyTorch", tuple(reversed(frames)), None, None, phase)
+    return make_site(op, tuple(reversed(frames)), None, None, phase)

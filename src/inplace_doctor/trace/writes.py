@@ -160,7 +160,7 @@ class WriteRecorder:
         if argument is not None:
             self._caller_input_written(info, *argument)
         if candidates:
-            self.pending.append(PendingWrite(info, span, candidates, t, SAVED_THEN_WRITTEN.get(info.site.op)))
+            self.pending.append(PendingWrite(info, span, candidates, t, SAVED_THEN_WRITTEN.get(op_name(func))))
 
     def _state_written_again(self, func: Any, t: torch.Tensor, span: tuple[int, int, int]) -> None:
         if self._forward_state.pop(span[0])() is None:  # that tensor died; its memory was reused
