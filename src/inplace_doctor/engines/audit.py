@@ -16,7 +16,7 @@ from ..causes import Unreached
 from ..rules.dispatch import Analyzer
 from ..rules.phrasing import raised_in_backward
 from ..sites import ROOT_LABEL
-from ..trace.blame import UNPRINTABLE, exception_text, forget_frames, internal_error, passed_through, raised_by_the_tool
+from ..trace.blame import exception_text, forget_frames, printable_text, internal_error, passed_through, raised_by_the_tool
 from ..trace.modules import refuse_opaque, unique_label, variable_name
 from ..trace.tracer import Tracer
 from . import nesting, replay_writes, tracer_mode
@@ -157,9 +157,11 @@ def _classify_or_raise(
 ) -> None:
     if raised_by_the_tool(exc):
         raise internal_error(exc) from exc
-    text = exception_text(exc)
-    if text == UNPRINTABLE:  # a user's exception class whose __str__ raises: no rule reads it
-        raise ModelError(f"{type(model).__name__} raised {type(exc).__name__} during {stage} ({tracer.progress()}): {text}") from exc
+    text = printable_text(exc)
+    if text is None:  # a user's exception class whose __str__ raises: no rule reads it
+        raise ModelError(
+            f"{type(model).__name__} raised {type(exc).__name__} during {stage} ({tracer.progress()}): {exception_text(exc)}"
+        ) from exc
     event = tracer.describe_exception(exc)
     if analyzer.handle(event):
         report.notes.append(f"{stage} stopped: PyTorch raised {type(exc).__name__} at the op")
@@ -353,7 +355,7 @@ class watch:
         """Where the program's own exception happened; None for none, the tool's, an InplaceError, an unreadable one."""
         if not isinstance(exc, Exception) or isinstance(exc, InplaceError) or raised_by_the_tool(exc):
             return None
-        if exception_text(exc) == UNPRINTABLE:
+        if printable_text(exc) is None:
             return None
         return self._tracer.describe_exception(exc)
 

@@ -101,13 +101,19 @@ def _names_a_file_of_the_user(filename: Any) -> bool:
 UNPRINTABLE = "<exception str() failed>"  # what Python's traceback prints for it
 
 
-def exception_text(exc: BaseException) -> str:
-    """`str(exc)`, stripped, or `UNPRINTABLE` when the exception's `__str__` itself raises: a user's
+def printable_text(exc: BaseException) -> str | None:
+    """`str(exc)`, stripped, or None when the exception's `__str__` itself raises: a user's
     exception class must not turn its error into the tool's crash. (PyTorch's errors all print.)"""
     try:
         return str(exc).strip()
     except Exception:
-        return UNPRINTABLE
+        return None
+
+
+def exception_text(exc: BaseException) -> str:
+    """`printable_text(exc)` to show: `UNPRINTABLE` in place of an exception that cannot print."""
+    text = printable_text(exc)
+    return UNPRINTABLE if text is None else text
 
 
 # How many more frames the user's program needs under the tool than without it, measured
