@@ -218,6 +218,7 @@ class HandOutFacts:
     saved_version: int = field(default=0, metadata=WORDS_ONLY)
     node: str | None = field(default=None, metadata=WORDS_ONLY)
     search: WriteLineSearch = field(default=WriteLineSearch.NOT_SEARCHED, metadata=WORDS_ONLY)
+    method: str | None = field(default=None, metadata=WORDS_ONLY)  # "numpy", "__dlpack__", ...: `how`'s method
 
 
 @dataclass(frozen=True)

@@ -168,6 +168,7 @@ class SavedTensorChangedOutside:
     write: Site | None  # the line that changed the bytes, where line checks found it
     reached: bool
     search: WriteLineSearch = WriteLineSearch.NOT_SEARCHED  # how the writing line was looked for
+    method: str | None = None  # what handed the memory out: "numpy", "__dlpack__", "to_dlpack", "data_ptr"
 
 
 @dataclass(frozen=True)

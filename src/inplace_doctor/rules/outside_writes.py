@@ -87,11 +87,12 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
         handed.location if handed is not None else None, event.how,
         in_source=handed is not None and bool(handed.file), code=handed.code or "" if handed is not None else "",
         shape=saved.shape, dtype=saved.dtype, saved_version=saved.version, node=saved.node, search=event.search,
+        method=event.method,
     )
     return make_finding(
         "IPD109",
         cause=cause,
-        fixes=copy_at_handout(handed, _HANDED_BY[event.how]) if event.how in _HANDED_BY else (),
+        fixes=copy_at_handout(handed, event.method) if event.method is not None and event.method in COPIED_BY_METHOD else (),
         mutation=mutation,
         saved=saved.site,
         confirmed=True if event.reached else None,
@@ -101,4 +102,5 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
     )
 
 
-_HANDED_BY = {"`.numpy()`": "numpy", "`__dlpack__()`": "__dlpack__"}  # the method a copy edit appends to
+#: hand-outs whose call a copy edit extends (`t.numpy()` -> `t.numpy().copy()`), by method
+COPIED_BY_METHOD = frozenset({"numpy", "__dlpack__"})

@@ -49,8 +49,8 @@ _UNLOCATED = 64  # changes without their line remembered for a replay, at most
 #: torch's own Python that hands a pointer to nobody: `__dlpack__` itself, and the dispatch of overrides
 _PASS_THROUGH = tuple(os.path.join(TORCH_DIR, name) for name in ("_tensor.py", "overrides.py", "utils/dlpack.py"))
 _HAND_OUT_METHODS = {"numpy": "`.numpy()`", "__dlpack__": "`__dlpack__()`", "data_ptr": "`.data_ptr()`"}
-#: the callables a `TorchFunctionMode` receives for the hand-outs, and how findings name them
-HAND_OUTS: dict[Any, str] = {getattr(torch.Tensor, n): how for n, how in _HAND_OUT_METHODS.items()}
+#: the callables a `TorchFunctionMode` receives for the hand-outs: (the method, how findings name it)
+HAND_OUTS: dict[Any, tuple[str, str]] = {getattr(torch.Tensor, n): (n, how) for n, how in _HAND_OUT_METHODS.items()}
 
 
 class HandOut:
@@ -60,12 +60,13 @@ class HandOut:
     called on (the array's base is a new one), but torch keeps one Python object per storage, alive
     exactly as long as the memory."""
 
-    __slots__ = ("ref", "span", "how", "stack", "_site")
+    __slots__ = ("ref", "span", "method", "how", "stack", "_site")
 
-    def __init__(self, t: torch.Tensor, span: tuple[int, int, int], how: str, stack: Any) -> None:
+    def __init__(self, t: torch.Tensor, span: tuple[int, int, int], method: str, how: str, stack: Any) -> None:
         with torch._C.DisableTorchFunction():
             self.ref = weakref.ref(t.untyped_storage())
         self.span = span
+        self.method = method  # what handed it out: "numpy", "__dlpack__", "to_dlpack", "data_ptr"
         self.how = how
         self.stack = stack
         self._site: Site | None = None
@@ -107,7 +108,7 @@ class ContentChecks:
 
         def to_dlpack(tensor: torch.Tensor) -> Any:
             capsule = original(tensor)
-            checks.handed_out(tensor, "`to_dlpack()`")
+            checks.handed_out(tensor, "to_dlpack", "`to_dlpack()`")
             return capsule
 
         to_dlpack.__wrapped__ = original  # type: ignore[attr-defined]
@@ -140,7 +141,7 @@ class ContentChecks:
             frame.f_locals.clear()
 
     # -- hand-outs ------------------------------------------------------------------------
-    def handed_out(self, t: Any, how: str) -> None:
+    def handed_out(self, t: Any, method: str, how: str) -> None:
         """`t`'s memory left PyTorch (`.numpy()`, DLPack, a raw pointer): fingerprint what is saved there."""
         if not isinstance(t, torch.Tensor) or _asked_by_torch(sys._getframe(1)):
             return
@@ -149,11 +150,11 @@ class ContentChecks:
         if span is None:
             return
         entries = [e for e in self.by_storage.get(span[0], ()) if e.alive()]
-        same = [e for e in entries if e.span == span and e.how == how]
+        same = [e for e in entries if e.span == span and e.method == method]
         if same:  # the same memory handed out again (a loop): the first hand-out stands for it
             entry = same[0]
         else:
-            entry = HandOut(t, span, how, capture_stack())
+            entry = HandOut(t, span, method, how, capture_stack())
             entries = [*entries[-(_PER_STORAGE - 1) :], entry]
         self.by_storage[span[0]] = entries
         for record in self.saved.records(span[0]):
@@ -217,6 +218,7 @@ class ContentChecks:
             saved=record.info(),
             handed_out=entry.site() if entry is not None else None,
             how=entry.how if entry is not None else None,
+            method=entry.method if entry is not None else None,
             write=record.written_at,
             reached=reached,
             search=WriteLineSearch.HANDOUT_FRAME if self.check_all and entry is not None else WriteLineSearch.NOT_SEARCHED,

@@ -251,7 +251,7 @@ class InplaceCalls(TorchFunctionMode):
             if kind == "flag":
                 self.flag_calls -= 1
         if func in HAND_OUTS and self.on_hand_out is not None and args and not owner.busy:
-            self.on_hand_out(args[0], HAND_OUTS[func])
+            self.on_hand_out(args[0], *HAND_OUTS[func])
         owner.user_call_returned()
         return out
 

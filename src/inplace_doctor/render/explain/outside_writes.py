@@ -7,6 +7,7 @@ import re
 from ...causes import HandOutFacts, OutsideWriteCause, WriteLineSearch
 from ...explanations import Sentences, explains
 from ...findings import Finding
+from ...rules.outside_writes import COPIED_BY_METHOD
 from ...sites import Site
 from .phrasing import tensor_desc, where, without_comment
 
@@ -68,7 +69,7 @@ def _fix(facts: HandOutFacts, how: str, write: Site | None) -> str:
         )
     code = without_comment(facts.code)
     assigned = _ASSIGNED.match(code)
-    if assigned and how in ("`.numpy()`", "`__dlpack__()`") and not assigned["value"].endswith(".copy()"):
+    if assigned and facts.method in COPIED_BY_METHOD and not assigned["value"].endswith(".copy()"):
         value = assigned["value"]
         return f"replace `{code}` with `{assigned['target']} = {value}.copy()` at {facts.handed_out}: {tail}"
     return f"hand out a copy at {facts.handed_out} (`t.detach().clone()` before {how}): {tail}"
