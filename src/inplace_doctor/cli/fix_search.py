@@ -13,13 +13,13 @@ report can carry what was checked as each fix's `Evidence`.
 
 from __future__ import annotations
 
-import io
 import os
-import tokenize
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..findings import Applicability, Evidence
+from ..render.explain.phrasing import without_comment
+from ..render.fix_text import one_line
 from .errors import CliUsageError
 
 if TYPE_CHECKING:
@@ -252,19 +252,7 @@ def describe(edits: tuple["Edit", ...], root: str, changes: dict[str, tuple[byte
 def _line(source: "Source", number: int) -> str:
     starts = source.line_starts()
     end = starts[number] if number < len(starts) else len(source.data)
-    line = source.data[starts[number - 1] : end].decode(source.encoding, "replace").strip()
-    try:  # the statement without its comment
-        for token in tokenize.generate_tokens(io.StringIO(line).readline):
-            if token.type == tokenize.COMMENT:
-                return line[: token.start[1]].rstrip()
-    except (tokenize.TokenError, SyntaxError):
-        pass
-    return line
-
-
-def one_line(code: str) -> str:
-    """Statements on several lines shown on one, as Python would accept them: `a = f(b); b = a`."""
-    return "; ".join(line.strip() for line in code.splitlines() if line.strip())
+    return without_comment(source.data[starts[number - 1] : end].decode(source.encoding, "replace").strip())
 
 
 def where_written(finding: dict[str, Any], tree: str) -> str:

@@ -10,12 +10,11 @@ no record holds falls back to the rule's own sentence (`Finding.fix`).
 from __future__ import annotations
 
 import ast
-import io
 import linecache
-import tokenize
 
 from ..findings import Applicability, Edit, Finding, Fix, FixKind
 from ..sites import Frame, module_ref, source_line
+from .explain.phrasing import without_comment
 
 
 def fix_lines(finding: Finding, root_label: str) -> list[str]:
@@ -33,17 +32,7 @@ def _trust(fix: Fix) -> str:
 
 def _statement(edit: Edit) -> str:
     """The source line an edit starts on, without its comment."""
-    return _without_comment(source_line(Frame(edit.path, edit.start.line, "")) or "")
-
-
-def _without_comment(code: str) -> str:
-    try:
-        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
-            if tok.type == tokenize.COMMENT:
-                return code[: tok.start[1]].rstrip()
-    except (tokenize.TokenError, SyntaxError):
-        pass
-    return code
+    return without_comment(source_line(Frame(edit.path, edit.start.line, "")) or "")
 
 
 def sentence(fix: Fix, finding: Finding, root_label: str) -> str:
@@ -57,8 +46,9 @@ def _at(edit: Edit) -> str:
     return Frame(edit.path, edit.start.line, "").location
 
 
-def _one_line(code: str) -> str:
-    return "; ".join(line.strip() for line in code.strip().splitlines())
+def one_line(code: str) -> str:
+    """Statements on several lines shown on one, as Python would accept them: `a = f(b); b = a`."""
+    return "; ".join(line.strip() for line in code.splitlines() if line.strip())
 
 
 def _clone(fix: Fix, finding: Finding, root_label: str) -> str:
@@ -79,8 +69,8 @@ def _clone(fix: Fix, finding: Finding, root_label: str) -> str:
 def _compute_then_write(fix: Fix, finding: Finding, root_label: str) -> str:
     edit = fix.edits[0]
     return (
-        f"compute the value first, then write it into a copy: replace `{_one_line(edit.old)}` with "
-        f"`{_one_line(edit.new)}` at {_at(edit)}. The value is computed from the tensor this statement writes, "
+        f"compute the value first, then write it into a copy: replace `{one_line(edit.old)}` with "
+        f"`{one_line(edit.new)}` at {_at(edit)}. The value is computed from the tensor this statement writes, "
         "so a copy made before the statement would be read and written alike and change nothing"
     )
 
@@ -102,7 +92,7 @@ def _replace(fix: Fix, finding: Finding, root_label: str) -> str:
         )
     elif finding.code == "IPD106":
         tail = ", or clone the input at the top of forward (`x = x.clone()`)"
-    return f"{head}replace `{_one_line(edit.old)}` with `{_one_line(edit.new)}` at {_at(edit)}{tail}"
+    return f"{head}replace `{one_line(edit.old)}` with `{one_line(edit.new)}` at {_at(edit)}{tail}"
 
 
 def _assigned(code: str) -> str | None:
@@ -153,8 +143,8 @@ def _flag_at_call(fix: Fix, finding: Finding, root_label: str) -> str:
     edit = fix.edits[0]
     line = linecache.getline(edit.path, edit.start.line).rstrip("\r\n")
     if edit.start.line == edit.end.line and line[edit.start.column : edit.end.column] == edit.old:
-        old = _without_comment(line.strip())
-        new = _without_comment((line[: edit.start.column] + edit.new + line[edit.end.column :]).strip())
+        old = without_comment(line.strip())
+        new = without_comment((line[: edit.start.column] + edit.new + line[edit.end.column :]).strip())
         return f"pass inplace=False: replace `{old}` with `{new}` at {_at(edit)}"
     return f"pass inplace=False at {_at(edit)}"
 
@@ -196,7 +186,7 @@ def _move(fix: Fix, finding: Finding, root_label: str) -> str:
         if stepped
         else ", if that backward is meant to use the old values (code between the two then reads the old values)"
     )
-    return f"move `{_one_line(delete.old)}` ({_at(delete)}) after the backward at {_at(insert)}{caution}"
+    return f"move `{one_line(delete.old)}` ({_at(delete)}) after the backward at {_at(insert)}{caution}"
 
 
 def _move_manual(fix: Fix, finding: Finding, root_label: str) -> str:
