@@ -96,6 +96,27 @@ def test_edits_across_files_are_written_all_or_nothing(tmp_path: Path) -> None:
     assert a.read_text() == b.read_text() == SCRIPT.replace("    h.mul_", "    h = h.clone()\n    h.mul_")
 
 
+def test_a_failed_replace_puts_back_the_files_already_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text(SCRIPT)
+    b.write_text(SCRIPT)
+    changes = plan([insert_clone("a.py", 6, 4), insert_clone("b.py", 6, 4)], str(tmp_path))
+    real_replace, calls = os.replace, []
+
+    def replace(src: str, dst: str) -> None:  # the second file's rename fails (a full disk, a lost mount)
+        calls.append(dst)
+        if dst == str(b):
+            raise OSError(28, "No space left on device", dst)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(EditError, match="every file is as it was"):
+        write_all(changes)
+    assert a.read_text() == b.read_text() == SCRIPT
+    assert calls == [str(a), str(b), str(a)]  # a put back by a rename too, not rewritten in place
+    assert sorted(os.listdir(tmp_path)) == ["a.py", "b.py"]  # no temporary file left behind
+
+
 def test_the_diff_shows_the_bytes_it_will_write(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_bytes(SCRIPT.replace("\n", "\r\n").encode())
     patch = unified_diff(plan([insert_clone("m.py", 6, 4)], str(tmp_path)), str(tmp_path))

@@ -176,11 +176,7 @@ def write_all(changes: Mapping[str, tuple[bytes, bytes]]) -> None:
             with open(path, "rb") as f:
                 if f.read() != before:
                     raise EditError(f"{path} changed while fix ran; nothing was written: run fix again")
-            fd, tmp = tempfile.mkstemp(prefix=".inplace-doctor-", dir=os.path.dirname(path))
-            with os.fdopen(fd, "wb") as out:
-                out.write(after)
-            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-            staged.append((path, tmp))
+            staged.append((path, _staged(path, after)))
     except OSError as e:
         for _, tmp in staged:
             os.unlink(tmp)
@@ -195,13 +191,26 @@ def write_all(changes: Mapping[str, tuple[bytes, bytes]]) -> None:
             os.replace(tmp, path)
             done.append(path)
     except OSError as e:
-        for path in done:  # put back what was already replaced
-            with open(path, "wb") as f:
-                f.write(changes[path][0])
+        for path in done:  # put back what was already replaced, atomically too
+            os.replace(_staged(path, changes[path][0]), path)
         for _, tmp in staged[len(done):]:
             if os.path.exists(tmp):
                 os.unlink(tmp)
         raise EditError(f"could not write {e.filename} ({e.strerror}); every file is as it was") from None
+
+
+def _staged(path: str, data: bytes) -> str:
+    """A temporary file beside `path` holding `data`, with `path`'s permissions: what `os.replace`
+    puts in its place. Removed again if it cannot be written."""
+    fd, tmp = tempfile.mkstemp(prefix=".inplace-doctor-", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp
 
 
 def unified_diff(changes: Mapping[str, tuple[bytes, bytes]], root: str) -> bytes:
