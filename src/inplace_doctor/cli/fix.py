@@ -116,12 +116,12 @@ def command(ns: argparse.Namespace) -> int:
     if not targets:
         print("inplace-doctor: nothing to fix: no error or warning finding")
         return 0
-    editable = [f for f in targets if any(fx.edits for fx in fixes_from_json(f))]
-    if not editable:
+    edited = [e for f in targets for fx in fixes_from_json(f) for e in fx.edits]
+    if not edited:
         print(f"inplace-doctor: {len(targets)} finding(s), none with an edit fix can make and check:")
-        _suggest(targets, os.path.realpath(os.getcwd()))
+        _suggest(targets, root)
         return 1
-    _refuse(ns, root, {os.path.join(root, e.path) for f in editable for fx in fixes_from_json(f) for e in fx.edits})
+    _refuse(ns, root, {os.path.join(root, e.path) for e in edited})
     ws = Workspace(root, script, args, ns.steps, module=bool(ns.module))
     try:
         return _fix(ns, ws, first)

@@ -112,7 +112,7 @@ def _cannot_copy(model: torch.nn.Module, optimizer: Any, error: Exception) -> Us
     if where is None and optimizer is not None and _copies(model):
         culprit, where = f"the optimizer ({type(optimizer).__name__})", None
     found = f"; {where} is what refuses" if where else ""
-    text = exception_text(error).splitlines()[0] if exception_text(error) else ""
+    text = next(iter(exception_text(error).splitlines()), "")
     return UsageError(
         f"{culprit} cannot be copied: copy.deepcopy raised {type(error).__name__}" + (f" ({text})" if text else "")
         + f"{found}. verify, memory and optimize run on a deep copy of the model and its optimizer, so that "
