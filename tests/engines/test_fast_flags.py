@@ -34,7 +34,7 @@ def _findings(report: ipd.Report) -> list[tuple[str, int | None, int | None]]:
 def test_audit_deep_false_finds_what_deep_mode_finds_with_the_fast_tracer() -> None:
     torch.manual_seed(0)
     x = torch.randn(4, 8)
-    deep = ipd.audit(SigmoidThenReLU(), x, select=sorted(FAST_MODE_RULES))
+    deep = ipd.audit(SigmoidThenReLU(), x, select=sorted(FAST_MODE_RULES), deep=True)
     fast = ipd.audit(SigmoidThenReLU(), x, select=sorted(FAST_MODE_RULES), deep=False)
     assert _findings(fast) == _findings(deep) and [f.code for f in fast.findings] == ["IPD101"]
     assert fast.stats["fast_tracer"] == 1 and "fast_tracer" not in deep.stats
@@ -171,7 +171,7 @@ def test_a_training_callback_window_registers_the_kernels_once_for_all_its_steps
     libraries = steps(fast)
     assert libraries[0] is not None and all(lib is libraries[0] for lib in libraries)
     assert registered() == 0
-    deep = StepWindow(3, None, sorted(FAST_MODE_RULES), None, 2)
+    deep = StepWindow(3, None, sorted(FAST_MODE_RULES), None, 2, deep=True)
     assert steps(deep) == [None] * 3
     assert fast.report is not None and deep.report is not None
     assert fast.report.stats["fast_tracer"] == 1

@@ -154,7 +154,8 @@ def add_check_contents(parser: argparse.ArgumentParser) -> None:
 
 
 def add_tracer_mode(parser: argparse.ArgumentParser) -> None:
-    """`--fast` / `--deep`: which tracer runs (issue 26); `deep` in the namespace, True by default."""
+    """`--fast` / `--deep`: which tracer runs (issue 26); `deep` in the namespace: None (the default:
+    the fast tracer when it serves every selected rule), False or True."""
     from ..rules import FAST_MODE_RULES
 
     served = ", ".join(sorted(FAST_MODE_RULES))
@@ -162,14 +163,14 @@ def add_tracer_mode(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--fast", dest="deep", action="store_false",
         help=f"the fast tracer: only ops that write and tensors saved for backward enter Python, every other op "
-             f"stays in C++. It serves {served} so far: with other rules selected (select them with --select) "
-             "or --check-contents, the deep tracer runs and the report says so",
+             f"stays in C++ (the default when it serves every selected rule; it serves {served}). With another "
+             "rule selected the deep tracer runs and the report says so",
     )
     group.add_argument(
         "--deep", dest="deep", action="store_true",
-        help="the deep tracer (the default): every op through a dispatch mode, for every rule",
+        help="the deep tracer: every op through a dispatch mode, for every rule",
     )
-    parser.set_defaults(deep=True)
+    parser.set_defaults(deep=None)
 
 
 def stack_depth(text: str) -> int:

@@ -73,7 +73,7 @@ def run_script(
     err: TextIO | None = None,
     check_contents: bool = False,
     models: "ModelCalls | None" = None,
-    deep: bool = True,
+    deep: bool | None = None,
 ) -> tuple[int, Report, RunStats]:
     """Run the script; return (its exit status, the report, what was watched).
 

@@ -37,7 +37,7 @@ def audit(
     per_module_ignores: dict[str, list[str]] | None = None,
     names: Mapping[str, torch.nn.Module] | None = None,
     check_contents: bool = False,
-    deep: bool = True,
+    deep: bool | None = None,
     **kwargs: Any,
 ) -> Report:
     """Run `model(*args, **kwargs)` (and backward) once under the tracer; return a Report.
@@ -63,8 +63,8 @@ def audit(
             (IPD109 for writes no op makes: extension kernels, NumPy, pointers).
             When IPD109 finds a change without its writing line, the model runs
             a second time, all of the above restored, to name the line.
-        deep: as `watch`'s: `deep=False` runs the fast tracer when the selected
-            rules allow it, else deep mode, with a note in the report.
+        deep: as `watch`'s: by default the fast tracer runs when the selected
+            rules allow it, else the deep one, with a note in the report.
 
     Example:
         >>> import inplace_doctor as ipd
@@ -92,10 +92,11 @@ def audit(
     args, kwargs = private_inputs(args), private_inputs(kwargs)
     inputs = tensors_in((args, kwargs))
     preserved = Preserved(model, inputs, modules)
-    deep_because = tracer_mode.choose(rules, deep, check_contents)
+    wanted = tracer_mode.asked(deep)
+    deep_because = tracer_mode.choose(rules, wanted, check_contents)
     tracer = Tracer(
         analyzer, before_write=preserved.before_write, track_call_inputs=False, check_contents=check_contents,
-        fast=not (deep or deep_because),
+        fast=not wanted and not deep_because,
     )
     for label, sub in (names or {}).items():
         if sub is not model:
@@ -110,7 +111,7 @@ def audit(
         root_label=root_label,
     )
     if deep_because:
-        report.notes.append(tracer_mode.switched_note(deep_because, "audit(deep=False)"))
+        report.notes.append(tracer_mode.switched_note(deep_because, tracer_mode.how_asked(deep, "audit(deep=False)")))
     with preserved, tracer:
         try:
             output = model(*args, **kwargs)
@@ -214,12 +215,15 @@ class watch:
             and look for the line that wrote one (IPD109); costs about 0.4 ms
             per saved MiB plus 50-80 µs per saved tensor on CPU (each is
             fingerprinted at save and at unpack; on GPU each reads back).
-        deep: route every aten op through a dispatch mode (today's tracer, the
-            default). `deep=False` asks for the fast tracer (issue 26: only
-            writes and saves enter Python), which serves IPD101, IPD104 and
-            IPD106 so far (`rules.FAST_MODE_RULES`): when
-            another rule is selected (or `check_contents`), deep mode is used
-            and the report says so.
+        deep: which tracer runs (issue 26). By default (None) the fast one:
+            only ops that write (Python kernels at autograd's ADInplaceOrView
+            key) and tensors saved for backward enter Python, every other op
+            stays in C++, and per-op interception is switched on only while a
+            rule awaits a read or inside a checkpoint region. When a selected
+            rule needs the deep tracer (`rules.FAST_MODE_RULES` lists those the
+            fast one serves), the deep one runs and the report says why.
+            `deep=True`: every aten op through a dispatch mode, always.
+            `deep=False`: ask for the fast one (a note when it cannot).
 
     Example:
         >>> with ipd.watch() as session:
@@ -238,7 +242,7 @@ class watch:
         per_module_ignores: dict[str, list[str]] | None = None,
         stack: int = 2,
         check_contents: bool = False,
-        deep: bool = True,
+        deep: bool | None = None,
         **named_models: torch.nn.Module,
     ) -> None:
         self._stack = stack
@@ -261,9 +265,11 @@ class watch:
             root_label = next(iter(named_models))
         rules = select_rules(select, ignore)
         self._analyzer = Analyzer(rules, root_label=root_label, fail_fast=fail_fast, per_module_ignores=per_module_ignores)
-        #: rules chosen that the fast tracer does not serve, which turned deep mode on (deep=False asked)
-        self.deep_because = tracer_mode.choose(rules, deep, check_contents)
-        self.deep = deep or bool(self.deep_because)
+        #: rules chosen that the fast tracer does not serve, which turned deep mode on (not asked for)
+        wanted = tracer_mode.asked(deep)
+        self.deep_because = tracer_mode.choose(rules, wanted, check_contents)
+        self.deep = bool(wanted) or bool(self.deep_because)
+        self._asked_fast = tracer_mode.how_asked(deep, "watch(deep=False)")
         self._tracer = Tracer(self._analyzer, fail_fast=fail_fast, check_contents=check_contents, fast=not self.deep)
         self._tracer.threads.on_start = nesting.started_thread  # a watch() in the thread reports to this one
         self._tracer.modules.root_label = root_label
@@ -300,7 +306,7 @@ class watch:
         )
         report = finish_report(report, self._tracer, self._analyzer)
         if self.deep_because:
-            report.notes.append(tracer_mode.switched_note(self.deep_because))
+            report.notes.append(tracer_mode.switched_note(self.deep_because, self._asked_fast))
         return report
 
     def failed(self, fail_on: Severity = Severity.WARNING) -> bool:

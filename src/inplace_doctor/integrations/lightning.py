@@ -71,7 +71,7 @@ class InplaceDoctorCallback(pl.Callback):
         select: Selection = None,
         ignore: Selection = None,
         stack: int = 2,
-        deep: bool = True,
+        deep: bool | None = None,
     ) -> None:
         super().__init__()
         self._window = StepWindow(steps, fail_on, select, ignore, stack, deep)

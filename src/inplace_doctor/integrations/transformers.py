@@ -84,7 +84,7 @@ class InplaceDoctorCallback(TrainerCallback):
         select: Selection = None,
         ignore: Selection = None,
         stack: int = 2,
-        deep: bool = True,
+        deep: bool | None = None,
     ) -> None:
         self._settings = (steps, fail_on, select, ignore, stack, deep)
         self._window = StepWindow(*self._settings)

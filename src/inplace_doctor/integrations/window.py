@@ -48,7 +48,7 @@ class StepWindow:
 
     def __init__(
         self, steps: int, fail_on: str | Severity | None, select: Selection, ignore: Selection, stack: int,
-        deep: bool = True,
+        deep: bool | None = None,
     ) -> None:
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise UsageError(f"steps must be a positive int (training steps to watch), got {steps!r}")

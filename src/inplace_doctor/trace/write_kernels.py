@@ -152,7 +152,9 @@ class _Registration:
         self.users = 0
         self.library: Any = None
         self.count = 0
-        self.ops: list[tuple[Any, WriteSpec, bool]] | None = None
+        #: (op, its kernel) for every mutating overload: aten's overloads are fixed once torch is
+        #: imported, so they are enumerated and their kernels built once per process
+        self.kernels: list[tuple[Any, Callable[..., Any]]] | None = None
 
     def acquire(self) -> None:
         with self.lock:
@@ -160,14 +162,13 @@ class _Registration:
             if self.library is not None:
                 return
             library = torch.library.Library("aten", "IMPL")
-            if self.ops is None:  # aten's overloads are fixed once torch is imported: enumerated once
-                self.ops = mutating_overloads()
-            ops = self.ops
+            if self.kernels is None:
+                self.kernels = [(op, _kernel(op, spec, bumps)) for op, spec, bumps in mutating_overloads()]
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=OVERRIDE_WARNING)
-                for op, spec, bumps in ops:
-                    library.impl(op, _kernel(op, spec, bumps), "ADInplaceOrView", with_keyset=True)
-            self.library, self.count = library, len(ops)
+                for op, kernel in self.kernels:
+                    library.impl(op, kernel, "ADInplaceOrView", with_keyset=True)
+            self.library, self.count = library, len(self.kernels)
 
     def release(self) -> None:
         with self.lock:
