@@ -120,6 +120,9 @@ class RegionOps:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if getattr(self._depth, "n", 0):  # left inside a region (the program's blocks out of order)
+            self._depth.n = 0
+            _remove_mode(self.mode)
         _REENTRANT.release()
         if self in RegionCount.watchers:
             RegionCount.watchers.remove(self)

@@ -105,6 +105,7 @@ class Tracer:
     ) -> None:
         self._sink = sink
         self.fast = fast
+        measuring = not observe_reads  # memory measurement: no fingerprints, which allocate
         if fast:
             observe_reads = False
         self._observe_reads = observe_reads
@@ -121,7 +122,7 @@ class Tracer:
         # Fingerprinting allocates (memory measurement turns it off with observe_reads), and costs
         # inside checkpoint regions: skipped when the sink says no rule reads it (`--ignore IPD111`).
         wants = getattr(sink, "wants", None)
-        check = (observe_reads or fast) and (wants is None or wants(CheckpointRecomputeDiffers))
+        check = not measuring and (wants is None or wants(CheckpointRecomputeDiffers))
         self._recompute = RecomputeCheck(self.emit, self.modules) if check else None
         self._writes = WriteRecorder(
             self.emit, self.modules, self._saved, self.held, self._busy, before_write, track_call_inputs,
@@ -151,7 +152,7 @@ class Tracer:
         if fast:
             self.pending_reads = PendingReads(self._busy, self.held, self._graph)
             self._fast = FastWrites(self._busy, self._saved, self._writes, self._raised, self.pending_reads)
-            if check or wants is None or wants(SideEffectRepeated):  # per op while a checkpoint region runs
+            if check or (not measuring and (wants is None or wants(SideEffectRepeated))):  # per op in regions
                 self.checkpoint_ops = RegionOps(self._busy, self._writes, self._raised, self._recompute, self._pack)
         self._contexts: list[Any] = []
         self._active = False
