@@ -253,14 +253,16 @@ def test_a_hugging_face_model_with_gradient_checkpointing_reports_nothing(deep: 
 def test_the_region_count_is_undone_when_watch_ends(deep: bool) -> None:
     import torch.utils.checkpoint as torch_checkpoint
 
-    backward = torch_checkpoint.CheckpointFunction.__dict__["backward"]
+    from torch.autograd.function import BackwardCFunction
+
+    apply = BackwardCFunction.__dict__["apply"]
     with _watch(deep):
         assert "__enter__" in torch_checkpoint._checkpoint_hook.__dict__
-        # the fast tracer's reentrant recompute seen through CheckpointFunction.backward, while it runs
-        assert (torch_checkpoint.CheckpointFunction.__dict__["backward"] is backward) is deep
+        # the fast tracer's reentrant recompute seen through a Function's backward, while it runs
+        assert (BackwardCFunction.__dict__["apply"] is apply) is deep
     for hook_class in (torch_checkpoint._checkpoint_hook, torch_checkpoint._recomputation_hook):
         assert "__enter__" not in hook_class.__dict__ and "__exit__" not in hook_class.__dict__
-    assert torch_checkpoint.CheckpointFunction.__dict__["backward"] is backward
+    assert BackwardCFunction.__dict__["apply"] is apply
     assert RegionCount.watchers == [] and torch._C._len_torch_dispatch_stack() == 0
 
 

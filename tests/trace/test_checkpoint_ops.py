@@ -190,3 +190,50 @@ def test_no_region_is_watched_when_neither_rule_reads_it_nor_while_memory_is_mea
     assert ipd.watch(deep=False, select=["IPD108"]).tracer.checkpoint_ops is not None
     measuring = Tracer(lambda event: None, fast=True, observe_reads=False)  # fingerprints allocate
     assert measuring.checkpoint_ops is None and measuring._recompute is None
+
+
+class CheckpointFunction(torch.autograd.Function):
+    """A library's own reentrant checkpoint, as DeepSpeed, Megatron and fairscale write theirs: the
+    forward under no_grad, the recompute and a nested backward in the Function's backward."""
+
+    @staticmethod
+    def forward(ctx: Any, run: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.run = run
+        ctx.save_for_backward(x)
+        with torch.no_grad():
+            return run(x)  # type: ignore[no-any-return]
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        (x,) = ctx.saved_tensors
+        x = x.detach().requires_grad_(True)
+        with torch.enable_grad():
+            out = ctx.run(x)
+        torch.autograd.backward(out, grad)
+        return None, x.grad
+
+
+class Scaled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 2
+
+
+def test_a_librarys_own_reentrant_checkpoint_is_seen_as_the_deep_tracer_sees_it() -> None:
+    def run(session: Any) -> tuple[list[tuple[Any, ...]], int]:
+        torch.manual_seed(0)
+        block = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+        x = torch.randn(2, 3, 6, 6, requires_grad=True)
+        with session:
+            Scaled.apply(CheckpointFunction.apply(block, x)).sum().backward()
+        ops = session.tracer.checkpoint_ops
+        return _findings(session), ops.regions if ops is not None else -1
+
+    deep, _ = run(ipd.watch(select=sorted(FAST_MODE_RULES)))
+    fast, regions = run(_fast())
+    assert deep and {f[0] for f in deep} == {"IPD108"} and fast == deep  # running stats, num_batches_tracked
+    assert regions == 1  # the checkpoint's backward; `Scaled`'s ran without the mode

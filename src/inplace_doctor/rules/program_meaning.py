@@ -129,9 +129,9 @@ def side_effect_repeated(
     ``torch.is_grad_enabled()``/a recompute flag.
 
     Mode: fast and deep: ``watch(deep=False)`` serves it (every op enters Python only while a
-    checkpoint region's forward or recompute runs). The fast tracer sees BatchNorm's recompute in
-    ``torch.utils.checkpoint`` only, not in another library's own reentrant checkpoint
-    (``autograd.Function``), where the deep tracer sees it too.
+    checkpoint region's forward or recompute runs). Of reentrant checkpoints written as an
+    ``autograd.Function`` it sees those named like one (``CheckpointFunction``: torch's, DeepSpeed's,
+    Megatron's, fairscale's); the deep tracer sees a BatchNorm running in any backward.
     """
     if not isinstance(event, SideEffectRepeated):
         return _write_to_checkpoint_input(event, ctx)

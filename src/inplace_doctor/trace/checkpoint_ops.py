@@ -11,9 +11,11 @@ the region's outermost block ends:
 - a non-reentrant region's forward and recompute: the `with` blocks of
   checkpoint's two saved-tensor hook classes (`RegionCount` wraps their
   `__enter__`/`__exit__` while a tracer runs);
-- the reentrant form's recompute: `CheckpointFunction.backward`, wrapped
-  while a fast tracer runs (its forward runs under `no_grad` and needs
-  nothing).
+- the reentrant form's recompute: the backward of an `autograd.Function`
+  named like a checkpoint (`CheckpointFunction`: torch's, DeepSpeed's,
+  Megatron's, fairscale's), seen by wrapping `BackwardCFunction.apply` while
+  a fast tracer runs (one Python call per custom Function's backward; its
+  forward runs under `no_grad` and needs nothing).
 
 Inside, each op does what the deep tracer's mode does for these two rules,
 in its order; elsewhere no op enters Python, and a program without
@@ -22,9 +24,9 @@ entered it, or, on a thread autograd runs backward on (which carries the
 caller's saved-tensor hooks but not its context), to the tracer whose
 saved-tensor hooks are the caller's.
 
-Known limitations: other reentrant checkpoints (their own
-`autograd.Function`s, as in DeepSpeed or Megatron) run their recompute
-without the mode: a batch norm there is not seen.
+Known limitations: a reentrant checkpoint whose `autograd.Function` is named
+otherwise runs its recompute without the mode: a batch norm there is not seen
+(the deep tracer sees every batch norm in backward).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import threading
 from typing import Any
 
 import torch
-import torch.utils.checkpoint as _checkpoint
+from torch.autograd.function import BackwardCFunction
 
 from .. import _compat
 from .blame import passed_through
@@ -165,7 +167,9 @@ def _remove_mode(mode: Any) -> None:
 
 
 class _ReentrantBackward:
-    """`CheckpointFunction.backward` (the reentrant form's recompute) wrapped while a fast tracer runs."""
+    """`BackwardCFunction.apply` wrapped while a fast tracer runs: the backward of an `autograd.Function`
+    named like a checkpoint (torch's `CheckpointFunction`, and DeepSpeed's, Megatron's, fairscale's of
+    that name) is a reentrant recompute, run with the mode on; any other Function's runs as before."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -177,26 +181,37 @@ class _ReentrantBackward:
             self.users += 1
             if self.users > 1:
                 return
-            function = _checkpoint.CheckpointFunction
-            self.original = function.__dict__["backward"]
-            backward = self.original.__func__
+            self.original = apply = BackwardCFunction.__dict__["apply"]
 
-            def recompute_seen(ctx: Any, *grads: Any) -> Any:
+            def recompute_seen(node: Any, *grads: Any) -> Any:
+                if not _recomputes(node._forward_cls):
+                    return apply(node, *grads)
                 owner = RegionCount.watcher_for(_compat.top_saved_tensors_hooks(False))
                 try:
-                    return backward(ctx, *grads)
+                    return apply(node, *grads)
                 finally:
                     if owner is not None:
                         owner.region_exited()
 
-            function.backward = staticmethod(recompute_seen)  # type: ignore[method-assign, assignment]
+            BackwardCFunction.apply = recompute_seen  # type: ignore[method-assign]
 
     def release(self) -> None:
         with self.lock:
             self.users -= 1
             if self.users == 0 and self.original is not None:
-                _checkpoint.CheckpointFunction.backward = self.original  # type: ignore[method-assign]
+                BackwardCFunction.apply = self.original  # type: ignore[method-assign]
                 self.original = None
+
+
+_recomputing: dict[type, bool] = {}
+
+
+def _recomputes(function: type) -> bool:
+    """Whether a Function's backward is a reentrant checkpoint's recompute, by its name (cached)."""
+    known = _recomputing.get(function)
+    if known is None:
+        known = _recomputing[function] = "checkpoint" in function.__name__.lower()
+    return known
 
 
 _REENTRANT = _ReentrantBackward()
