@@ -237,3 +237,18 @@ def test_a_librarys_own_reentrant_checkpoint_is_seen_as_the_deep_tracer_sees_it(
     fast, regions = run(_fast())
     assert deep and {f[0] for f in deep} == {"IPD108"} and fast == deep  # running stats, num_batches_tracked
     assert regions == 1  # the checkpoint's backward; `Scaled`'s ran without the mode
+
+
+def test_a_watch_left_inside_a_region_takes_its_mode_off_the_stack() -> None:
+    session = _fast()
+    session.__enter__()
+
+    def region(t: torch.Tensor) -> torch.Tensor:
+        assert torch._C._len_torch_dispatch_stack() == 1
+        session.__exit__(None, None, None)
+        assert torch._C._len_torch_dispatch_stack() == 0
+        return t * 2
+
+    x = torch.randn(3, requires_grad=True)
+    checkpoint(region, x, use_reentrant=False).sum().backward()
+    assert torch._C._len_torch_dispatch_stack() == 0 and torch.equal(x.grad, torch.full((3,), 2.0))

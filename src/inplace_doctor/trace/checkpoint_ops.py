@@ -145,7 +145,9 @@ class RegionOps:
         return True
 
     def region_exited(self) -> None:
-        depth = self._depth.n - 1
+        depth = getattr(self._depth, "n", 0) - 1
+        if depth < 0:
+            return  # its mode was taken off when the tracer left inside the region
         self._depth.n = depth
         if not depth:
             _remove_mode(self.mode)
