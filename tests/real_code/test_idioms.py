@@ -28,6 +28,7 @@ from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 import inplace_doctor as ipd
 from inplace_doctor import Severity
+from inplace_doctor.rules import FAST_MODE_RULES
 
 HERE = Path(__file__).resolve()
 
@@ -106,6 +107,7 @@ def twin(
     *,
     seed: int = 0,
     expected: frozenset[str] = frozenset(),
+    **watch_options: Any,
 ):
     """Run `train(build())` plain, then again inside watch() from the same seeds.
 
@@ -121,12 +123,17 @@ def twin(
     torch.manual_seed(seed)
     objs = build()
     torch.manual_seed(seed + 1)
-    with ipd.watch(*modules(objs)) as session:
+    with ipd.watch(*modules(objs), **watch_options) as session:
         train(objs)
     assert_clean(session, expected)
     assert session.tracer.saves > 0 and session.tracer.writes > 0  # it did trace the training
     assert_identical(plain, snapshot(*modules(objs)))
     return session, plain_objs, objs
+
+
+def _modes(deep: bool) -> dict[str, Any]:
+    """`watch`'s options: as the tests had them (deep), or the fast tracer with the rules it serves."""
+    return {} if deep else {"deep": False, "select": sorted(FAST_MODE_RULES)}
 
 
 def small_cnn(num_classes: int = 5) -> nn.Module:
@@ -509,8 +516,9 @@ class CheckpointedNet(nn.Module):
         return self.head(h)
 
 
+@pytest.mark.parametrize("deep", [True, False], ids=["deep", "fast"])
 @pytest.mark.parametrize("how", ["reentrant", "non_reentrant", "sequential_reentrant", "sequential_non_reentrant"])
-def test_checkpointed_conv_bn_inplace_relu_blocks_train_exactly_and_report_the_bn_recompute(how):
+def test_checkpointed_conv_bn_inplace_relu_blocks_train_exactly_and_report_the_bn_recompute(how, deep):
     def build():
         model = CheckpointedNet(how)
         return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -525,7 +533,9 @@ def test_checkpointed_conv_bn_inplace_relu_blocks_train_exactly_and_report_the_b
 
     # Training is exact (bit-identical, no IPD101/IPD105), but BatchNorm inside a
     # checkpointed region updates its running statistics again on recompute: IPD108.
-    session, _, _ = twin(build, train, model_of, expected=frozenset({"IPD108"}))
+    # The fast tracer (issue 26), with the rules it serves, runs per op inside the regions only.
+    session, _, _ = twin(build, train, model_of, expected=frozenset({"IPD108"}), **_modes(deep))
+    assert session.deep is deep
     repeated = [f for f in session.findings if f.code == "IPD108"]
     assert repeated and all(f.mutation.module_type == "BatchNorm2d" for f in repeated)
 
@@ -812,7 +822,8 @@ def _checkpointed(use_reentrant: bool):
     return lin, run
 
 
-def test_non_reentrant_checkpoint_agrees_with_plain_pytorch():
+@pytest.mark.parametrize("deep", [True, False], ids=["deep", "fast"])
+def test_non_reentrant_checkpoint_agrees_with_plain_pytorch(deep):
     lin, run = _checkpointed(use_reentrant=False)
     try:
         run()
@@ -824,24 +835,25 @@ def test_non_reentrant_checkpoint_agrees_with_plain_pytorch():
     lin2, run2 = _checkpointed(use_reentrant=False)
     if plain_raised is not None:  # pragma: no cover
         with pytest.raises(RuntimeError):
-            with ipd.watch(lin2):
+            with ipd.watch(lin2, **_modes(deep)):
                 run2()
         return
     # torch 2.x: no error; the recompute rebuilds the saved value, so watch() must not raise either.
-    with ipd.watch(lin2) as session:
+    with ipd.watch(lin2, **_modes(deep)) as session:
         run2()
     assert_clean(session)
     assert all(torch.equal(a, p.grad) for a, p in zip(plain_grads, lin2.parameters()))
 
 
-def test_reentrant_checkpoint_raises_like_plain_pytorch():
+@pytest.mark.parametrize("deep", [True, False], ids=["deep", "fast"])
+def test_reentrant_checkpoint_raises_like_plain_pytorch(deep):
     lin, run = _checkpointed(use_reentrant=True)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         run()
 
     lin2, run2 = _checkpointed(use_reentrant=True)
     with pytest.raises(RuntimeError) as excinfo:
-        with ipd.watch(lin2) as session:
+        with ipd.watch(lin2, **_modes(deep)) as session:
             run2()
     assert isinstance(excinfo.value, ipd.InplaceError)
     [f] = [f for f in session.findings if f.code == "IPD101"]

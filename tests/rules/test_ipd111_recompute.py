@@ -21,6 +21,8 @@ from torch.utils.checkpoint import checkpoint
 
 import inplace_doctor as ipd
 from inplace_doctor.causes import RecomputeCause
+from inplace_doctor.rules import FAST_MODE_RULES
+from inplace_doctor.trace.checkpoint_blocks import RegionCount
 from inplace_doctor.trace.recompute import fingerprint
 
 FIXTURES = Path(__file__).resolve().parent / "IPD111"
@@ -41,6 +43,19 @@ class FeedForward(nn.Module):
         if self.preserve is None:
             return self.block(x)
         return checkpoint(self.block, x, use_reentrant=False, preserve_rng_state=self.preserve)
+
+
+#: each check under both tracers: the fast one runs per op inside checkpoint regions (issue 26)
+MODES = pytest.mark.parametrize("deep", [True, False], ids=["deep", "fast"])
+
+
+def _watch(deep: bool, **options: object) -> ipd.watch:
+    """`watch` as the test had it (deep), or the fast tracer with the rules it serves."""
+    if deep:
+        return ipd.watch(**options)  # type: ignore[arg-type]
+    session = ipd.watch(deep=False, select=sorted(FAST_MODE_RULES), **options)  # type: ignore[arg-type]
+    assert not session.deep
+    return session
 
 
 def _ipd111(findings: list[ipd.Finding]) -> list[ipd.Finding]:
@@ -78,10 +93,11 @@ def test_the_fingerprint_is_exact_and_keeps_nothing() -> None:
 # -- watch -------------------------------------------------------------------------
 
 
-def test_dropout_without_rng_preservation_is_reported_and_the_fix_restores_the_gradients() -> None:
+@MODES
+def test_dropout_without_rng_preservation_is_reported_and_the_fix_restores_the_gradients(deep: bool) -> None:
     torch.manual_seed(0)
     model, x = FeedForward(preserve_rng_state=False), torch.randn(4, 8)
-    with ipd.watch() as session:
+    with _watch(deep) as session:
         torch.manual_seed(1)
         model(x).pow(2).sum().backward()
     [finding] = _ipd111(session.findings)
@@ -93,16 +109,17 @@ def test_dropout_without_rng_preservation_is_reported_and_the_fix_restores_the_g
     expected = _grads(reference, x)
     assert any(not torch.equal(a, b) for a, b in zip(_grads(model, x), expected))  # the bug is real
     model.preserve = True  # the printed fix
-    with ipd.watch() as session:
+    with _watch(deep) as session:
         fixed = _grads(model, x)
     assert _ipd111(session.findings) == []
     assert all(torch.equal(a, b) for a, b in zip(fixed, expected))
 
 
-def test_dropout_with_rng_preservation_reports_nothing() -> None:
+@MODES
+def test_dropout_with_rng_preservation_reports_nothing(deep: bool) -> None:
     torch.manual_seed(0)
     model = FeedForward(preserve_rng_state=True)
-    with ipd.watch() as session:
+    with _watch(deep) as session:
         for _ in range(2):
             model(torch.randn(4, 8)).sum().backward()
     assert _ipd111(session.findings) == []
@@ -122,10 +139,11 @@ class Tempered(nn.Module):
         return checkpoint(self.block, x, use_reentrant=False) if self.checkpointed else self.block(x)
 
 
-def test_state_written_between_forward_and_backward_names_the_write_and_the_fix_restores_the_gradients() -> None:
+@MODES
+def test_state_written_between_forward_and_backward_names_the_write_and_the_fix_restores_the_gradients(deep: bool) -> None:
     torch.manual_seed(0)
     model, x = Tempered(), torch.randn(3, 8)
-    with ipd.watch() as session:
+    with _watch(deep) as session:
         loss = model(x).pow(2).sum()
         model.temperature.mul_(0.5)  # the write the finding names
         loss.backward()
@@ -147,18 +165,19 @@ def test_state_written_between_forward_and_backward_names_the_write_and_the_fix_
 
     expected = run(checkpointed=False, anneal_before_backward=False)
     assert any(not torch.equal(a, b) for a, b in zip(run(True, True), expected))  # silently other gradients
-    with ipd.watch() as session:
+    with _watch(deep) as session:
         fixed = run(True, False)
     assert _ipd111(session.findings) == []
     assert all(torch.equal(a, b) for a, b in zip(fixed, expected))
 
 
-def test_an_optimizer_step_between_two_backwards_of_a_retained_graph_is_reported_at_the_second() -> None:
+@MODES
+def test_an_optimizer_step_between_two_backwards_of_a_retained_graph_is_reported_at_the_second(deep: bool) -> None:
     torch.manual_seed(0)
     block = nn.Sequential(nn.Linear(8, 8), nn.Tanh())
     opt = torch.optim.SGD(block.parameters(), lr=0.1)
     x = torch.randn(4, 8, requires_grad=True)
-    with ipd.watch(block=block) as session:
+    with _watch(deep, block=block) as session:
         out = checkpoint(block, x, use_reentrant=False)
         out.pow(2).mean().backward(retain_graph=True)
         assert _ipd111(session.findings) == []  # the first recompute matches its forward
@@ -168,13 +187,16 @@ def test_an_optimizer_step_between_two_backwards_of_a_retained_graph_is_reported
     assert finding.mutation.op == "aten.addmm" and "SGD.step" in finding.why
 
 
-def test_ops_outside_checkpoint_regions_are_not_fingerprinted() -> None:
+@MODES
+def test_ops_outside_checkpoint_regions_are_not_fingerprinted(deep: bool) -> None:
     model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5))
-    session = ipd.watch()
+    session = _watch(deep)
     with session:
         model(torch.randn(2, 8)).sum().backward()
     recompute = session.tracer._recompute
     assert recompute is not None and not recompute.watched and len(recompute._regions) == 0
+    if not deep:  # no op entered Python but the writes: the per-op mode never turned on
+        assert session.tracer.checkpoint_ops.regions == 0 and session.tracer.checkpoint_ops.mode.ops == 0
 
 
 # -- audit and run -------------------------------------------------------------------
@@ -204,7 +226,8 @@ def test_run_on_a_script(fixture: str, reported: bool) -> None:
 # -- real models -------------------------------------------------------------------
 
 
-def test_a_hugging_face_model_with_gradient_checkpointing_reports_nothing() -> None:
+@MODES
+def test_a_hugging_face_model_with_gradient_checkpointing_reports_nothing(deep: bool) -> None:
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     config = transformers.GPT2Config(
@@ -219,24 +242,33 @@ def test_a_hugging_face_model_with_gradient_checkpointing_reports_nothing() -> N
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     ids = torch.randint(0, 100, (2, 8))
-    session = ipd.watch(model=model)
+    session = _watch(deep, model=model)
     with session:
         model(input_ids=ids, labels=ids).loss.backward()
     assert session.tracer._recompute.compared > 20  # both layers' recomputes were compared, op by op
     assert _ipd111(session.findings) == []
 
 
-def test_the_region_count_is_undone_when_watch_ends() -> None:
+@MODES
+def test_the_region_count_is_undone_when_watch_ends(deep: bool) -> None:
     import torch.utils.checkpoint as torch_checkpoint
 
-    with ipd.watch():
+    from torch.autograd.function import BackwardCFunction
+
+    apply = BackwardCFunction.__dict__["apply"]
+    with _watch(deep):
         assert "__enter__" in torch_checkpoint._checkpoint_hook.__dict__
+        # the fast tracer's reentrant recompute seen through a Function's backward, while it runs
+        assert (BackwardCFunction.__dict__["apply"] is apply) is deep
     for hook_class in (torch_checkpoint._checkpoint_hook, torch_checkpoint._recomputation_hook):
         assert "__enter__" not in hook_class.__dict__ and "__exit__" not in hook_class.__dict__
+    assert BackwardCFunction.__dict__["apply"] is apply
+    assert RegionCount.watchers == [] and torch._C._len_torch_dispatch_stack() == 0
 
 
-def test_ignoring_ipd111_switches_the_check_and_its_cost_off() -> None:
-    session = ipd.watch(ignore="IPD111")
+@MODES
+def test_ignoring_ipd111_switches_the_check_and_its_cost_off(deep: bool) -> None:
+    session = _watch(deep, ignore="IPD111")
     assert session.tracer._recompute is None
     with session:
         FeedForward(preserve_rng_state=False)(torch.randn(4, 8)).sum().backward()

@@ -19,6 +19,7 @@ from torch.utils.checkpoint import checkpoint
 
 import inplace_doctor as ipd
 from inplace_doctor.causes import RecomputeCause
+from inplace_doctor.rules import FAST_MODE_RULES
 from inplace_doctor.trace.saved_writes import SAVED_THEN_WRITTEN
 
 RRELU = torch.ops.aten.rrelu_with_noise
@@ -121,10 +122,17 @@ def test_the_in_place_rrelu_and_batch_norm_save_after_the_kernel_too() -> None:
 # -- the detection under checkpoint ----------------------------------------------------------------
 
 
-def _watch(fn: Callable[[], None], **options: Any) -> list[ipd.Finding]:
-    session = ipd.watch(**options)
+#: each check under both tracers: the fast one runs per op inside checkpoint regions (issue 26)
+MODES = pytest.mark.parametrize("deep", [True, False], ids=["deep", "fast"])
+
+
+def _watch(fn: Callable[[], None], deep: bool = True, **options: Any) -> list[ipd.Finding]:
+    if not deep:
+        options.setdefault("select", sorted(FAST_MODE_RULES))
+    session = ipd.watch(deep=deep, **options)
     with session:
         fn()
+    assert session.deep is deep
     return [f for f in session.report().findings if f.severity is not ipd.Severity.INFO]
 
 
@@ -132,14 +140,15 @@ def _rrelu(t: torch.Tensor) -> torch.Tensor:
     return F.rrelu(t * 1.0, training=True)
 
 
-def test_f_rrelu_under_checkpoint_is_reported_and_its_gradient_is_wrong() -> None:
+@MODES
+def test_f_rrelu_under_checkpoint_is_reported_and_its_gradient_is_wrong(deep: bool) -> None:
     x = torch.randn(4, 5, requires_grad=True)
     torch.manual_seed(3)
     plain = torch.autograd.grad(_rrelu(x).sum(), x)[0]
     torch.manual_seed(3)
     assert not torch.equal(torch.autograd.grad(checkpoint(_rrelu, x, use_reentrant=False).sum(), x)[0], plain)
 
-    findings = _watch(lambda: checkpoint(_rrelu, x, use_reentrant=False).sum().backward())
+    findings = _watch(lambda: checkpoint(_rrelu, x, use_reentrant=False).sum().backward(), deep)
     [finding] = findings
     assert (finding.code, finding.cause, finding.severity) == ("IPD111", RecomputeCause.SAVED_BEFORE_WRITE, ipd.Severity.ERROR)
     assert finding.mutation.line == _rrelu.__code__.co_firstlineno + 1
@@ -149,7 +158,8 @@ def test_f_rrelu_under_checkpoint_is_reported_and_its_gradient_is_wrong() -> Non
     assert "pass early_stop=False to `checkpoint` at" in finding.fix
 
 
-def test_each_fix_gives_the_plain_gradient_and_no_finding() -> None:
+@MODES
+def test_each_fix_gives_the_plain_gradient_and_no_finding(deep: bool) -> None:
     x = torch.randn(4, 5, requires_grad=True)
     torch.manual_seed(3)
     plain = torch.autograd.grad(_rrelu(x).sum(), x)[0]
@@ -162,10 +172,11 @@ def test_each_fix_gives_the_plain_gradient_and_no_finding() -> None:
         def fixed(kwargs: dict[str, bool] = kwargs) -> None:
             checkpoint(_rrelu, x, **kwargs).sum().backward()
 
-        assert _watch(fixed) == [], kwargs
+        assert _watch(fixed, deep) == [], kwargs
 
 
-def test_nothing_is_said_where_backward_reads_what_the_kernel_wrote() -> None:
+@MODES
+def test_nothing_is_said_where_backward_reads_what_the_kernel_wrote(deep: bool) -> None:
     x = torch.randn(4, 5, requires_grad=True)
     buffer = torch.empty(4, 5)
     cases = {
@@ -179,10 +190,11 @@ def test_nothing_is_said_where_backward_reads_what_the_kernel_wrote() -> None:
         ).sum().backward(),
     }
     for name, case in cases.items():
-        assert _watch(case) == [], name
+        assert _watch(case, deep) == [], name
 
 
-def test_a_buffer_from_outside_rewritten_before_backward_is_reported() -> None:
+@MODES
+def test_a_buffer_from_outside_rewritten_before_backward_is_reported(deep: bool) -> None:
     """The op itself, its noise kept outside the region: the recompute saves the buffer as it is at
     backward, which another call has redrawn."""
     x = torch.randn(4, 5, requires_grad=True)
@@ -193,7 +205,7 @@ def test_a_buffer_from_outside_rewritten_before_backward_is_reported() -> None:
         RRELU(torch.randn(4, 5), buffer, 0.1, 0.3, True)
         y.sum().backward()
 
-    [finding] = _watch(run)
+    [finding] = _watch(run, deep)
     assert (finding.code, finding.cause) == ("IPD111", RecomputeCause.SAVED_BEFORE_WRITE)
     assert "a tensor from outside the region, is saved as it is at backward" in finding.why
 

@@ -82,8 +82,8 @@ def checkpoint_recompute_differs(
     then runs the region to its end, drawing the same noise with the
     preserved RNG state), or call ``F.rrelu``/``nn.RReLU`` outside the region.
 
-    Mode: deep: it compares a checkpoint's recompute with its forward op by op, which only the
-    per-op tracer sees; ``watch(deep=False)`` selecting it runs deep.
+    Mode: fast and deep: ``watch(deep=False)`` serves it (every op enters Python only while a
+    checkpoint region's forward or recompute runs).
     """
     if isinstance(event, CheckpointSavedBeforeWrite):
         return _saved_before_write(event, ctx)

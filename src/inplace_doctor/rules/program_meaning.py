@@ -128,8 +128,10 @@ def side_effect_repeated(
     accumulations out of the region or guard them with
     ``torch.is_grad_enabled()``/a recompute flag.
 
-    Mode: deep: it needs the ops of a checkpoint's recompute (BatchNorm running again), which only
-    the per-op tracer sees; ``watch(deep=False)`` selecting it runs deep.
+    Mode: fast and deep: ``watch(deep=False)`` serves it (every op enters Python only while a
+    checkpoint region's forward or recompute runs). Of reentrant checkpoints written as an
+    ``autograd.Function`` it sees those named like one (``CheckpointFunction``: torch's, DeepSpeed's,
+    Megatron's, fairscale's); the deep tracer sees a BatchNorm running in any backward.
     """
     if not isinstance(event, SideEffectRepeated):
         return _write_to_checkpoint_input(event, ctx)

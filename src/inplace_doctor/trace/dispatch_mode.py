@@ -15,7 +15,8 @@ from .nodes import origin_of
 from .ops import _op_facts, op_facts, restores_version_bump, written_tensors
 from .owner import Busy
 from .pytorch_errors import RaisedErrors
-from .recompute import RecomputeCheck, RegionCount
+from .checkpoint_blocks import RegionCount
+from .recompute import RecomputeCheck
 from .saved import SavedTensors
 from .storage import storage_span
 from .writes import WriteRecorder
@@ -170,8 +171,8 @@ class SubclassConstruction:
     top); `alias` writes nothing, so nothing is missed. Undone on exit.
     """
 
-    def __init__(self, mode: _compat.TorchDispatchMode) -> None:
-        self.mode = mode
+    def __init__(self, *modes: _compat.TorchDispatchMode) -> None:
+        self.modes = modes  # the tool's modes (the fast tracer has two, each pushed only at times)
         self.installed = False
 
     def __enter__(self) -> "SubclassConstruction":
@@ -180,10 +181,10 @@ class SubclassConstruction:
         from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode_temporarily
 
         base_new = torch._C.TensorBase.__new__
-        mode = self.mode
+        modes = self.modes
 
         def __new__(cls: Any, *args: Any, **kwargs: Any) -> Any:
-            if _get_current_dispatch_mode() is mode:
+            if any(_get_current_dispatch_mode() is mode for mode in modes):
                 with _pop_mode_temporarily():
                     return base_new(cls, *args, **kwargs)
             return base_new(cls, *args, **kwargs)

@@ -8,8 +8,8 @@ whose fingerprint differs is reported with what the tracer knows of why: a
 random op, or a tensor it reads from outside the region written since.
 
 Only ops inside a region pay: while the tracer runs, checkpoint's two hook
-classes count the regions open (`RegionCount`); with none open an op pays one
-attribute read. Inside, the top saved-tensor hooks (about 1 µs to ask) name
+classes count the regions open (`checkpoint_blocks.RegionCount`); with none
+open an op pays one attribute read. Inside, the top saved-tensor hooks (about 1 µs to ask) name
 the region and tell its forward from its recompute.
 """
 
@@ -22,6 +22,7 @@ import torch
 
 from .. import _compat
 from ..events import CheckpointRecomputeDiffers, CheckpointSavedBeforeWrite, Event, WriteInfo
+from .checkpoint_blocks import RegionCount
 from .modules import ModulePaths
 from .saved_writes import SAVED_THEN_WRITTEN, SavedWrite, recomputed_saves, sample, saved_argument, written_argument
 from .ops import op_name, writes_bytes
@@ -87,63 +88,6 @@ def _inputs(args: Any, kwargs: Any) -> list[torch.Tensor]:
     for value in (*args, *kwargs.values()):
         out.extend(_tensors(value))
     return out
-
-
-class RegionCount:
-    """How many non-reentrant checkpoint hooks are open (any thread): checkpoint's hook classes count
-    their `with` blocks while at least one tracer runs. Undone when the last one leaves."""
-
-    n = 0
-    _users = 0
-    _saved: list[tuple[type, Any, Any]] = []
-    #: the RecomputeChecks told when a recompute ends (`RecomputeCheck.recompute_ended`)
-    listeners: "weakref.WeakSet[Any]" = weakref.WeakSet()
-
-    def __enter__(self) -> "RegionCount":
-        cls = type(self)
-        cls._users += 1
-        if cls._users == 1:
-            for hook_class in _compat.CHECKPOINT_HOOK_CLASSES:
-                cls._saved.append((hook_class, hook_class.__dict__.get("__enter__"), hook_class.__dict__.get("__exit__")))
-                _count_blocks(hook_class, hook_class is _compat.CHECKPOINT_HOOK_CLASSES[1])
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        cls = type(self)
-        cls._users -= 1
-        if cls._users == 0:
-            for hook_class, enter, exit_ in cls._saved:
-                for name, original in (("__enter__", enter), ("__exit__", exit_)):
-                    if original is None:
-                        delattr(hook_class, name)
-                    else:
-                        setattr(hook_class, name, original)
-            cls._saved = []
-            cls.n = 0
-
-
-def _count_blocks(hook_class: type, recompute: bool) -> None:
-    enter, exit_ = hook_class.__enter__, hook_class.__exit__  # type: ignore[attr-defined]
-
-    def __enter__(self: Any) -> Any:
-        out = enter(self)
-        RegionCount.n += 1
-        self._inplace_doctor_counted = True
-        return out
-
-    def __exit__(self: Any, *exc: object) -> Any:
-        if self.__dict__.pop("_inplace_doctor_counted", False):
-            RegionCount.n = max(0, RegionCount.n - 1)
-        out = exit_(self, *exc)
-        if recompute and RegionCount.listeners:
-            region = _compat.checkpoint_region(self.pack_hook)
-            if region is not None:
-                for listener in list(RegionCount.listeners):
-                    listener.recompute_ended(*region)
-        return out
-
-    hook_class.__enter__ = __enter__  # type: ignore[attr-defined]
-    hook_class.__exit__ = __exit__  # type: ignore[attr-defined]
 
 
 class _Region:

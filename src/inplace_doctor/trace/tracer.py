@@ -39,10 +39,11 @@ from typing import Any, Callable
 
 import torch
 
-from ..events import CheckpointRecomputeDiffers, Event, InplaceErrorRaised
+from ..events import CheckpointRecomputeDiffers, Event, InplaceErrorRaised, SideEffectRepeated
 from .aliases import HeldTensors
 from .blame import recursion_headroom
 from .compiled import EagerCompiled
+from .checkpoint_ops import RegionOps
 from .contents import ContentChecks
 from .dispatch_mode import SubclassConstruction, TracingMode, disable_dynamo_directly
 from .fast_writes import FastWrites
@@ -53,7 +54,8 @@ from .origins import ConstructionRecorder
 from .pending_reads import PendingReads
 from .owner import Busy, Sink
 from .pytorch_errors import RaisedErrors, written_here
-from .recompute import RecomputeCheck, RegionCount
+from .checkpoint_blocks import RegionCount
+from .recompute import RecomputeCheck
 from .threads import StartedThreads
 from .transforms import FunctionalTransforms
 from .saved import NodeCreationHook, SavedRecord, SavedTensors
@@ -83,7 +85,9 @@ class Tracer:
             but stale `state_dict()` aliases (IPD107) and graph tensors changed
             outside autograd (IPD110), whose reads it sees through a dispatch
             mode pushed only while one is pending (`pending_reads.py`), and
-            names a saving node's op by the node.
+            names a saving node's op by the node. Inside `torch.utils.checkpoint`
+            regions (their forward and recompute) it runs per op, as the deep
+            tracer does, for IPD108 and IPD111 (`checkpoint_ops.py`).
 
     It is the `TraceOwner` of its helpers (`inplace_calls`, `held`).
     """
@@ -101,6 +105,7 @@ class Tracer:
     ) -> None:
         self._sink = sink
         self.fast = fast
+        measuring = not observe_reads  # memory measurement: no fingerprints, which allocate
         if fast:
             observe_reads = False
         self._observe_reads = observe_reads
@@ -117,7 +122,7 @@ class Tracer:
         # Fingerprinting allocates (memory measurement turns it off with observe_reads), and costs
         # inside checkpoint regions: skipped when the sink says no rule reads it (`--ignore IPD111`).
         wants = getattr(sink, "wants", None)
-        check = observe_reads and (wants is None or wants(CheckpointRecomputeDiffers))
+        check = not measuring and (wants is None or wants(CheckpointRecomputeDiffers))
         self._recompute = RecomputeCheck(self.emit, self.modules) if check else None
         self._writes = WriteRecorder(
             self.emit, self.modules, self._saved, self.held, self._busy, before_write, track_call_inputs,
@@ -143,9 +148,12 @@ class Tracer:
         #: the fast tracer's per-op interception while a stale held alias awaits its use (IPD107)
         self._fast: FastWrites | None = None
         self.pending_reads: PendingReads | None = None
+        self.checkpoint_ops: RegionOps | None = None
         if fast:
             self.pending_reads = PendingReads(self._busy, self.held, self._graph)
             self._fast = FastWrites(self._busy, self._saved, self._writes, self._raised, self.pending_reads)
+            if check or (not measuring and (wants is None or wants(SideEffectRepeated))):  # per op in regions
+                self.checkpoint_ops = RegionOps(self._busy, self._writes, self._raised, self._recompute, self._pack)
         self._contexts: list[Any] = []
         self._active = False
 
@@ -170,8 +178,10 @@ class Tracer:
                 disable_dynamo_directly()
                 self._enter(self._mode)
                 self._enter(SubclassConstruction(self._mode))
-            if self._recompute is not None:
+            if self._recompute is not None or self.checkpoint_ops is not None:
                 self._enter(RegionCount())
+            if self.checkpoint_ops is not None:
+                self._enter(self.checkpoint_ops)
             self._enter(ConstructionRecorder())  # models built inside (a script under `run`): flag fixes' lines
             # Also settles writes as the user-level call returns when fail_fast,
             # so the raise points at the line that overwrote.
@@ -182,7 +192,8 @@ class Tracer:
             elif self.pending_reads is not None:
                 self._enter(self.held)
                 self._enter(self.pending_reads)
-                self._enter(SubclassConstruction(self.pending_reads.mode))
+                region_modes = [self.checkpoint_ops.mode] if self.checkpoint_ops is not None else []
+                self._enter(SubclassConstruction(self.pending_reads.mode, *region_modes))
         except BaseException:
             self.__exit__(None, None, None)
             raise
