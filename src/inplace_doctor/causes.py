@@ -201,6 +201,7 @@ class WriteLineSearch(enum.StrEnum):
     BUDGET = "budget"  # the replay's line budget ran out first
     TRACED = "traced"  # another trace function (a debugger, coverage) was set: the replay did not search
     FAILED = "failed"  # the replay raised before the tensor was saved again
+    NO_LATER_STEP = "no-later-step"  # `run`: no watched step followed the one that found the change
 
 
 @dataclass(frozen=True)
@@ -219,6 +220,8 @@ class HandOutFacts:
     node: str | None = field(default=None, metadata=WORDS_ONLY)
     search: WriteLineSearch = field(default=WriteLineSearch.NOT_SEARCHED, metadata=WORDS_ONLY)
     method: str | None = field(default=None, metadata=WORDS_ONLY)  # "numpy", "__dlpack__", ...: `how`'s method
+    #: `run`: the watched step whose line checks searched (and, with `search` LINE, found) the writing line
+    search_step: int | None = field(default=None, metadata=WORDS_ONLY)
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
         handed.location if handed is not None else None, event.how,
         in_source=handed is not None and bool(handed.file), code=handed.code or "" if handed is not None else "",
         shape=saved.shape, dtype=saved.dtype, saved_version=saved.version, node=saved.node, search=event.search,
-        method=event.method,
+        method=event.method, search_step=event.search_step,
     )
     return make_finding(
         "IPD109",
