@@ -220,8 +220,9 @@ class HandOutFacts:
     node: str | None = field(default=None, metadata=WORDS_ONLY)
     search: WriteLineSearch = field(default=WriteLineSearch.NOT_SEARCHED, metadata=WORDS_ONLY)
     method: str | None = field(default=None, metadata=WORDS_ONLY)  # "numpy", "__dlpack__", ...: `how`'s method
-    #: `run`: the watched step whose line checks searched (and, with `search` LINE, found) the writing line
-    search_step: int | None = field(default=None, metadata=WORDS_ONLY)
+    #: `run`: the later watched steps (first, last) whose line checks looked for the writing line; with
+    #: `search` LINE, (k, k): found on step k
+    search_steps: tuple[int, int] | None = field(default=None, metadata=WORDS_ONLY)
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ main()
 WRITES = {
     "helper": ("centre(arr)  # <write>", "helper-write"),  # the line named is the helper's own
     "inline": ("arr -= arr.mean(axis=0)  # <write>", "write"),  # in the loop's own frame, running when armed
+    "first-step-only": ("if step == 0: centre(arr)  # <write>", "helper-write"),
 }
 
 
@@ -109,6 +110,19 @@ def test_one_watched_step_says_no_later_step_followed(tmp_path, where):
     assert "the writing line is not named: no watched step followed the one that found the change" in finding["message"]
 
 
+def test_a_write_that_does_not_recur_is_searched_for_in_two_later_steps_and_said(tmp_path):
+    """The write happens in step 1 only: steps 2 and 3 are checked line by line (not the 4 after them),
+    and the finding says the tensors saved there were checked and no line changed them."""
+    path = write_program(tmp_path, "first-step-only", steps=6)
+    proc, [finding] = run(path, "--steps", "6")
+    assert proc.returncode == 1, proc.stderr
+    assert at(finding["mutation"]) == (path.name, marker(path, "handout"))
+    assert (
+        "the writing line is not named: in watched steps 2 to 3, the tensors saved at this place were checked after "
+        "each line of your code, and no line changed their bytes"
+    ) in finding["message"], finding["message"]
+
+
 def test_a_script_with_one_step_says_no_later_step_followed(tmp_path):
     """Without --steps the whole script is watched; a change in its last step has no step after it."""
     path = write_program(tmp_path, "helper", steps=1)
@@ -144,4 +158,4 @@ def test_the_search_leaves_no_trace_function_behind(tmp_path, monkeypatch):
     assert sys.gettrace() is None
     [finding] = [f for f in report.findings if f.code == "IPD109"]
     assert (Path(finding.mutation.file).name, finding.mutation.line) == (path.name, marker(path, "helper-write"))
-    assert finding.facts.search_step == 2
+    assert finding.facts.search_steps == (2, 2)

@@ -192,10 +192,10 @@ class StepCounter:
                 stats.backward.watched_one(self._elapsed())
                 if self.limit is not None and stats.backward.watched >= self.limit:
                     self._stop_at_next_backward = True
-                self.write_lines.step_ended(None if self._stop_at_next_backward else stats.backward.watched + 1)
-            else:  # the step (optimizer.watched + 1) ends at its optimizer step: is it the last one watched?
-                follows = self.limit is None or stats.optimizer.watched + 1 < self.limit
-                self.write_lines.step_ended(stats.optimizer.watched + 2 if follows else None)
+                self.write_lines.step_ended(stats.backward.watched, not self._stop_at_next_backward)
+            else:  # this step ends at its optimizer step: is it the last one watched?
+                step = stats.optimizer.watched + 1
+                self.write_lines.step_ended(step, self.limit is None or step < self.limit)
         elif not self.active:
             stats.backward.unwatched_one(self._elapsed())
         if self._pending_stop:
@@ -213,7 +213,7 @@ class StepCounter:
             self._stop_at_next_backward = False
             stats.optimizer.watched_one(self._elapsed())
             last = self.limit is not None and stats.optimizer.watched >= self.limit
-            self.write_lines.step_ended(None if last else stats.optimizer.watched + 1)
+            self.write_lines.step_ended(stats.optimizer.watched, not last)
             if last:
                 self._request_stop()
         elif not self.active:

@@ -145,13 +145,21 @@ def replay_note(changes: int) -> str:
     )
 
 
+#: watched steps a place's writing line is looked for in, at most, after the step that found the change:
+#: each runs every line of user code under a trace function
+STEPS_SEARCHED = 2
+
+Result = tuple[SavedTensorChangedOutside, WriteLineSearch, Site | None, tuple[int, int] | None]
+
+
 class StepLineSearches:
-    """`run --steps`: the IPD109 changes watched steps found without their line, looked for in the
-    watched steps that follow (one `LaterStepSearch` at a time, widened as new changes come).
+    """`run`: the IPD109 changes watched steps found without their line, looked for in the (at most
+    `STEPS_SEARCHED`) watched steps that follow; one `LaterStepSearch` at a time, widened as new
+    changes come; a place searched once is not searched again (what came of it stands for it).
 
     `contents` is the tracer's `ContentChecks` (its `unlocated` list, and its `search` slot that
-    `on_pack` feeds); `step_now()` the watched step running. The step counter calls `step_ended` where a step ends and `end_search` before
-    the watch ends; `amend` rewrites the report's findings."""
+    `on_pack` feeds); `step_now()` the watched step running. The step counter calls `step_ended`
+    where a step ends and `end_search` before the watch ends; `amend` rewrites the report."""
 
     def __init__(self, contents: Any, step_now: Callable[[], int]) -> None:
         self.contents = contents
@@ -160,39 +168,41 @@ class StepLineSearches:
         self.taken = 0  # changes in `unlocated` already given a search (or its absence)
         self.search: LaterStepSearch | None = None
         self.covered: list[SavedTensorChangedOutside] = []  # the changes the running search looks for
-        self.found: dict[tuple[Any, ...], tuple[Site, int]] = {}  # place -> (writing line, step), all searches
-        self.results: list[tuple[SavedTensorChangedOutside, WriteLineSearch, Site | None, int | None]] = []
+        #: place -> what its search came to (outcome, writing line, steps checked): all searches
+        self.settled: dict[tuple[Any, ...], tuple[WriteLineSearch, Site | None, tuple[int, int] | None]] = {}
+        self.results: list[Result] = []
         self.searched = False  # a search ran: the report says how
 
-    def step_ended(self, next_step: int | None) -> None:
-        """A watched step ended: look for the new changes' lines from watched step `next_step` on
-        (None: no watched step follows)."""
-        another_follows = next_step is not None
+    def step_ended(self, step: int, another_follows: bool) -> None:
+        """Watched step `step` ended: look for the new changes' lines in the steps after it, if one follows."""
+        next_step = step + 1 if another_follows else None
         new = [event for event, _ in self.unlocated[self.taken :]]
         self.taken = len(self.unlocated)
-        if self.search is not None and (not self.search.running or not another_follows):
-            self.end_search()
-        known = [e for e in new if place_of(e.saved.site) in self.found]
-        self.results += [self._settled(e, WriteLineSearch.LINE) for e in known]
+        search = self.search
+        if search is not None and (
+            not search.running or next_step is None or next_step >= search.first_step + STEPS_SEARCHED
+        ):
+            self.end_search(step)
+        known = [e for e in new if place_of(e.saved.site) in self.settled]
+        self.results += [self._settled(e) for e in known]
         new = [e for e in new if e not in known]
         if not new:
             return
-        if not another_follows:
-            self.results += [self._settled(e, WriteLineSearch.NO_LATER_STEP) for e in new]
-            return
-        if self.search is None:
-            assert next_step is not None
+        if next_step is None:
+            self.results += [(e, WriteLineSearch.NO_LATER_STEP, None, None) for e in new]
+        elif self.search is None:
             self.search = LaterStepSearch(new, next_step, self.step_now)
             self.covered = new
             self.searched = True
             self.contents.search = self.search
             self.search.__enter__()
         else:
-            self.search.add(new)
+            self.search.add(new, next_step)
             self.covered += new
 
-    def end_search(self) -> None:
-        """Stop the running search (outside any trace call) and keep what it found for each change."""
+    def end_search(self, last_step: int | None = None) -> None:
+        """Stop the running search (outside any trace call) and keep what it found for each change;
+        `last_step`: the last watched step it checked (None: the one before the running one)."""
         search, covered = self.search, self.covered
         self.search, self.covered = None, []
         if search is None:
@@ -200,29 +210,31 @@ class StepLineSearches:
         if self.contents.search is search:
             self.contents.search = None
         search.__exit__(None, None, None)
-        self.found.update((place, found) for place, found in search.lines.items() if place not in self.found)
+        last = last_step if last_step is not None else self.step_now() - 1
         for event in covered:
-            outcome, site, step = search.outcome_for(event)
-            self.results.append(self._settled(event, outcome, site, step))
+            place = place_of(event.saved.site)
+            if place not in self.settled:
+                outcome, site, step = search.outcome_for(event)
+                steps = None if step is None else (step, step) if site is not None else (step, max(step, last))
+                self.settled[place] = (outcome, site, steps)
+            self.results.append(self._settled(event))
 
-    def _settled(
-        self, event: SavedTensorChangedOutside, outcome: WriteLineSearch, site: Site | None = None, step: int | None = None
-    ) -> tuple[SavedTensorChangedOutside, WriteLineSearch, Site | None, int | None]:
-        found = self.found.get(place_of(event.saved.site))
-        if found is not None:  # an earlier search found this place's line
-            return event, WriteLineSearch.LINE, found[0], found[1]
-        return event, outcome, site, step
+    def _settled(self, event: SavedTensorChangedOutside) -> Result:
+        outcome, site, steps = self.settled[place_of(event.saved.site)]
+        return event, outcome, site, steps
 
     def amend(self, report: Report) -> None:
         """Rewrite the IPD109 findings of `report` that have no writing line with what the searches found."""
         self.end_search()
-        self.results += [self._settled(e, WriteLineSearch.NO_LATER_STEP) for e, _ in self.unlocated[self.taken :]]
+        for event, _ in self.unlocated[self.taken :]:
+            known = place_of(event.saved.site) in self.settled
+            self.results.append(self._settled(event) if known else (event, WriteLineSearch.NO_LATER_STEP, None, None))
         self.taken = len(self.unlocated)
         if not self.results:
             return
         amended = Analyzer(select_rules(["IPD109"]), root_label=report.root_label)
-        for event, outcome, site, step in sorted(self.results, key=lambda r: r[1] is not WriteLineSearch.LINE):
-            again = dataclasses.replace(event, write=site, search=outcome, search_step=step)
+        for event, outcome, site, steps in sorted(self.results, key=lambda r: r[1] is not WriteLineSearch.LINE):
+            again = dataclasses.replace(event, write=site, search=outcome, search_steps=steps)
             for new in amended.handle(again):
                 _rewrite(report, new)
         report.findings = sorted_findings(report.findings)

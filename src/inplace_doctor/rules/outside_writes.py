@@ -50,7 +50,7 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
     bytes after each line of your code, NumPy's own frames left out.
     ``run`` cannot run a script's step twice, but a training step repeats
     itself: when a watched step found such a change without the line, the
-    watched steps after it check the tensors saved at the same place (same
+    (at most two) watched steps after it check the tensors saved at the same place (same
     lines, shape and dtype) after each line of your code, and the finding
     names the line and the step it was found on (``--steps 1``: none
     follows, and the finding says so).
@@ -96,7 +96,7 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
         handed.location if handed is not None else None, event.how,
         in_source=handed is not None and bool(handed.file), code=handed.code or "" if handed is not None else "",
         shape=saved.shape, dtype=saved.dtype, saved_version=saved.version, node=saved.node, search=event.search,
-        method=event.method, search_step=event.search_step,
+        method=event.method, search_steps=event.search_steps,
     )
     return make_finding(
         "IPD109",

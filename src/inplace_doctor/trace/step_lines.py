@@ -52,7 +52,8 @@ class LaterStepSearch(LineSearch):
         self.step_now = step_now
         #: place -> (shape, dtype): what a later save must match
         self.places: dict[tuple[Any, ...], tuple[tuple[int, ...], str]] = {}
-        self.add(changes)
+        self.first_steps: dict[tuple[Any, ...], int] = {}  # place -> the first watched step looking for it
+        self.add(changes, first_step)
         self.packs = 0  # tensors saved while armed: none means no later step ran
         self.matched: set[tuple[Any, ...]] = set()  # places a later step saved a tensor at
         self.lines: dict[tuple[Any, ...], tuple[Site, int]] = {}  # place -> (writing line, step)
@@ -60,10 +61,12 @@ class LaterStepSearch(LineSearch):
         self._place_of_key: dict[int, tuple[Any, ...]] = {}
         self._frames: list[FrameType] = []  # frames whose f_trace the search set or whose snapshot it made
 
-    def add(self, changes: list[SavedTensorChangedOutside]) -> None:
-        """More changes found without their line: their places are looked for too."""
+    def add(self, changes: list[SavedTensorChangedOutside], first_step: int) -> None:
+        """More changes found without their line: their places are looked for too, from `first_step` on."""
         for event in changes:
-            self.places.setdefault(place_of(event.saved.site), (event.saved.shape, event.saved.dtype))
+            place = place_of(event.saved.site)
+            self.places.setdefault(place, (event.saved.shape, event.saved.dtype))
+            self.first_steps.setdefault(place, first_step)
 
     @property
     def running(self) -> bool:
@@ -144,17 +147,18 @@ class LaterStepSearch(LineSearch):
 
     def outcome_for(self, event: SavedTensorChangedOutside) -> tuple[Found, Site | None, int | None]:
         """What the search found for one change: the line and the step it was found on, or why there
-        is none and the step the search began on (none when no step followed)."""
+        is none and the step the search for it began on (none when no step followed)."""
         place = place_of(event.saved.site)
         if place in self.lines:
             site, step = self.lines[place]
             return Found.LINE, site, step
+        first = self.first_steps.get(place, self.first_step)
         if self.other_tracer:
-            return Found.TRACED, None, self.first_step
+            return Found.TRACED, None, first
         if self._left < 0:
-            return Found.BUDGET, None, self.first_step
+            return Found.BUDGET, None, first
         if not self.packs:
             return Found.NO_LATER_STEP, None, None
         if place in self.matched:
-            return Found.NO_CHANGE, None, self.first_step
-        return Found.NOT_SAVED_AGAIN, None, self.first_step
+            return Found.NO_CHANGE, None, first
+        return Found.NOT_SAVED_AGAIN, None, first
