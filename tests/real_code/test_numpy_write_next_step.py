@@ -23,7 +23,9 @@ import pytest
 import torch
 
 PROGRAM = '''
+import gc
 import sys
+import weakref
 
 import numpy as np
 import torch
@@ -49,6 +51,10 @@ def main():
         loss.backward()
         optimizer.step()
     torch.save({"loss": loss.detach(), **body.state_dict(), **head.state_dict()}, sys.argv[1])
+    last = weakref.ref(h)
+    del h, arr, loss
+    gc.collect()
+    print("last step's activations:", "alive" if last() is not None else "freed")
 
 
 main()
@@ -146,8 +152,9 @@ def test_the_search_changes_nothing_the_script_computes(tmp_path):
     assert all(torch.equal(watched[k], expected[k]) for k in expected)
 
 
-def test_the_search_leaves_no_trace_function_behind(tmp_path, monkeypatch):
-    """In process: after the script, no trace function of the tool is set, and the finding names the line."""
+def test_the_search_leaves_no_trace_function_behind(tmp_path, monkeypatch, capsys):
+    """In process: after the script no trace function of the tool is set, the loop's frame (traced in
+    step 2) holds none of the tensors it dropped, and the finding names the line."""
     if sys.gettrace() is not None:
         pytest.skip("another trace function (coverage, a debugger) is set: the search stands aside")
     from inplace_doctor.cli.script import run_script
@@ -156,6 +163,7 @@ def test_the_search_leaves_no_trace_function_behind(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     status, report, stats = run_script(str(path), [str(tmp_path / "result.pt")], steps=2)
     assert sys.gettrace() is None
+    assert "last step's activations: freed" in capsys.readouterr().out  # the loop's frame keeps no snapshot of them
     [finding] = [f for f in report.findings if f.code == "IPD109"]
     assert (Path(finding.mutation.file).name, finding.mutation.line) == (path.name, marker(path, "helper-write"))
     assert finding.facts.search_steps == (2, 2)

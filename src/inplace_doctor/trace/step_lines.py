@@ -10,8 +10,10 @@ functions), and the first line after which its bytes differ with no op is named.
 
 Unlike audit's replay, the step's values are new: the fingerprint at save is the step's own, not
 the first run's. The frames running when the search is armed (the script's loop) are traced from
-their next line on, and left untraced again when it ends; a generator frame it traced has its
-locals snapshot dropped then (a function frame's dies with it).
+their next line on. When it ends, every frame it traced that still runs, or is suspended (a
+generator, held until then), is left untraced and loses the locals snapshot a trace call makes
+(Python 3.11), which would keep the tensors the frame later drops alive; a returned function's
+frame dies with its snapshot.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ class LaterStepSearch(LineSearch):
     """Checks tensors saved at the changed tensors' places after each line of user code.
 
     `changes` are the IPD109 events found without their line; `first_step` is the watched step the
-    search begins on, `step_now()` the one running (what a finding says the line was found on). Enter it where the script's step
-    ended (inside its `backward()` or `optimizer.step()` call); exit it outside any trace call."""
+    search begins on, `step_now()` the one running (what a finding says the line was found on).
+    Enter it where the script's step ended (inside its `backward()` or `optimizer.step()` call);
+    exit it outside any trace call."""
 
     def __init__(self, changes: list[SavedTensorChangedOutside], first_step: int, step_now: Callable[[], int]) -> None:
         super().__init__({})
@@ -118,7 +121,13 @@ class LaterStepSearch(LineSearch):
     def __exit__(self, *exc: object) -> None:
         self.stop()
         frames, self._frames = self._frames, []
+        running: FrameType | None = sys._getframe(1)  # frames still running that a trace call entered (`train_step()`)
+        while running is not None:
+            if running.f_trace == self._local:
+                frames.append(running)
+            running = running.f_back
         for frame in frames:  # outside any trace call: the snapshot is not written back
+            frame.f_trace = None
             if frame.f_code.co_flags & inspect.CO_OPTIMIZED:
                 frame.f_locals.clear()
 
@@ -129,6 +138,10 @@ class LaterStepSearch(LineSearch):
         super().stop()
 
     # -- the trace functions ----------------------------------------------------------------
+    def _local(self, frame: FrameType, event: str, arg: Any) -> Any:
+        local = super()._local(frame, event, arg)
+        return local if self._tracing else None  # stopped in this call: the frame is left untraced
+
     def _call(self, frame: FrameType, event: str, arg: Any) -> Any:
         local = super()._call(frame, event, arg)
         if local is not None and frame.f_code.co_flags & _SUSPENDED:
