@@ -153,17 +153,18 @@ def test_the_search_changes_nothing_the_script_computes(tmp_path):
 
 
 def test_the_search_leaves_no_trace_function_behind(tmp_path, monkeypatch, capsys):
-    """In process: after the script no trace function of the tool is set, the loop's frame (traced in
-    step 2) holds none of the tensors it dropped, and the finding names the line."""
+    """In process: after the script no trace function of the tool is set, the tensors the loop's frame
+    (traced in step 2) dropped are freed, and the finding names the line."""
     if sys.gettrace() is not None:
         pytest.skip("another trace function (coverage, a debugger) is set: the search stands aside")
     from inplace_doctor.cli.script import run_script
 
-    path = write_program(tmp_path, "helper")
+    path = write_program(tmp_path, "helper", steps=2)  # the last step is the one searched
     monkeypatch.chdir(tmp_path)
     status, report, stats = run_script(str(path), [str(tmp_path / "result.pt")], steps=2)
     assert sys.gettrace() is None
-    assert "last step's activations: freed" in capsys.readouterr().out  # the loop's frame keeps no snapshot of them
+    assert sys._getframe().f_trace is None  # this frame was running when the search was armed
+    assert "last step's activations: freed" in capsys.readouterr().out  # nothing of the search holds them
     [finding] = [f for f in report.findings if f.code == "IPD109"]
     assert (Path(finding.mutation.file).name, finding.mutation.line) == (path.name, marker(path, "helper-write"))
     assert finding.facts.search_steps == (2, 2)

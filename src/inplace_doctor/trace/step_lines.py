@@ -10,15 +10,13 @@ functions), and the first line after which its bytes differ with no op is named.
 
 Unlike audit's replay, the step's values are new: the fingerprint at save is the step's own, not
 the first run's. The frames running when the search is armed (the script's loop) are traced from
-their next line on. When it ends, every frame it traced that still runs, or is suspended (a
-generator, held until then), is left untraced and loses the locals snapshot a trace call makes
-(Python 3.11), which would keep the tensors the frame later drops alive; a returned function's
-frame dies with its snapshot.
+their next line on, and every frame it traced that still runs is left untraced when it ends. The
+trace functions never read a frame's locals (`frame.f_locals` would make a snapshot that keeps the
+tensors the frame later drops alive), and hold no frame past the search.
 """
 
 from __future__ import annotations
 
-import inspect
 import sys
 import weakref
 from types import FrameType
@@ -31,10 +29,6 @@ from .fingerprint import fingerprint
 from .saved import SavedRecord
 from .stacks import make_site
 from .write_lines import LineSearch, searched
-
-#: frames that outlive a call, whose trace-call locals snapshot (3.11) would keep tensors alive
-_SUSPENDED = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
-
 
 def place_of(site: Site) -> tuple[Any, ...]:
     """Where a tensor was saved, as the steps repeat it: the user frames (not the module call count)."""
@@ -62,7 +56,6 @@ class LaterStepSearch(LineSearch):
         self.lines: dict[tuple[Any, ...], tuple[Site, int]] = {}  # place -> (writing line, step)
         self.other_tracer = False  # another trace function was set: nothing searched
         self._place_of_key: dict[int, tuple[Any, ...]] = {}
-        self._frames: list[FrameType] = []  # frames whose f_trace the search set or whose snapshot it made
 
     def add(self, changes: list[SavedTensorChangedOutside], first_step: int) -> None:
         """More changes found without their line: their places are looked for too, from `first_step` on."""
@@ -111,7 +104,6 @@ class LaterStepSearch(LineSearch):
         while frame is not None:  # the script's running frames: traced from their next line on
             if searched(frame.f_code.co_filename):
                 frame.f_trace = self._local
-                self._frames.append(frame)
                 if self._at is None:
                     self._at, self._line = frame, frame.f_lineno
             frame = frame.f_back
@@ -120,33 +112,21 @@ class LaterStepSearch(LineSearch):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-        frames, self._frames = self._frames, []
-        running: FrameType | None = sys._getframe(1)  # frames still running that a trace call entered (`train_step()`)
-        while running is not None:
-            if running.f_trace == self._local:
-                frames.append(running)
-            running = running.f_back
-        for frame in frames:  # outside any trace call: the snapshot is not written back
-            frame.f_trace = None
-            if frame.f_code.co_flags & inspect.CO_OPTIMIZED:
-                frame.f_locals.clear()
 
     def stop(self) -> None:
-        for frame in self._frames:
+        """Stop checking; the frames still running that it traces (no other has its trace function) are
+        left untraced. No frame is held: those that returned took their trace function with them."""
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None:
             if frame.f_trace == self._local:
                 frame.f_trace = None
+            frame = frame.f_back
         super().stop()
 
     # -- the trace functions ----------------------------------------------------------------
     def _local(self, frame: FrameType, event: str, arg: Any) -> Any:
         local = super()._local(frame, event, arg)
         return local if self._tracing else None  # stopped in this call: the frame is left untraced
-
-    def _call(self, frame: FrameType, event: str, arg: Any) -> Any:
-        local = super()._call(frame, event, arg)
-        if local is not None and frame.f_code.co_flags & _SUSPENDED:
-            self._frames.append(frame)
-        return local
 
     def _check(self) -> None:
         super()._check()
