@@ -123,8 +123,8 @@ def _not_found_on_steps(search: WriteLineSearch, steps: tuple[int, int] | None) 
     checked = f"in {when}, the tensors saved at this place were checked after each line of your code"
     reasons = {
         WriteLineSearch.NO_LATER_STEP: "no watched step followed the one that found the change, where the bytes would "
-        "have been checked after each line of your code; a larger `--steps`, if the script runs another step, or "
-        "`--check-contents` names it",
+        "have been checked after each line of your code; watching one more step (a larger `--steps`, where the "
+        "script runs one) or `--check-contents` can name it",
         WriteLineSearch.NOT_SAVED_AGAIN: f"{when}, checked line by line to find it, saved no tensor at this place "
         "(same lines, shape and dtype), so the steps do not repeat it",
         WriteLineSearch.NO_CHANGE: f"{checked}, and no line changed their bytes (the write does not happen every step, "
