@@ -201,6 +201,7 @@ class WriteLineSearch(enum.StrEnum):
     BUDGET = "budget"  # the replay's line budget ran out first
     TRACED = "traced"  # another trace function (a debugger, coverage) was set: the replay did not search
     FAILED = "failed"  # the replay raised before the tensor was saved again
+    NO_LATER_STEP = "no-later-step"  # `run`: no watched step followed the one that found the change
 
 
 @dataclass(frozen=True)
@@ -219,6 +220,9 @@ class HandOutFacts:
     node: str | None = field(default=None, metadata=WORDS_ONLY)
     search: WriteLineSearch = field(default=WriteLineSearch.NOT_SEARCHED, metadata=WORDS_ONLY)
     method: str | None = field(default=None, metadata=WORDS_ONLY)  # "numpy", "__dlpack__", ...: `how`'s method
+    #: `run`: the later watched steps (first, last) whose line checks looked for the writing line; with
+    #: `search` LINE, (k, k): found on step k
+    search_steps: tuple[int, int] | None = field(default=None, metadata=WORDS_ONLY)
 
 
 @dataclass(frozen=True)

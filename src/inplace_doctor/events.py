@@ -169,6 +169,9 @@ class SavedTensorChangedOutside:
     reached: bool
     search: WriteLineSearch = WriteLineSearch.NOT_SEARCHED  # how the writing line was looked for
     method: str | None = None  # what handed the memory out: "numpy", "__dlpack__", "to_dlpack", "data_ptr"
+    #: `run`: the later watched steps (first, last) whose line checks looked for the writing line; with
+    #: `search` LINE, (k, k): found on step k (None: this run's checks, or a replay's)
+    search_steps: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -138,7 +138,9 @@ def run_script(
             raise _no_module_error(target) from None
     stats.failed_after_window = bool(status) and stats.window_ended and stats.diagnosis is None
     stats.threads = session.tracer.threads.note()
-    return status, session.report(), stats
+    report = session.report()
+    counter.name_write_lines(report)  # IPD109's writing lines, found in the watched steps that followed
+    return status, report, stats
 
 
 def _module_missing(exc: BaseException, target: str) -> bool:

@@ -17,6 +17,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from ..api import watch
 from ..engines.distributed import current_rank
+from ..engines.replay_writes import StepLineSearches
+from ..report import Report
 from ..trace.blame import call_through
 
 
@@ -131,6 +133,8 @@ class StepCounter:
         self._stack_len = 0
         self._originals: list[tuple[Any, str, Any]] = []
         self._hooks: list[Any] = []
+        #: IPD109 changes a step found without their line, looked for in the watched steps after it
+        self.write_lines = StepLineSearches(session.tracer.contents, lambda: stats.steps.watched + 1)
 
     def __enter__(self) -> "StepCounter":
         self._stack_len = torch._C._len_torch_function_stack()
@@ -145,6 +149,7 @@ class StepCounter:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.write_lines.end_search()  # the script's frames are done: no trace function outlives them
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
@@ -187,6 +192,10 @@ class StepCounter:
                 stats.backward.watched_one(self._elapsed())
                 if self.limit is not None and stats.backward.watched >= self.limit:
                     self._stop_at_next_backward = True
+                self.write_lines.step_ended(stats.backward.watched, not self._stop_at_next_backward)
+            else:  # this step ends at its optimizer step: is it the last one watched?
+                step = stats.optimizer.watched + 1
+                self.write_lines.step_ended(step, self.limit is None or step < self.limit)
         elif not self.active:
             stats.backward.unwatched_one(self._elapsed())
         if self._pending_stop:
@@ -203,7 +212,9 @@ class StepCounter:
         if self.active and not self._pending_stop:
             self._stop_at_next_backward = False
             stats.optimizer.watched_one(self._elapsed())
-            if self.limit is not None and stats.optimizer.watched >= self.limit:
+            last = self.limit is not None and stats.optimizer.watched >= self.limit
+            self.write_lines.step_ended(stats.optimizer.watched, not last)
+            if last:
                 self._request_stop()
         elif not self.active:
             stats.optimizer.unwatched_one(self._elapsed())
@@ -225,7 +236,12 @@ class StepCounter:
     def stop(self) -> None:
         if self.active:
             self.active = False
+            self.write_lines.end_search()
             self.session.__exit__(None, None, None)
+
+    def name_write_lines(self, report: Report) -> None:
+        """Put into `report` what the later steps found of the lines that wrote saved tensors outside PyTorch."""
+        self.write_lines.amend(report)
 
 
 def compiled_frames() -> int | None:

@@ -11,6 +11,13 @@ with what kept it from naming one (the run did not repeat, or no user line chang
 Runs without such a finding never come here. The replay snapshots the bytes of the parameters and
 inputs first and writes them back after, since a write that no op makes is not one `Preserved`
 can see; effects outside the model (prints, files, counters) happen a second time.
+
+`run` cannot repeat a script's step, so `StepLineSearches` looks in the steps that follow instead:
+when a watched step ends having found such changes, and another watched step follows, a
+`LaterStepSearch` (trace/step_lines.py) checks the tensors saved at the same places after each
+line of user code until each place's line is found (or the watch ends); the findings then name
+the line and the step it was found on, or say why not (no later watched step, not saved again,
+saved again but not changed).
 """
 
 from __future__ import annotations
@@ -28,9 +35,12 @@ from ..rules import select_rules
 from ..rules.dispatch import Analyzer
 from ..trace.blame import forget_frames, internal_error, passed_through, raised_by_the_tool
 from ..trace.fingerprint import Fingerprint
+from ..sites import Site
+from ..trace.step_lines import LaterStepSearch, place_of
 from ..trace.storage import storage_span
 from ..trace.tracer import Tracer
 from ..trace.write_lines import LineSearch
+from .finish import sorted_findings
 from .preserve import Preserved
 from .training import default_loss
 
@@ -133,3 +143,103 @@ def replay_note(changes: int) -> str:
         "first and after, with the tensor's bytes checked after each line of your code; effects outside the "
         "model (prints, files) happened twice"
     )
+
+
+#: watched steps a place's writing line is looked for in, at most, after the step that found the change:
+#: each runs every line of user code under a trace function
+STEPS_SEARCHED = 2
+
+Result = tuple[SavedTensorChangedOutside, WriteLineSearch, Site | None, tuple[int, int] | None]
+
+
+class StepLineSearches:
+    """`run`: the IPD109 changes watched steps found without their line, looked for in the (at most
+    `STEPS_SEARCHED`) watched steps that follow; one `LaterStepSearch` at a time, widened as new
+    changes come; a place searched once is not searched again (what came of it stands for it).
+
+    `contents` is the tracer's `ContentChecks` (its `unlocated` list, and its `search` slot that
+    `on_pack` feeds); `step_now()` the watched step running. The step counter calls `step_ended`
+    where a step ends and `end_search` before the watch ends; `amend` rewrites the report."""
+
+    def __init__(self, contents: Any, step_now: Callable[[], int]) -> None:
+        self.contents = contents
+        self.unlocated: Unlocated = contents.unlocated
+        self.step_now = step_now
+        self.taken = 0  # changes in `unlocated` already given a search (or its absence)
+        self.search: LaterStepSearch | None = None
+        self.covered: list[SavedTensorChangedOutside] = []  # the changes the running search looks for
+        #: place -> what its search came to (outcome, writing line, steps checked): all searches
+        self.settled: dict[tuple[Any, ...], tuple[WriteLineSearch, Site | None, tuple[int, int] | None]] = {}
+        self.results: list[Result] = []
+        self.searched = False  # a search ran: the report says how
+
+    def step_ended(self, step: int, another_follows: bool) -> None:
+        """Watched step `step` ended: look for the new changes' lines in the steps after it, if one follows."""
+        next_step = step + 1 if another_follows else None
+        new = [event for event, _ in self.unlocated[self.taken :]]
+        self.taken = len(self.unlocated)
+        search = self.search
+        if search is not None and (
+            not search.running or next_step is None or next_step >= search.first_step + STEPS_SEARCHED
+        ):
+            self.end_search(step)
+        known = [e for e in new if place_of(e.saved.site) in self.settled]
+        self.results += [self._settled(e) for e in known]
+        new = [e for e in new if e not in known]
+        if not new:
+            return
+        if next_step is None:
+            self.results += [(e, WriteLineSearch.NO_LATER_STEP, None, None) for e in new]
+        elif self.search is None:
+            self.search = LaterStepSearch(new, next_step, self.step_now)
+            self.covered = new
+            self.searched = True
+            self.contents.search = self.search
+            self.search.__enter__()
+        else:
+            self.search.add(new, next_step)
+            self.covered += new
+
+    def end_search(self, last_step: int | None = None) -> None:
+        """Stop the running search (outside any trace call) and keep what it found for each change;
+        `last_step`: the last watched step it checked (None: the one before the running one)."""
+        search, covered = self.search, self.covered
+        self.search, self.covered = None, []
+        if search is None:
+            return
+        if self.contents.search is search:
+            self.contents.search = None
+        search.__exit__(None, None, None)
+        last = last_step if last_step is not None else self.step_now() - 1
+        for event in covered:
+            place = place_of(event.saved.site)
+            if place not in self.settled:
+                outcome, site, step = search.outcome_for(event)
+                steps = None if step is None else (step, step) if site is not None else (step, max(step, last))
+                self.settled[place] = (outcome, site, steps)
+            self.results.append(self._settled(event))
+
+    def _settled(self, event: SavedTensorChangedOutside) -> Result:
+        outcome, site, steps = self.settled[place_of(event.saved.site)]
+        return event, outcome, site, steps
+
+    def amend(self, report: Report) -> None:
+        """Rewrite the IPD109 findings of `report` that have no writing line with what the searches found."""
+        self.end_search()
+        for event, _ in self.unlocated[self.taken :]:
+            known = place_of(event.saved.site) in self.settled
+            self.results.append(self._settled(event) if known else (event, WriteLineSearch.NO_LATER_STEP, None, None))
+        self.taken = len(self.unlocated)
+        if not self.results:
+            return
+        amended = Analyzer(select_rules(["IPD109"]), root_label=report.root_label)
+        for event, outcome, site, steps in sorted(self.results, key=lambda r: r[1] is not WriteLineSearch.LINE):
+            again = dataclasses.replace(event, write=site, search=outcome, search_steps=steps)
+            for new in amended.handle(again):
+                _rewrite(report, new)
+        report.findings = sorted_findings(report.findings)
+        if self.searched:
+            report.notes.append(
+                "to find the line that wrote a saved tensor outside PyTorch (IPD109), the watched steps after the one "
+                "that found the change checked the bytes of the tensors saved at the same place after each line of your code"
+            )

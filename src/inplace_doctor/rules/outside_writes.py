@@ -48,11 +48,20 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
     change without the line, it runs the model a second time (parameters,
     buffers, inputs and RNG state restored) and checks the changed tensor's
     bytes after each line of your code, NumPy's own frames left out.
+    ``run`` cannot run a script's step twice, but a training step repeats
+    itself: when a watched step found such a change without the line, the
+    (at most two) watched steps after it check the tensors saved at the same place (same
+    lines, shape and dtype) after each line of your code, and the finding
+    names the line and the step it was found on (``--steps 1``: none
+    follows, and the finding says so).
 
-    What this rule does not see: the writing line under ``watch()`` and
-    ``run`` without ``check_contents``, or past its line budget (the program
-    cannot be run twice: the finding names the hand-out and says how the
-    line was looked for); under ``audit``, a write that the
+    What this rule does not see: the writing line under ``watch()`` without
+    ``check_contents`` (a session knows no step boundary to search the next
+    step from, and a trace function armed inside backward would run on
+    autograd's thread; ``run --steps N`` does it), under ``run`` when no
+    watched step follows the change or the later steps do not repeat the
+    write, or past its line budget (the finding names the hand-out and says
+    how the line was looked for); under ``audit``, a write that the
     second run does not repeat (it depends on state outside the model's
     parameters, buffers and RNG, such as a call counter, or runs in another
     thread): the finding says which. Writes to memory no saved tensor uses.
@@ -87,7 +96,7 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
         handed.location if handed is not None else None, event.how,
         in_source=handed is not None and bool(handed.file), code=handed.code or "" if handed is not None else "",
         shape=saved.shape, dtype=saved.dtype, saved_version=saved.version, node=saved.node, search=event.search,
-        method=event.method,
+        method=event.method, search_steps=event.search_steps,
     )
     return make_finding(
         "IPD109",

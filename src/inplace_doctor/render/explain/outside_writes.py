@@ -28,14 +28,14 @@ def saved_tensor_changed_outside(finding: Finding, root_label: str) -> Sentences
         write = finding.mutation
         what = f"`{without_comment(write.code or '')}` at {write.location} changed the bytes of {desc}, {saving},{through}"
         if facts.search is WriteLineSearch.LINE:
-            what += f" ({_found_by_replay()})"
+            what += f" ({_found_by_replay() if facts.search_steps is None else _found_on_step(facts.search_steps[1])})"
     elif finding.cause is OutsideWriteCause.HANDED_OUT:
-        what = f"The bytes of {desc}, {saving}, changed{through}, with no PyTorch op ({_line_not_named(facts.search)})"
+        what = f"The bytes of {desc}, {saving}, changed{through}, with no PyTorch op ({_line_not_named(facts.search, facts.search_steps)})"
     else:
         what = (
             f"The bytes of {desc}, {saving}, changed with no PyTorch op and no hand-out of its memory seen "
             "(a C/CUDA extension kernel that writes an input without declaring it, or a pointer taken before "
-            f"the session; {_line_not_named(facts.search)})"
+            f"the session; {_line_not_named(facts.search, facts.search_steps)})"
         )
     version = f"the saved tensor's version stayed {facts.saved_version}"
     if finding.confirmed:  # backward reached it
@@ -79,8 +79,18 @@ def _found_by_replay() -> str:
     return "found by running the model a second time, state restored, and checking the bytes after each line of your code"
 
 
-def _line_not_named(search: WriteLineSearch) -> str:
+def _found_on_step(step: int) -> str:
+    return (
+        f"found on watched step {step}: a script's step cannot be run again, so the watched steps after the one that "
+        "first saw the change checked the bytes of the tensor saved at the same place after each line of your code, "
+        "and the change recurred at this line"
+    )
+
+
+def _line_not_named(search: WriteLineSearch, steps: tuple[int, int] | None = None) -> str:
     """Why the writing line is not named: how it was looked for, and what kept the search from it."""
+    if search is WriteLineSearch.NO_LATER_STEP or steps is not None:
+        return _not_found_on_steps(search, steps)
     replay = "a second run of the model, to find the writing line,"
     reasons = {
         WriteLineSearch.NOT_SEARCHED: (
@@ -104,3 +114,23 @@ def _line_not_named(search: WriteLineSearch) -> str:
         "not repeat",
     }
     return reasons.get(search, reasons[WriteLineSearch.NOT_SEARCHED])
+
+
+def _not_found_on_steps(search: WriteLineSearch, steps: tuple[int, int] | None) -> str:
+    """`run`: why the watched steps after the change did not name its line (`steps`: the first and last checked)."""
+    first, last = steps or (0, 0)
+    when = f"watched step {first}" if first == last else f"watched steps {first} to {last}"
+    checked = f"in {when}, the tensors saved at this place were checked after each line of your code"
+    reasons = {
+        WriteLineSearch.NO_LATER_STEP: "no watched step followed the one that found the change, where the bytes would "
+        "have been checked after each line of your code; watching one more step (a larger `--steps`, where the "
+        "script runs one) or `--check-contents` can name it",
+        WriteLineSearch.NOT_SAVED_AGAIN: f"{when}, checked line by line to find it, saved no tensor at this place "
+        "(same lines, shape and dtype), so the steps do not repeat it",
+        WriteLineSearch.NO_CHANGE: f"{checked}, and no line changed their bytes (the write does not happen every step, "
+        "or runs in another thread)",
+        WriteLineSearch.BUDGET: f"{checked}, and the checks ran out of their line budget before the change",
+        WriteLineSearch.TRACED: "another trace function (a debugger, coverage) was active, so the watched steps after "
+        "the change could not check the lines",
+    }
+    return f"the writing line is not named: {reasons.get(search, reasons[WriteLineSearch.NO_LATER_STEP])}"
