@@ -162,8 +162,8 @@ def add_tracer_mode(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--fast", dest="deep", action="store_false",
         help=f"the fast tracer: only ops that write and tensors saved for backward enter Python, every other op "
-             f"stays in C++. It serves {served} so far: with other rules selected (select them with --select) "
-             "or --check-contents, the deep tracer runs and the report says so",
+             f"stays in C++. It serves {served} so far (--check-contents too): with other rules selected (select "
+             "them with --select), the deep tracer runs and the report says so",
     )
     group.add_argument(
         "--deep", dest="deep", action="store_true",

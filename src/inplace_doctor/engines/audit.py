@@ -92,7 +92,7 @@ def audit(
     args, kwargs = private_inputs(args), private_inputs(kwargs)
     inputs = tensors_in((args, kwargs))
     preserved = Preserved(model, inputs, modules)
-    deep_because = tracer_mode.choose(rules, deep, check_contents)
+    deep_because = tracer_mode.choose(rules, deep)
     tracer = Tracer(
         analyzer, before_write=preserved.before_write, track_call_inputs=False, check_contents=check_contents,
         fast=not (deep or deep_because),
@@ -216,10 +216,9 @@ class watch:
             fingerprinted at save and at unpack; on GPU each reads back).
         deep: route every aten op through a dispatch mode (today's tracer, the
             default). `deep=False` asks for the fast tracer (issue 26: only
-            writes and saves enter Python), which serves IPD101, IPD104 and
-            IPD106 so far (`rules.FAST_MODE_RULES`): when
-            another rule is selected (or `check_contents`), deep mode is used
-            and the report says so.
+            writes and saves enter Python), which serves the rules in
+            `rules.FAST_MODE_RULES` (with `check_contents` too): when
+            another rule is selected, deep mode is used and the report says so.
 
     Example:
         >>> with ipd.watch() as session:
@@ -262,7 +261,7 @@ class watch:
         rules = select_rules(select, ignore)
         self._analyzer = Analyzer(rules, root_label=root_label, fail_fast=fail_fast, per_module_ignores=per_module_ignores)
         #: rules chosen that the fast tracer does not serve, which turned deep mode on (deep=False asked)
-        self.deep_because = tracer_mode.choose(rules, deep, check_contents)
+        self.deep_because = tracer_mode.choose(rules, deep)
         self.deep = deep or bool(self.deep_because)
         self._tracer = Tracer(self._analyzer, fail_fast=fail_fast, check_contents=check_contents, fast=not self.deep)
         self._tracer.threads.on_start = nesting.started_thread  # a watch() in the thread reports to this one

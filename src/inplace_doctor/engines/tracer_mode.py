@@ -5,11 +5,14 @@ from __future__ import annotations
 from ..rules import FAST_MODE_RULES, Rule, needing_deep_mode
 
 
-def choose(rules: list[Rule], deep: bool, check_contents: bool) -> list[str]:
-    """What turns deep mode on when `deep=False` was asked: rule codes (or `check_contents`); [] runs fast."""
+def choose(rules: list[Rule], deep: bool) -> list[str]:
+    """The rule codes that turn deep mode on when `deep=False` was asked; [] runs fast.
+
+    `check_contents` does not: the fast tracer fingerprints saved tensors and checks lines after a
+    hand-out as the deep one does (trace/contents.py, trace/hand_outs.py)."""
     if deep:
         return []
-    return needing_deep_mode(rules) or (["check_contents"] if check_contents else [])
+    return needing_deep_mode(rules)
 
 
 def switched_note(because: list[str], asked: str = "watch(deep=False)") -> str:

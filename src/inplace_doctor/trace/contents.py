@@ -1,11 +1,12 @@
 """Saved tensors whose bytes change with no op at all: memory handed out of PyTorch, then written.
 
-`t.numpy()`, `t.__dlpack__()` (what `np.from_dlpack(t)` calls), `torch.utils.dlpack.to_dlpack(t)`
-and `t.data_ptr()` hand a tensor's memory to code that writes it without the dispatcher: a NumPy
+`t.numpy()`, `t.__dlpack__()` (what `np.from_dlpack(t)` calls), `t.__array__()` (what
+`np.asarray(t)` calls), `torch.utils.dlpack.to_dlpack(t)` and `t.data_ptr()` hand a tensor's memory to code that writes it without the dispatcher: a NumPy
 `a *= 0.5`, a ctypes `memmove`, a C/CUDA kernel. No op runs, no version moves, and backward
 silently reads the new values. So:
 
-- each hand-out is remembered (weakly: the handed-out tensor, its byte range, the line), and
+- each hand-out is seen (the deep tracer's `TorchFunctionMode`, `HAND_OUTS`; the fast tracer's
+  wrappers of those methods, `hand_outs.py`; `to_dlpack` patched here for both) and remembered (weakly: the handed-out tensor, its byte range, the line), and
   every saved tensor on that memory, saved before or after, is fingerprinted (`fingerprint.py`);
   with `check_all` (`watch(check_contents=True)`, `--check-contents`) every saved tensor is,
   which also catches kernels that write an input without declaring it;
@@ -20,7 +21,8 @@ silently reads the new values. So:
   the line in a second run (`write_lines.py`, engines/replay_writes.py);
 - the session's end is a checkpoint: a change found there, never unpacked, is a prediction.
 
-Fingerprints are computed with the tool's modes off and hold no tensor.
+Fingerprints are computed with the tool's modes off, as the tool's own work (`busy`: the fast
+tracer's write kernels do not take a contiguous copy's `copy_` for the program's), and hold no tensor.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ import torch
 from ..events import Event, SavedTensorChangedOutside, WriteLineSearch
 from ..sites import Site
 from .fingerprint import Fingerprint, fingerprint
+from .hand_outs import METHODS, HandOutMethods
+from .owner import Busy
 from .saved import SavedRecord, SavedTensors
 from .stacks import MAX_STACK, PACKAGE_DIR, TORCH_DIR, capture_stack, make_site, resolve_stack
 from .storage import storage_span
@@ -48,9 +52,8 @@ _PER_STORAGE = 8  # hand-outs remembered per storage
 _UNLOCATED = 64  # changes without their line remembered for a replay, at most
 #: torch's own Python that hands a pointer to nobody: `__dlpack__` itself, and the dispatch of overrides
 _PASS_THROUGH = tuple(os.path.join(TORCH_DIR, name) for name in ("_tensor.py", "overrides.py", "utils/dlpack.py"))
-_HAND_OUT_METHODS = {"numpy": "`.numpy()`", "__dlpack__": "`__dlpack__()`", "data_ptr": "`.data_ptr()`"}
 #: the callables a `TorchFunctionMode` receives for the hand-outs: (the method, how findings name it)
-HAND_OUTS: dict[Any, tuple[str, str]] = {getattr(torch.Tensor, n): (n, how) for n, how in _HAND_OUT_METHODS.items()}
+HAND_OUTS: dict[Any, tuple[str, str]] = {getattr(torch.Tensor, n): (n, how) for n, how in METHODS.items()}
 
 
 class HandOut:
@@ -84,10 +87,16 @@ class HandOut:
 class ContentChecks:
     """Hand-outs by storage, the fingerprints they call for, and the checks at unpack and checkpoints."""
 
-    def __init__(self, saved: SavedTensors, emit: Callable[[Event], None], check_all: bool) -> None:
+    def __init__(
+        self, saved: SavedTensors, emit: Callable[[Event], None], check_all: bool, busy: Busy | None = None,
+        wrap_methods: bool = False,
+    ) -> None:
         self.saved = saved
         self.emit = emit
         self.check_all = check_all
+        self.busy = busy if busy is not None else Busy()
+        #: the fast tracer's hand-out wrappers (`hand_outs.py`), entered with these checks
+        self.methods = HandOutMethods(self.handed_out, self.busy) if wrap_methods else None
         self.by_storage: dict[int, list[HandOut]] = {}
         self._lines: _LineChecks | None = None
         #: function frames that were traced: their locals snapshot is dropped once outside a trace call
@@ -116,9 +125,13 @@ class ContentChecks:
             if getattr(owner, "to_dlpack", None) is original:
                 self._patched.append((owner, "to_dlpack", original))
                 setattr(owner, "to_dlpack", to_dlpack)  # noqa: B010 (a patch of a module mypy types)
+        if self.methods is not None:
+            self.methods.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.methods is not None:
+            self.methods.__exit__()
         while self._patched:
             owner, name, original = self._patched.pop()
             setattr(owner, name, original)
@@ -174,12 +187,19 @@ class ContentChecks:
                     self._watch(record, entry)
                     return
         if self.check_all:
-            record.fingerprint = record.seen = fingerprint(record.tensor)
+            record.fingerprint = record.seen = self._fingerprint(record.tensor)
 
     def _watch(self, record: SavedRecord, entry: HandOut) -> None:
         if record.fingerprint is None:
-            record.fingerprint = record.seen = fingerprint(record.tensor)
+            record.fingerprint = record.seen = self._fingerprint(record.tensor)
         record.handout = entry
+
+    def _fingerprint(self, t: torch.Tensor) -> Fingerprint | None:
+        """`fingerprint(t)` as the tool's own work: the fast tracer's write kernels pass its `copy_` through."""
+        if self.busy.on:
+            return fingerprint(t)
+        with self.busy:
+            return fingerprint(t)
 
     # -- checks ---------------------------------------------------------------------------
     def on_unpack(self, record: SavedRecord, t: torch.Tensor) -> None:
@@ -188,7 +208,7 @@ class ContentChecks:
         self.forget_snapshots()
         if record.overwritten or t._version != record.version or not record.read:
             return
-        now = fingerprint(t)
+        now = self._fingerprint(t)
         if now is None or now == record.fingerprint:
             return
         before, record.fingerprint, record.seen = record.fingerprint, now, now  # a second backward through a retained graph: once
@@ -207,7 +227,7 @@ class ContentChecks:
                     continue  # reported at an earlier checkpoint
                 if record.tensor._version != record.version:
                     continue
-                now = fingerprint(record.tensor)
+                now = self._fingerprint(record.tensor)
                 if now is not None and now != record.fingerprint:
                     self.saved.predicted(record.key)
                     self.emit(self._event(record, reached=False, before=record.fingerprint))
@@ -246,7 +266,7 @@ class ContentChecks:
                     continue
                 if not _overlaps(record, entry.span):
                     continue
-                now = fingerprint(record.tensor)
+                now = self._fingerprint(record.tensor)
                 if now is not None and now != record.seen:
                     record.seen = now
                     record.written_at = traced_site(frame, line, f"write through {entry.how.strip('`')}", "forward")
