@@ -64,6 +64,38 @@ def test_hand_outs_in_another_thread_or_with_torch_functions_off_are_not_seen(de
         assert _hand_outs(session) == [("data_ptr", "`.data_ptr()`")]
 
 
+
+@pytest.mark.parametrize("deep", [True, False], ids=["deep", "fast"])
+def test_nested_sessions_each_see_a_hand_out(deep: bool):
+    t = torch.randn(4)
+    with _session(deep) as outer:
+        with _session(deep) as inner:
+            t.numpy()
+            assert _hand_outs(inner) == _hand_outs(outer) == [("numpy", "`.numpy()`")]
+
+
+def test_sessions_of_two_threads_may_end_in_any_order():
+    """The wrappers are shared: the first session to end leaves them for the other's hand-outs."""
+    before = {name: torch.Tensor.__dict__.get(name) for name in METHODS}
+    started, first_ended = threading.Event(), threading.Event()
+    seen: list[Any] = []
+
+    def second() -> None:
+        with _session(deep=False) as session:
+            started.set()
+            first_ended.wait(60)
+            torch.randn(4).numpy()
+            seen.extend(_hand_outs(session))
+
+    worker = threading.Thread(target=second)
+    with _session(deep=False):
+        worker.start()
+        started.wait(60)
+    first_ended.set()
+    worker.join(60)
+    assert seen == [("numpy", "`.numpy()`")]
+    assert {name: torch.Tensor.__dict__.get(name) for name in METHODS} == before
+
 def _write_through_asarray(deep: bool) -> tuple[list[str], torch.Tensor]:
     torch.manual_seed(0)
     x = torch.randn(6, requires_grad=True)
