@@ -1,12 +1,14 @@
 """Saved tensors whose bytes change with no op at all: memory handed out of PyTorch, then written.
 
 `t.numpy()`, `t.__dlpack__()` (what `np.from_dlpack(t)` calls), `t.__array__()` (what
-`np.asarray(t)` calls), `torch.utils.dlpack.to_dlpack(t)` and `t.data_ptr()` hand a tensor's memory to code that writes it without the dispatcher: a NumPy
-`a *= 0.5`, a ctypes `memmove`, a C/CUDA kernel. No op runs, no version moves, and backward
+`np.asarray(t)` calls), `torch.utils.dlpack.to_dlpack(t)` and `t.data_ptr()` hand a tensor's memory
+to code that writes it without the dispatcher: a NumPy `a *= 0.5`, a ctypes `memmove`, a C/CUDA
+kernel. No op runs, no version moves, and backward
 silently reads the new values. So:
 
 - each hand-out is seen (the deep tracer's `TorchFunctionMode`, `HAND_OUTS`; the fast tracer's
-  wrappers of those methods, `hand_outs.py`; `to_dlpack` patched here for both) and remembered (weakly: the handed-out tensor, its byte range, the line), and
+  wrappers of those methods, `hand_outs.py`; `to_dlpack` patched here for both) and remembered
+  (weakly: the handed-out tensor, its byte range, the line), and
   every saved tensor on that memory, saved before or after, is fingerprinted (`fingerprint.py`);
   with `check_all` (`watch(check_contents=True)`, `--check-contents`) every saved tensor is,
   which also catches kernels that write an input without declaring it;
@@ -21,8 +23,8 @@ silently reads the new values. So:
   the line in a second run (`write_lines.py`, engines/replay_writes.py);
 - the session's end is a checkpoint: a change found there, never unpacked, is a prediction.
 
-Fingerprints are computed with the tool's modes off, as the tool's own work (`busy`: the fast
-tracer's write kernels do not take a contiguous copy's `copy_` for the program's), and hold no tensor.
+Fingerprints are computed with the tool's modes off and hold no tensor (their copies, of a
+non-contiguous tensor, run below autograd: the fast tracer's write kernels do not see them).
 """
 
 from __future__ import annotations
@@ -94,9 +96,8 @@ class ContentChecks:
         self.saved = saved
         self.emit = emit
         self.check_all = check_all
-        self.busy = busy if busy is not None else Busy()
         #: the fast tracer's hand-out wrappers (`hand_outs.py`), entered with these checks
-        self.methods = HandOutMethods(self.handed_out, self.busy) if wrap_methods else None
+        self.methods = HandOutMethods(self.handed_out, busy if busy is not None else Busy()) if wrap_methods else None
         self.by_storage: dict[int, list[HandOut]] = {}
         self._lines: _LineChecks | None = None
         #: function frames that were traced: their locals snapshot is dropped once outside a trace call
@@ -187,19 +188,12 @@ class ContentChecks:
                     self._watch(record, entry)
                     return
         if self.check_all:
-            record.fingerprint = record.seen = self._fingerprint(record.tensor)
+            record.fingerprint = record.seen = fingerprint(record.tensor)
 
     def _watch(self, record: SavedRecord, entry: HandOut) -> None:
         if record.fingerprint is None:
-            record.fingerprint = record.seen = self._fingerprint(record.tensor)
+            record.fingerprint = record.seen = fingerprint(record.tensor)
         record.handout = entry
-
-    def _fingerprint(self, t: torch.Tensor) -> Fingerprint | None:
-        """`fingerprint(t)` as the tool's own work: the fast tracer's write kernels pass its `copy_` through."""
-        if self.busy.on:
-            return fingerprint(t)
-        with self.busy:
-            return fingerprint(t)
 
     # -- checks ---------------------------------------------------------------------------
     def on_unpack(self, record: SavedRecord, t: torch.Tensor) -> None:
@@ -208,7 +202,7 @@ class ContentChecks:
         self.forget_snapshots()
         if record.overwritten or t._version != record.version or not record.read:
             return
-        now = self._fingerprint(t)
+        now = fingerprint(t)
         if now is None or now == record.fingerprint:
             return
         before, record.fingerprint, record.seen = record.fingerprint, now, now  # a second backward through a retained graph: once
@@ -227,7 +221,7 @@ class ContentChecks:
                     continue  # reported at an earlier checkpoint
                 if record.tensor._version != record.version:
                     continue
-                now = self._fingerprint(record.tensor)
+                now = fingerprint(record.tensor)
                 if now is not None and now != record.fingerprint:
                     self.saved.predicted(record.key)
                     self.emit(self._event(record, reached=False, before=record.fingerprint))
@@ -266,7 +260,7 @@ class ContentChecks:
                     continue
                 if not _overlaps(record, entry.span):
                     continue
-                now = self._fingerprint(record.tensor)
+                now = fingerprint(record.tensor)
                 if now is not None and now != record.seen:
                     record.seen = now
                     record.written_at = traced_site(frame, line, f"write through {entry.how.strip('`')}", "forward")
