@@ -14,6 +14,7 @@ import sys
 import textwrap
 import weakref
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,9 +22,30 @@ import torch
 
 import inplace_doctor as ipd
 from inplace_doctor import Severity
+from inplace_doctor.rules import FAST_MODE_RULES
 from inplace_doctor.trace.fingerprint import fingerprint
 
 HERE = Path(__file__).resolve()
+#: the fast tracer runs only when every selected rule is one it serves
+FAST_ONLY = {"select": sorted(FAST_MODE_RULES)}
+
+
+@pytest.fixture(params=[True, False], ids=["deep", "fast"])
+def deep(request: pytest.FixtureRequest) -> bool:
+    """Each case under both tracers (issue 26): the fast one must find what the deep one finds."""
+    return bool(request.param)
+
+
+def _watch(deep: bool, *models: torch.nn.Module, **kwargs: Any) -> ipd.watch:
+    session = ipd.watch(*models, deep=deep, **({} if deep else FAST_ONLY), **kwargs)
+    assert session.deep is deep  # `check_contents` no longer turns deep mode on
+    return session
+
+
+def _audit(deep: bool, *args: Any, **kwargs: Any) -> ipd.Report:
+    report = ipd.audit(*args, deep=deep, **({} if deep else FAST_ONLY), **kwargs)
+    assert ("fast_tracer" in report.stats) is not deep
+    return report
 
 
 def _line(marker: str) -> int:
@@ -36,9 +58,9 @@ def _ipd109(session: ipd.watch) -> list[ipd.Finding]:
     return [f for f in session.findings if f.code == "IPD109"]
 
 
-def test_numpy_write_to_a_saved_activation_names_saving_hand_out_and_write_lines_with_check_contents():
+def test_numpy_write_to_a_saved_activation_names_saving_hand_out_and_write_lines_with_check_contents(deep):
     x = torch.randn(8, requires_grad=True)
-    with ipd.watch(check_contents=True) as session:
+    with _watch(deep, check_contents=True) as session:
         s = torch.sigmoid(x)  # saves-s
         a = s.detach().numpy()  # hands-out-s
         a *= 0.5  # writes-s
@@ -52,9 +74,9 @@ def test_numpy_write_to_a_saved_activation_names_saving_hand_out_and_write_lines
     assert "`a *= 0.5`" in finding.message and "SigmoidBackward0" in finding.message
 
 
-def test_without_the_option_the_hand_out_line_stands_for_the_write():
+def test_without_the_option_the_hand_out_line_stands_for_the_write(deep):
     x = torch.randn(8, requires_grad=True)
-    with ipd.watch() as session:
+    with _watch(deep) as session:
         s = torch.sigmoid(x)
         a = s.detach().numpy()  # default-hand-out
         a[0] = 0.0
@@ -64,10 +86,10 @@ def test_without_the_option_the_hand_out_line_stands_for_the_write():
     assert "check_contents=True" in finding.message
 
 
-def test_hand_out_before_the_save_is_seen_too():
+def test_hand_out_before_the_save_is_seen_too(deep):
     x = torch.randn(4, 4, requires_grad=True)
     buffer = torch.empty(4, 4)
-    with ipd.watch() as session:
+    with _watch(deep) as session:
         view = buffer.numpy()  # handed out first
         buffer.copy_(x.detach())
         y = torch.mm(x, buffer)  # saves-buffer
@@ -78,9 +100,9 @@ def test_hand_out_before_the_save_is_seen_too():
     assert finding.facts.how == "`.numpy()`"
 
 
-def test_dlpack_and_data_ptr_hand_outs():
+def test_dlpack_and_data_ptr_hand_outs(deep):
     x = torch.randn(6, requires_grad=True)
-    with ipd.watch(check_contents=True) as session:
+    with _watch(deep, check_contents=True) as session:
         t = torch.tanh(x)
         view = np.from_dlpack(t.detach())
         np.clip(view, -0.1, 0.1, out=view)  # dlpack-write
@@ -95,9 +117,9 @@ def test_dlpack_and_data_ptr_hand_outs():
     assert all(f.confirmed for f in by_how.values())
 
 
-def test_to_dlpack_is_a_hand_out():
+def test_to_dlpack_is_a_hand_out(deep):
     x = torch.randn(5, requires_grad=True)
-    with ipd.watch() as session:
+    with _watch(deep) as session:
         s = torch.sigmoid(x)
         capsule = torch.utils.dlpack.to_dlpack(s.detach())  # to-dlpack
         with torch._C.DisableTorchFunction():
@@ -109,12 +131,12 @@ def test_to_dlpack_is_a_hand_out():
     del capsule
 
 
-def test_a_write_with_no_hand_out_is_found_only_with_check_contents():
+def test_a_write_with_no_hand_out_is_found_only_with_check_contents(deep):
     """An extension kernel writing an input it does not declare: simulated by a pointer taken
     before the session (no hand-out seen), written inside it."""
     for check in (False, True):
         x = torch.randn(8, requires_grad=True)
-        with ipd.watch(check_contents=check) as session:
+        with _watch(deep, check_contents=check) as session:
             s = torch.sigmoid(x)
             with torch._C.DisableTorchFunction():
                 pointer = s.data_ptr()  # not a hand-out the tool sees: like a C++ kernel's
@@ -125,15 +147,15 @@ def test_a_write_with_no_hand_out_is_found_only_with_check_contents():
     assert "no hand-out of its memory seen" in found[0].message and found[0].confirmed
 
 
-def test_a_change_never_backpropagated_is_info_and_a_freed_graph_is_nothing():
+def test_a_change_never_backpropagated_is_info_and_a_freed_graph_is_nothing(deep):
     x = torch.randn(8, requires_grad=True)
-    with ipd.watch() as session:
+    with _watch(deep) as session:
         s = torch.sigmoid(x)
         a = s.detach().numpy()
         a *= 0.5
     [finding] = _ipd109(session)
     assert finding.severity is Severity.INFO and not finding.confirmed
-    with ipd.watch() as session:
+    with _watch(deep) as session:
         s = torch.sigmoid(x)
         a = s.detach().numpy()
         a *= 0.5
@@ -142,9 +164,9 @@ def test_a_change_never_backpropagated_is_info_and_a_freed_graph_is_nothing():
 
 
 @pytest.mark.parametrize("check", [False, True])
-def test_reads_dispatcher_writes_and_writes_after_backward_are_not_ipd109(check):
+def test_reads_dispatcher_writes_and_writes_after_backward_are_not_ipd109(check, deep):
     x = torch.randn(8, requires_grad=True)
-    with ipd.watch(check_contents=check) as session:
+    with _watch(deep, check_contents=check) as session:
         s = torch.sigmoid(x)
         mean = float(s.detach().numpy().mean())  # read only
         s.sum().backward()
@@ -172,7 +194,7 @@ def test_nan_payloads_compare_by_bytes():
     assert fingerprint(swapped) != before
 
 
-def test_check_contents_changes_nothing_the_program_computes_and_keeps_nothing_alive():
+def test_check_contents_changes_nothing_the_program_computes_and_keeps_nothing_alive(deep):
     def step(watched: bool):
         torch.manual_seed(0)
         model = torch.nn.Sequential(
@@ -180,7 +202,7 @@ def test_check_contents_changes_nothing_the_program_computes_and_keeps_nothing_a
             torch.nn.Linear(4 * 6 * 6, 3), torch.nn.Sigmoid(),
         )
         x = torch.randn(2, 3, 8, 8)
-        session = ipd.watch(model, check_contents=True) if watched else None
+        session = _watch(deep, model, check_contents=True) if watched else None
         refs = []
         if session is not None:
             session.__enter__()
@@ -209,16 +231,16 @@ def test_check_contents_changes_nothing_the_program_computes_and_keeps_nothing_a
     assert all(torch.equal(plain[1][k], watched[1][k]) for k in plain[1])
 
 
-def test_line_checks_leave_no_trace_function_behind():
+def test_line_checks_leave_no_trace_function_behind(deep):
     x = torch.randn(8, requires_grad=True)
-    with ipd.watch(check_contents=True):
+    with _watch(deep, check_contents=True):
         s = torch.sigmoid(x)
         a = s.detach().numpy()
         a *= 0.5
     assert sys.gettrace() is None or "coverage" in type(sys.gettrace()).__module__
 
 
-def test_run_check_contents_names_the_three_lines(tmp_path: Path):
+def test_run_check_contents_names_the_three_lines(tmp_path: Path, deep):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent("""
         import torch
@@ -230,8 +252,9 @@ def test_run_check_contents_names_the_three_lines(tmp_path: Path):
         print("grad", float(x.grad.sum()))
     """).lstrip())
     src = str(Path(ipd.__file__).resolve().parents[1])
+    mode = ["--deep"] if deep else ["--fast", "--select", ",".join(sorted(FAST_MODE_RULES))]
     done = subprocess.run(
-        [sys.executable, "-m", "inplace_doctor", "run", "--check-contents", str(script)],
+        [sys.executable, "-m", "inplace_doctor", "run", "--check-contents", *mode, str(script)],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
         env={**os.environ, "NO_COLOR": "1", "PYTHONPATH": src},
     )
@@ -258,8 +281,8 @@ class _PlotsItsActivation(torch.nn.Module):
 
 
 @pytest.mark.parametrize("check", [False, True])
-def test_audit_reports_a_numpy_write_inside_forward(check):
-    report = ipd.audit(_PlotsItsActivation(), torch.randn(2, 4), check_contents=check)
+def test_audit_reports_a_numpy_write_inside_forward(check, deep):
+    report = _audit(deep, _PlotsItsActivation(), torch.randn(2, 4), check_contents=check)
     [finding] = [f for f in report.findings if f.code == "IPD109"]
     assert finding.confirmed and finding.saved.line == _line("model-saves")
     # without check_contents, audit runs the model a second time to find the line (its note says so)
@@ -267,10 +290,10 @@ def test_audit_reports_a_numpy_write_inside_forward(check):
     assert any("ran a second time" in note for note in report.notes) is (not check)
 
 
-def test_torchs_own_pointer_comparisons_are_not_hand_outs_and_repeats_are_remembered_once():
+def test_torchs_own_pointer_comparisons_are_not_hand_outs_and_repeats_are_remembered_once(deep):
     lstm = torch.nn.LSTM(4, 4)  # RNNBase compares its weights' data_ptr() on every forward
     weight = torch.randn(16, requires_grad=True)
-    with ipd.watch() as session:
+    with _watch(deep) as session:
         lstm(torch.randn(3, 1, 4))[0].sum().backward()
         assert session.tracer.contents.by_storage == {}
         for _ in range(20):
@@ -279,8 +302,8 @@ def test_torchs_own_pointer_comparisons_are_not_hand_outs_and_repeats_are_rememb
         assert len(entries) == 1
 
 
-def test_audit_without_backward_predicts_the_change():
-    report = ipd.audit(_PlotsItsActivation(), torch.randn(2, 4), backward=False)
+def test_audit_without_backward_predicts_the_change(deep):
+    report = _audit(deep, _PlotsItsActivation(), torch.randn(2, 4), backward=False)
     [finding] = [f for f in report.findings if f.code == "IPD109"]
     assert not finding.confirmed and finding.severity is Severity.WARNING
 
@@ -305,11 +328,11 @@ class _WritesOnce(torch.nn.Module):
 
 
 @pytest.mark.parametrize("shift_each_call, reason", [(False, "no line of your code changed them"), (True, "not deterministic")])
-def test_audit_says_why_a_second_run_did_not_name_the_line(shift_each_call, reason):
+def test_audit_says_why_a_second_run_did_not_name_the_line(shift_each_call, reason, deep):
     """State outside parameters, buffers and RNG (a call counter) makes the second run differ: the
     finding keeps the hand-out line and says which way the run did not repeat."""
     model = _WritesOnce(shift_each_call)
-    report = ipd.audit(model, torch.randn(2, 4))
+    report = _audit(deep, model, torch.randn(2, 4))
     [finding] = [f for f in report.findings if f.code == "IPD109"]
     assert finding.confirmed and finding.mutation.line == _line("once-hands-out")
     assert reason in finding.what
@@ -317,15 +340,15 @@ def test_audit_says_why_a_second_run_did_not_name_the_line(shift_each_call, reas
     assert any("ran a second time" in note for note in report.notes)
 
 
-def test_audit_without_an_outside_write_runs_the_model_once():
+def test_audit_without_an_outside_write_runs_the_model_once(deep):
     model = _WritesOnce(shift_each_call=False)
     model.calls = 1  # past its first call: it no longer writes
-    report = ipd.audit(model, torch.randn(2, 4))
+    report = _audit(deep, model, torch.randn(2, 4))
     assert not [f for f in report.findings if f.code == "IPD109"] and model.calls == 2
     assert not any("ran a second time" in note for note in report.notes)
 
 
-def test_the_search_leaves_no_trace_function_and_keeps_nothing_alive():
+def test_the_search_leaves_no_trace_function_and_keeps_nothing_alive(deep):
     def records() -> set[int]:
         gc.collect()
         return {id(o) for o in gc.get_objects() if type(o).__name__ == "SavedRecord"}
@@ -334,7 +357,7 @@ def test_the_search_leaves_no_trace_function_and_keeps_nothing_alive():
     x = torch.randn(2, 4)
     tracing = sys.gettrace()
     before = records()  # other tests' graphs may still hold theirs
-    report = ipd.audit(model, x)
+    report = _audit(deep, model, x)
     assert sys.gettrace() is tracing
     assert records() - before == set()
     assert [f.code for f in report.findings] == ["IPD109"]
@@ -344,7 +367,7 @@ def _halve(values: np.ndarray) -> None:
     values *= 0.5  # helper-writes
 
 
-def test_check_contents_names_the_line_in_a_user_function_the_hand_out_frame_calls_in_every_step():
+def test_check_contents_names_the_line_in_a_user_function_the_hand_out_frame_calls_in_every_step(deep):
     """The write is in a helper the hand-out's frame calls; in the second step a new hand-out comes
     while the checks still follow the first one's caller: each step names the helper's line."""
     lin = torch.nn.Linear(4, 4)
@@ -354,7 +377,7 @@ def test_check_contents_names_the_line_in_a_user_function_the_hand_out_frame_cal
         _halve(h.detach().numpy())
         return h
 
-    with ipd.watch(check_contents=True) as session:
+    with _watch(deep, check_contents=True) as session:
         for _ in range(2):
             forward(torch.randn(2, 4)).sum().backward()
     findings = _ipd109(session)
@@ -370,11 +393,11 @@ def _busy(n: int) -> int:
     return total
 
 
-def test_lines_in_called_functions_do_not_spend_the_hand_out_frames_budget():
+def test_lines_in_called_functions_do_not_spend_the_hand_out_frames_budget(deep):
     """A long user function between the hand-out and the write: its lines have their own budget
     (past it, it runs unchecked), and the write after it in the hand-out's frame is still named."""
     x = torch.randn(8, requires_grad=True)
-    with ipd.watch(check_contents=True) as session:
+    with _watch(deep, check_contents=True) as session:
         s = torch.sigmoid(x)
         a = s.detach().numpy()
         _busy(5000)
@@ -399,8 +422,8 @@ class _ZeroesThroughAStoragePointer(torch.nn.Module):
         return h
 
 
-def test_audit_with_check_contents_names_a_write_no_hand_out_saw():
-    report = ipd.audit(_ZeroesThroughAStoragePointer(), torch.randn(2, 4), check_contents=True)
+def test_audit_with_check_contents_names_a_write_no_hand_out_saw(deep):
+    report = _audit(deep, _ZeroesThroughAStoragePointer(), torch.randn(2, 4), check_contents=True)
     [finding] = [f for f in report.findings if f.code == "IPD109"]
     assert finding.confirmed and finding.saved.line == _line("pointer-saves")
     assert finding.mutation.line == _line("pointer-writes") and HERE.samefile(finding.mutation.file)

@@ -93,7 +93,7 @@ def audit(
     inputs = tensors_in((args, kwargs))
     preserved = Preserved(model, inputs, modules)
     wanted = tracer_mode.asked(deep)
-    deep_because = tracer_mode.choose(rules, wanted, check_contents)
+    deep_because = tracer_mode.choose(rules, wanted)
     tracer = Tracer(
         analyzer, before_write=preserved.before_write, track_call_inputs=False, check_contents=check_contents,
         fast=not wanted and not deep_because,
@@ -267,7 +267,7 @@ class watch:
         self._analyzer = Analyzer(rules, root_label=root_label, fail_fast=fail_fast, per_module_ignores=per_module_ignores)
         #: rules chosen that the fast tracer does not serve, which turned deep mode on (not asked for)
         wanted = tracer_mode.asked(deep)
-        self.deep_because = tracer_mode.choose(rules, wanted, check_contents)
+        self.deep_because = tracer_mode.choose(rules, wanted)
         self.deep = bool(wanted) or bool(self.deep_because)
         self._asked_fast = tracer_mode.how_asked(deep, "watch(deep=False)")
         self._tracer = Tracer(self._analyzer, fail_fast=fail_fast, check_contents=check_contents, fast=not self.deep)

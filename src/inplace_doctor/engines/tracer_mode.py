@@ -43,12 +43,15 @@ def how_asked(deep: bool | None, api: str) -> str | None:
     return None
 
 
-def choose(rules: list[Rule], deep: bool | None, check_contents: bool) -> list[str]:
-    """What turns deep mode on when it was not asked for (`deep` None or False): rule codes (or
-    `check_contents`); [] runs fast, or deep when `deep=True` asked for it."""
+def choose(rules: list[Rule], deep: bool | None) -> list[str]:
+    """The rule codes that turn deep mode on when it was not asked for (`deep` None or False); []
+    runs fast, or deep when `deep=True` asked for it.
+
+    `check_contents` does not: the fast tracer fingerprints saved tensors and checks lines after a
+    hand-out as the deep one does (trace/contents.py, trace/hand_outs.py)."""
     if deep:
         return []
-    return needing_deep_mode(rules) or (["check_contents"] if check_contents else [])
+    return needing_deep_mode(rules)
 
 
 def switched_note(because: list[str], asked: str | None = None) -> str:

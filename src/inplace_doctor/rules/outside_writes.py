@@ -24,8 +24,9 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
     """A saved tensor's bytes change with no op at all: written through NumPy, DLPack or a raw pointer.
 
     What: ``t.numpy()`` (``t.detach().numpy()``), ``t.__dlpack__()`` (what
-    ``np.from_dlpack(t)`` calls), ``torch.utils.dlpack.to_dlpack(t)`` and
-    ``t.data_ptr()`` hand a tensor's memory to code PyTorch does not see. An
+    ``np.from_dlpack(t)`` calls), ``t.__array__()`` (what ``np.asarray(t)``
+    calls), ``torch.utils.dlpack.to_dlpack(t)`` and ``t.data_ptr()`` hand a
+    tensor's memory to code PyTorch does not see. An
     in-place write there (``a *= 0.5``, ``a[0] = 0``, ``np.copyto(a, b)``, a
     ctypes ``memmove``, a C/CUDA kernel that mutates an input without declaring
     it) changes a tensor autograd saved for backward while no op runs.
@@ -65,6 +66,9 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
     second run does not repeat (it depends on state outside the model's
     parameters, buffers and RNG, such as a call counter, or runs in another
     thread): the finding says which. Writes to memory no saved tensor uses.
+    A pointer taken by ``t.untyped_storage().data_ptr()``, by C++ code or
+    before the session is no hand-out it sees: only ``check_contents`` finds
+    that write.
 
     Example::
 
@@ -79,8 +83,9 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
     PyTorch on the tensor itself (``s = s * 0.5``) so autograd sees it; or do
     the write after backward. Reading the array (logging, metrics) is fine.
 
-    Mode: deep: it needs the hand-out calls (``.numpy()``, DLPack, ``data_ptr()``) and content
-    checks, which the fast tracer does not watch; ``watch(deep=False)`` selecting it runs deep.
+    Mode: fast and deep: ``watch(deep=False)`` serves it, with ``check_contents`` too: the fast
+    tracer sees the hand-outs by wrapping those Tensor methods while it runs, and only saves on
+    handed-out memory are fingerprinted (all of them with ``check_contents``).
     """
     saved, handed, write = event.saved, event.handed_out, event.write
     if write is not None and write.file:

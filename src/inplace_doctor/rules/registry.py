@@ -153,7 +153,7 @@ def get_rule(code: str) -> Rule:
 #: the same findings for as the deep one; the rule fixtures run under both for these. Not IPD106:
 #: a write an `inplace=True` asked for is reported only once the caller reads the tensor again,
 #: which the fast tracer's on-demand per-op mode does not wait for yet.
-FAST_MODE_RULES = frozenset({"IPD101", "IPD102", "IPD103", "IPD104", "IPD107", "IPD108", "IPD110", "IPD111"})
+FAST_MODE_RULES = frozenset({"IPD101", "IPD102", "IPD103", "IPD104", "IPD107", "IPD108", "IPD109", "IPD110", "IPD111"})
 
 
 def needing_deep_mode(rules: Iterable[Rule]) -> list[str]:

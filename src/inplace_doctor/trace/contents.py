@@ -1,11 +1,14 @@
 """Saved tensors whose bytes change with no op at all: memory handed out of PyTorch, then written.
 
-`t.numpy()`, `t.__dlpack__()` (what `np.from_dlpack(t)` calls), `torch.utils.dlpack.to_dlpack(t)`
-and `t.data_ptr()` hand a tensor's memory to code that writes it without the dispatcher: a NumPy
-`a *= 0.5`, a ctypes `memmove`, a C/CUDA kernel. No op runs, no version moves, and backward
+`t.numpy()`, `t.__dlpack__()` (what `np.from_dlpack(t)` calls), `t.__array__()` (what
+`np.asarray(t)` calls), `torch.utils.dlpack.to_dlpack(t)` and `t.data_ptr()` hand a tensor's memory
+to code that writes it without the dispatcher: a NumPy `a *= 0.5`, a ctypes `memmove`, a C/CUDA
+kernel. No op runs, no version moves, and backward
 silently reads the new values. So:
 
-- each hand-out is remembered (weakly: the handed-out tensor, its byte range, the line), and
+- each hand-out is seen (the deep tracer's `TorchFunctionMode`, `HAND_OUTS`; the fast tracer's
+  wrappers of those methods, `hand_outs.py`; `to_dlpack` patched here for both) and remembered
+  (weakly: the handed-out tensor, its byte range, the line), and
   every saved tensor on that memory, saved before or after, is fingerprinted (`fingerprint.py`);
   with `check_all` (`watch(check_contents=True)`, `--check-contents`) every saved tensor is,
   which also catches kernels that write an input without declaring it;
@@ -20,7 +23,8 @@ silently reads the new values. So:
   the line in a second run (`write_lines.py`, engines/replay_writes.py);
 - the session's end is a checkpoint: a change found there, never unpacked, is a prediction.
 
-Fingerprints are computed with the tool's modes off and hold no tensor.
+Fingerprints are computed with the tool's modes off and hold no tensor (their copies, of a
+non-contiguous tensor, run below autograd: the fast tracer's write kernels do not see them).
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ import torch
 from ..events import Event, SavedTensorChangedOutside, WriteLineSearch
 from ..sites import Site
 from .fingerprint import Fingerprint, fingerprint
+from .hand_outs import METHODS, HandOutMethods
+from .owner import Busy
 from .saved import SavedRecord, SavedTensors
 from .stacks import MAX_STACK, PACKAGE_DIR, TORCH_DIR, capture_stack, make_site, resolve_stack
 from .storage import storage_span
@@ -48,9 +54,8 @@ _PER_STORAGE = 8  # hand-outs remembered per storage
 _UNLOCATED = 64  # changes without their line remembered for a replay, at most
 #: torch's own Python that hands a pointer to nobody: `__dlpack__` itself, and the dispatch of overrides
 _PASS_THROUGH = tuple(os.path.join(TORCH_DIR, name) for name in ("_tensor.py", "overrides.py", "utils/dlpack.py"))
-_HAND_OUT_METHODS = {"numpy": "`.numpy()`", "__dlpack__": "`__dlpack__()`", "data_ptr": "`.data_ptr()`"}
 #: the callables a `TorchFunctionMode` receives for the hand-outs: (the method, how findings name it)
-HAND_OUTS: dict[Any, tuple[str, str]] = {getattr(torch.Tensor, n): (n, how) for n, how in _HAND_OUT_METHODS.items()}
+HAND_OUTS: dict[Any, tuple[str, str]] = {getattr(torch.Tensor, n): (n, how) for n, how in METHODS.items()}
 
 
 class HandOut:
@@ -84,10 +89,15 @@ class HandOut:
 class ContentChecks:
     """Hand-outs by storage, the fingerprints they call for, and the checks at unpack and checkpoints."""
 
-    def __init__(self, saved: SavedTensors, emit: Callable[[Event], None], check_all: bool) -> None:
+    def __init__(
+        self, saved: SavedTensors, emit: Callable[[Event], None], check_all: bool, busy: Busy | None = None,
+        wrap_methods: bool = False,
+    ) -> None:
         self.saved = saved
         self.emit = emit
         self.check_all = check_all
+        #: the fast tracer's hand-out wrappers (`hand_outs.py`), entered with these checks
+        self.methods = HandOutMethods(self.handed_out, busy if busy is not None else Busy()) if wrap_methods else None
         self.by_storage: dict[int, list[HandOut]] = {}
         self._lines: _LineChecks | None = None
         #: function frames that were traced: their locals snapshot is dropped once outside a trace call
@@ -116,9 +126,13 @@ class ContentChecks:
             if getattr(owner, "to_dlpack", None) is original:
                 self._patched.append((owner, "to_dlpack", original))
                 setattr(owner, "to_dlpack", to_dlpack)  # noqa: B010 (a patch of a module mypy types)
+        if self.methods is not None:
+            self.methods.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.methods is not None:
+            self.methods.__exit__()
         while self._patched:
             owner, name, original = self._patched.pop()
             setattr(owner, name, original)

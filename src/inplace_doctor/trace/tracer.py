@@ -85,9 +85,11 @@ class Tracer:
             but stale `state_dict()` aliases (IPD107) and graph tensors changed
             outside autograd (IPD110), whose reads it sees through a dispatch
             mode pushed only while one is pending (`pending_reads.py`), and
-            names a saving node's op by the node. Inside `torch.utils.checkpoint`
-            regions (their forward and recompute) it runs per op, as the deep
-            tracer does, for IPD108 and IPD111 (`checkpoint_ops.py`).
+            memory handed out (IPD109), seen by wrapping the Tensor methods
+            that hand it out (`hand_outs.py`); it names a saving node's op by
+            the node. Inside `torch.utils.checkpoint` regions (their forward
+            and recompute) it runs per op, as the deep tracer does, for IPD108
+            and IPD111 (`checkpoint_ops.py`).
 
     It is the `TraceOwner` of its helpers (`inplace_calls`, `held`).
     """
@@ -106,6 +108,7 @@ class Tracer:
         self._sink = sink
         self.fast = fast
         measuring = not observe_reads  # memory measurement: no fingerprints, which allocate
+        self._checks_contents = not measuring  # IPD109's hand-outs and fingerprints, in both tracers
         if fast:
             observe_reads = False
         self._observe_reads = observe_reads
@@ -115,9 +118,10 @@ class Tracer:
         self.inplace_calls = InplaceCalls(self, self.modules)
         self.held = HeldTensors(self, self.modules)
         self._saved = SavedTensors(sink, self.emit, self.modules, self._busy)
-        self.contents = ContentChecks(self._saved, self.emit, check_contents)
-        if observe_reads:
+        self.contents = ContentChecks(self._saved, self.emit, check_contents, self._busy, wrap_methods=fast)
+        if self._checks_contents:
             self._saved.contents = self.contents
+        if observe_reads:
             self.inplace_calls.on_hand_out = self.contents.handed_out
         # Fingerprinting allocates (memory measurement turns it off with observe_reads), and costs
         # inside checkpoint regions: skipped when the sink says no rule reads it (`--ignore IPD111`).
@@ -194,6 +198,8 @@ class Tracer:
                 self._enter(self.pending_reads)
                 region_modes = [self.checkpoint_ops.mode] if self.checkpoint_ops is not None else []
                 self._enter(SubclassConstruction(self.pending_reads.mode, *region_modes))
+                if self._checks_contents:
+                    self._enter(self.contents)
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -208,7 +214,7 @@ class Tracer:
         try:
             if exc and exc[0] is None:
                 self.flush()
-                if self._observe_reads:
+                if self._checks_contents:
                     self.contents.checkpoint()  # changed bytes not unpacked yet: predictions
                 for overwritten in self.held.unused_stale():  # held, overwritten, not used (yet)
                     self._sink(overwritten)
@@ -276,7 +282,7 @@ class Tracer:
     def check_contents_now(self) -> None:
         """A checkpoint of the content checks (IPD109): saved tensors whose bytes changed, not yet
         read by backward, are reported as predictions now (also done when the tracer exits)."""
-        if self._observe_reads:
+        if self._checks_contents:
             self.contents.checkpoint()
 
     def set_caller_inputs(self, labelled: list[tuple[str, torch.Tensor]]) -> None:

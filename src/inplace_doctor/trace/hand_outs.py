@@ -1,0 +1,126 @@
+"""The fast tracer's hand-outs (issue 26): the Tensor methods that hand memory out of PyTorch, wrapped.
+
+The deep tracer sees `t.numpy()`, `t.__dlpack__()` (what `np.from_dlpack(t)` calls), `t.__array__()`
+(what `np.asarray(t)` calls) and `t.data_ptr()` through its `TorchFunctionMode` (`inplace_calls.py`,
+`contents.HAND_OUTS`). The fast tracer has no such mode: while it runs, a wrapper stands in place of
+each of these methods on `torch.Tensor`; it calls PyTorch's own method and then, as the deep
+tracer's mode does once the call returned, reports the hand-out to the `HandOutMethods` of this
+context (a context variable, as `write_kernels.py` keeps its recorder: other threads untouched).
+`torch.utils.dlpack.to_dlpack`, a module function no mode sees either, is patched by
+`ContentChecks` itself in both tracers.
+
+Reported, as in deep mode: calls from Python in the context that entered (nested sessions each see
+the call, as nested modes do), outside the tool's own work (`busy`) and outside
+`torch._C.DisableTorchFunction()` (which sets the mode aside), and only the outermost of nested
+hand-outs (`__array__` calls `numpy`: the mode, which steps aside while it handles a call, sees only
+`__array__`). Not reported, in either mode: `t.untyped_storage().data_ptr()`, C++ code's own
+pointers, subclasses that override these methods. The wrappers are installed once while any session
+uses them (reference-counted: sessions in several threads may end in any order) and removed by the
+last, the originals put back (methods `torch.Tensor` only inherits are deleted again).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from typing import Any, Callable
+
+import torch
+
+from .owner import Busy
+
+#: the Tensor methods that hand memory out: (the method, how findings name it)
+METHODS = {"numpy": "`.numpy()`", "__dlpack__": "`__dlpack__()`", "__array__": "`__array__()`", "data_ptr": "`.data_ptr()`"}
+#: called with (the tensor, the method, how findings name it) after a hand-out returned
+Report = Callable[[Any, str, str], None]
+_CURRENT: contextvars.ContextVar["HandOutMethods | None"] = contextvars.ContextVar("inplace_doctor_hand_outs", default=None)
+_INHERITED = object()  # a method `torch.Tensor` had only from `TensorBase`: deleted again
+
+
+class HandOutMethods:
+    """Context manager: `report` called after each hand-out (`METHODS`) made in the context that entered."""
+
+    def __init__(self, report: Report, busy: Busy) -> None:
+        self.report = report
+        self.busy = busy
+        self.inside = False  # a hand-out runs: the ones it calls (`__array__`'s `numpy`) are its own
+        self.outer: HandOutMethods | None = None  # a session this one is nested in: it sees the calls too
+        self._token: contextvars.Token[HandOutMethods | None] | None = None
+
+    def __enter__(self) -> "HandOutMethods":
+        _INSTALLED.acquire()
+        self.outer = _CURRENT.get()
+        self._token = _CURRENT.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _CURRENT.reset(self._token)
+            self._token = None
+            self.outer = None
+            _INSTALLED.release()
+
+
+def _wrapped(original: Any, name: str, how: str) -> Callable[..., Any]:
+    get, all_disabled = _CURRENT.get, torch._C._is_torch_function_all_disabled
+
+    def handing_out(t: Any, *args: Any, **kwargs: Any) -> Any:
+        calls = get()
+        if calls is None or calls.inside or all_disabled():
+            return original(t, *args, **kwargs)
+        calls.inside = True
+        try:
+            out = original(t, *args, **kwargs)
+        finally:
+            calls.inside = False
+        while calls is not None:
+            if not calls.busy.on:
+                calls.report(t, name, how)
+            calls = calls.outer
+        return out
+
+    handing_out.__name__ = handing_out.__qualname__ = name
+    handing_out.__doc__ = getattr(original, "__doc__", None)
+    handing_out.__wrapped__ = original  # type: ignore[attr-defined]
+    return handing_out
+
+
+class _Installed:
+    """The wrappers on `torch.Tensor`, installed while at least one `HandOutMethods` is entered."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+        self.originals: list[tuple[str, Any]] = []
+
+    def acquire(self) -> None:
+        with self.lock:
+            self.users += 1
+            if self.users > 1:
+                return
+            for name, how in METHODS.items():
+                self.originals.append((name, torch.Tensor.__dict__.get(name, _INHERITED)))
+                setattr(torch.Tensor, name, _wrapped(getattr(torch.Tensor, name), name, how))
+
+    def release(self) -> None:
+        with self.lock:
+            self.users -= 1
+            if self.users > 0:
+                return
+            while self.originals:
+                name, own = self.originals.pop()
+                if own is _INHERITED:
+                    delattr(torch.Tensor, name)
+                else:
+                    setattr(torch.Tensor, name, own)
+
+
+_INSTALLED = _Installed()
+
+
+def installed() -> bool:
+    """Whether the wrappers are on `torch.Tensor` now."""
+    return _INSTALLED.users > 0
+
+
+__all__ = ["HandOutMethods", "METHODS", "installed"]
