@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..events import CheckpointRecomputeDiffers, Event, InplaceErrorRaised
+from ..events import CallerInputWritten, CheckpointRecomputeDiffers, Event, InplaceErrorRaised, OriginalValueRead
 from .aliases import HeldTensors
 from .blame import recursion_headroom
 from .compiled import EagerCompiled
@@ -58,6 +58,7 @@ from .threads import StartedThreads
 from .transforms import FunctionalTransforms
 from .saved import NodeCreationHook, SavedRecord, SavedTensors
 from .stacks import choose_stack_capture
+from .suspect_calls import SuspectCalls
 from .writes import WriteRecorder
 
 
@@ -83,7 +84,9 @@ class Tracer:
             but stale `state_dict()` aliases (IPD107) and graph tensors changed
             outside autograd (IPD110), whose reads it sees through a dispatch
             mode pushed only while one is pending (`pending_reads.py`), and
-            names a saving node's op by the node.
+            in-place calls (IPD105, IPD106: `inplace_calls`, with a dispatch
+            mode only for a call handed what one overwrote, `suspect_calls.py`),
+            and names a saving node's op by the node.
 
     It is the `TraceOwner` of its helpers (`inplace_calls`, `held`).
     """
@@ -146,6 +149,8 @@ class Tracer:
         if fast:
             self.pending_reads = PendingReads(self._busy, self.held, self._graph)
             self._fast = FastWrites(self._busy, self._saved, self._writes, self._raised, self.pending_reads)
+            if wants is None or wants(OriginalValueRead) or wants(CallerInputWritten):
+                self._watch_calls()
         self._contexts: list[Any] = []
         self._active = False
 
@@ -183,10 +188,20 @@ class Tracer:
                 self._enter(self.held)
                 self._enter(self.pending_reads)
                 self._enter(SubclassConstruction(self.pending_reads.mode))
+                if self.inplace_calls.suspects is not None:
+                    self._enter(self.inplace_calls)
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
+
+    def _watch_calls(self) -> None:
+        """The fast tracer's IPD105/IPD106: `inplace_calls` runs as in deep mode, and a call handed an
+        object a read is awaited of runs under a dispatch mode (`suspect_calls.py`)."""
+        calls = self.inplace_calls
+        calls.suspects = SuspectCalls(self._busy, calls.overwritten, calls.check_reads, self._writes.caller_reads)
+        calls.own_work = self._busy  # its snapshot's copy is no write of the program's
+        self._writes.in_flag_call = lambda: calls.flag_calls > 0
 
     def _enter(self, ctx: Any) -> None:
         """Enter one context of the run; `__exit__` leaves them in reverse order."""
