@@ -56,8 +56,9 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: RuleContext) -> Fin
     Fix: make that op out of place (``inplace=False``), or clone the input at
     the top of ``forward`` (``x = x.clone()``) if in-place is wanted inside.
 
-    Mode: deep: a write an ``inplace=True`` asked for waits for the caller's read
-    after the call, which only the deep tracer sees yet.
+    Mode: fast and deep: ``watch(deep=False)`` serves it (while a write an ``inplace=True`` asked
+    for awaits the caller's read, every op enters Python only inside a call handed that tensor).
+    Not seen in fast mode: a read without a torch-level call handed the tensor (TorchScript code).
     """
     write = event.write
     return make_finding(

@@ -25,7 +25,7 @@ import dis
 import functools
 import sys
 import weakref
-from types import FrameType
+from types import FrameType, MappingProxyType
 from typing import Any
 
 import torch
@@ -34,7 +34,7 @@ from torch.overrides import TorchFunctionMode
 from .. import _compat
 from ..causes import WriteForm
 from ..events import OriginalValueRead, WriteInfo
-from .blame import call_through
+from .blame import call_through, passed_through
 from .contents import HAND_OUTS
 from .modules import ModuleContext, ModulePaths
 from .ops import op_name
@@ -84,9 +84,25 @@ def _augmented_target(frame: FrameType | None) -> bool | None:
     return offsets.get(frame.f_lasti)
 
 
+_augmentable_funcs: dict[Any, bool] = {}  # every torch-level call asks: one lookup per call
+
+
 def _augmentable(func: Any) -> bool:
-    name = getattr(func, "__name__", "")
-    return name.endswith("_") and not name.startswith("_") or name.startswith("__i")
+    try:
+        return _augmentable_funcs[func]
+    except (KeyError, TypeError):  # not asked yet, or a function that cannot be a key
+        name = getattr(func, "__name__", "")
+        augmentable = name.endswith("_") and not name.startswith("_") or name.startswith("__i")
+        if len(_augmentable_funcs) < 4096:
+            try:
+                _augmentable_funcs[func] = augmentable
+            except TypeError:
+                pass
+        return augmentable
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_NO_KWARGS: Any = MappingProxyType({})  # shared, read-only: no dict made per call
 
 
 _FORMS = {"flag": WriteForm.FLAG, "augmented": WriteForm.AUGMENTED}
@@ -156,14 +172,17 @@ class InplaceCalls(TorchFunctionMode):
         self.suspects: SuspectCalls | None = None
         #: set while the tool's own torch calls run (the fast tracer's write kernels see them otherwise)
         self.own_work = Busy()
+        #: whether the values overwritten are measured and their reads awaited (IPD105; the fast
+        #: tracer turns it off when no rule reads `OriginalValueRead`: the aliases stay, as in deep mode)
+        self.measures = True
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         owner = self.owner
         if kwargs is None:
-            kwargs = {}
+            kwargs = _NO_KWARGS
         kind = None
-        if args and type(args[0]) in (torch.Tensor, torch.nn.Parameter) and not owner.busy:
-            if kwargs.get("inplace") is True:
+        if args and type(args[0]) in _PLAIN and not owner.busy:
+            if kwargs and kwargs.get("inplace") is True:
                 kind = "flag"
             elif _augmentable(func):
                 caller = sys._getframe(1)
@@ -185,9 +204,11 @@ class InplaceCalls(TorchFunctionMode):
         if watched:
             suspects.enter()  # type: ignore[union-attr]
         try:
-            out = call_through(func, args, kwargs) if kind is None else self._inplace_call(func, args, kwargs, kind)
-        except RuntimeError as exc:
-            if args and isinstance(args[0], torch.Tensor) and not owner.busy:
+            out = func(*args, **kwargs) if kind is None else self._inplace_call(func, args, kwargs, kind)
+        except BaseException as exc:
+            if kind is None:
+                passed_through(exc)  # `call_through` inlined: one frame less on every call
+            if isinstance(exc, RuntimeError) and args and isinstance(args[0], torch.Tensor) and not owner.busy:
                 owner.call_raised(exc, func, args[0])
             raise
         finally:
@@ -215,16 +236,18 @@ class InplaceCalls(TorchFunctionMode):
         ):
             return call_through(func, args, kwargs)
         snapshot: torch.Tensor | None = None
-        with _compat.DisableTorchDispatch(), torch.no_grad(), self.own_work:
-            change = largest_change(func, args, kwargs)
-            if change is None:
-                spare = self._pool.get((target.shape, target.dtype, target.device))
-                if spare:
-                    snapshot = spare.pop()
-                    snapshot.copy_(target)
-                else:
-                    snapshot = target.clone(memory_format=torch.contiguous_format)
-        stack = capture_stack()
+        change: float | None = None
+        if self.measures:
+            with _compat.DisableTorchDispatch(), torch.no_grad(), self.own_work:
+                change = largest_change(func, args, kwargs)
+                if change is None:
+                    spare = self._pool.get((target.shape, target.dtype, target.device))
+                    if spare:
+                        snapshot = spare.pop()
+                        snapshot.copy_(target)
+                    else:
+                        snapshot = target.clone(memory_format=torch.contiguous_format)
+        stack = capture_stack() if self.measures else None
         real = self._viewed_by_alias(target)
         if real is target:
             out = call_through(func, args, kwargs)
@@ -249,6 +272,8 @@ class InplaceCalls(TorchFunctionMode):
                 self._aliases[id(alias)] = weakref.ref(alias)
             else:
                 alias = real.detach()
+        if not self.measures:
+            return alias
         name = getattr(func, "__name__", "in-place call")
         op = name  # the form (flag or augmented assignment) is the site's own field
         key = id(target)

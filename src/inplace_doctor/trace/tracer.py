@@ -150,7 +150,7 @@ class Tracer:
             self.pending_reads = PendingReads(self._busy, self.held, self._graph)
             self._fast = FastWrites(self._busy, self._saved, self._writes, self._raised, self.pending_reads)
             if wants is None or wants(OriginalValueRead) or wants(CallerInputWritten):
-                self._watch_calls()
+                self._watch_calls(measures=wants is None or wants(OriginalValueRead))
         self._contexts: list[Any] = []
         self._active = False
 
@@ -195,10 +195,11 @@ class Tracer:
             raise
         return self
 
-    def _watch_calls(self) -> None:
+    def _watch_calls(self, measures: bool) -> None:
         """The fast tracer's IPD105/IPD106: `inplace_calls` runs as in deep mode, and a call handed an
         object a read is awaited of runs under a dispatch mode (`suspect_calls.py`)."""
         calls = self.inplace_calls
+        calls.measures = measures
         calls.suspects = SuspectCalls(self._busy, calls.overwritten, calls.check_reads, self._writes.caller_reads)
         calls.own_work = self._busy  # its snapshot's copy is no write of the program's
         self._writes.in_flag_call = lambda: calls.flag_calls > 0
