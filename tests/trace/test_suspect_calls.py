@@ -147,3 +147,33 @@ def test_a_tracer_whose_rules_read_neither_event_leaves_torch_level_calls_alone(
     with Tracer(Wants(HeldTensorUsed), fast=True) as tracer:
         assert tracer.inplace_calls.suspects is None
         assert _get_current_function_mode_stack() == []
+
+
+@torch.jit.script
+def _scripted_double(a: torch.Tensor) -> torch.Tensor:
+    return a * 2
+
+
+class _Triple(nn.Module):
+    def forward(self, a: torch.Tensor) -> torch.Tensor:
+        return a * 3
+
+
+def test_a_read_inside_torchscript_is_the_deep_tracers_read_in_fast_mode_too() -> None:
+    import inplace_doctor as ipd
+
+    scripted_module = torch.jit.script(_Triple())
+
+    def found(deep: bool, reads: object) -> list[tuple[object, ...]]:
+        torch.manual_seed(0)
+        with ipd.watch(deep=deep, select=["IPD105"]) as session:
+            h = torch.randn(8)
+            out = F.relu(h, inplace=True)
+            reads(h) + out  # type: ignore[operator]
+        assert session.deep is deep
+        return [(f.code, f.message) for f in session.findings]
+
+    for reads in (_scripted_double, scripted_module):
+        deep = found(True, reads)
+        assert len(deep) == 1 and found(False, reads) == deep
+    assert torch._C.ScriptFunction.__call__ is not None and "seen" not in torch._C.ScriptFunction.__call__.__name__

@@ -57,8 +57,9 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: RuleContext) -> Fin
     the top of ``forward`` (``x = x.clone()``) if in-place is wanted inside.
 
     Mode: fast and deep: ``watch(deep=False)`` serves it (while a write an ``inplace=True`` asked
-    for awaits the caller's read, every op enters Python only inside a call handed that tensor).
-    Not seen in fast mode: a read without a torch-level call handed the tensor (TorchScript code).
+    for awaits the caller's read, every op enters Python only inside a call handed that tensor,
+    TorchScript calls too). Not seen in fast mode: a read by a call not handed the tensor itself
+    (one reaching it through a closure or an attribute).
     """
     write = event.write
     return make_finding(

@@ -12,23 +12,32 @@ the deep tracer's checks at each op of that call, in its order, so the read
 is the same op with the same line. With no suspect pending, or for a call not
 handed one, no op enters Python.
 
-Known limitations: a read the program makes without a torch-level call
-handed the object (TorchScript code; a torch function reaching a tensor kept
-in a closure or an attribute of an argument) is not seen.
+TorchScript functions and methods (a scripted module's `forward`) run their
+ops with no torch-level call: their `__call__` is wrapped while the tracer
+runs (this thread's calls only), and one handed a suspect runs under the mode
+too.
+
+Known limitations: a read the program makes without a call handed the object
+(a torch function or scripted code reaching a tensor kept in a closure or an
+attribute of an argument) is not seen.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from .. import _compat
-from .blame import call_through
+from .blame import call_through, passed_through
 from .caller_reads import CallerReads
 from .ops import _op_facts, op_facts, written_tensors
 from .owner import Busy
+
+#: what runs TorchScript code when Python calls it: a scripted function, a scripted module's method
+_SCRIPTED = (torch._C.ScriptFunction, torch._C.ScriptMethod)
 
 #: (func, args, kwargs): reports reads of the objects in-place calls overwrote (`InplaceCalls.check_reads`)
 CheckReads = Callable[[Any, Any, Any], None]
@@ -68,6 +77,7 @@ class SuspectCalls:
         self.awaiting = caller.awaiting
         self.mode = _SuspectReads(busy, overwritten, check_overwritten, caller)
         self._depth = 0
+        self._originals: list[tuple[Any, Any]] = []
         #: calls run under the mode (the tests and the report's statistics may read it)
         self.calls = 0
 
@@ -80,6 +90,38 @@ class SuspectCalls:
         return _holds(args, self.overwritten, self.awaiting, 0) or bool(kwargs) and _holds(
             kwargs.values(), self.overwritten, self.awaiting, 0
         )
+
+    def __enter__(self) -> "SuspectCalls":
+        thread, busy = threading.get_ident(), self.mode.busy
+        for cls in _SCRIPTED:
+            original = cls.__dict__["__call__"]
+
+            def seen(fn: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+                watched = (
+                    (self.overwritten or self.awaiting)
+                    and not busy.on
+                    and threading.get_ident() == thread
+                    and self.handed(args, kwargs)
+                )
+                if watched:
+                    self.enter()
+                try:
+                    return _original(fn, *args, **kwargs)
+                except BaseException as exc:
+                    passed_through(exc)
+                    raise
+                finally:
+                    if watched:
+                        self.leave()
+
+            cls.__call__ = seen  # type: ignore[method-assign, assignment]
+            self._originals.append((cls, original))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        while self._originals:
+            cls, original = self._originals.pop()
+            cls.__call__ = original  # type: ignore[method-assign]
 
     def enter(self) -> None:
         """Push the mode for one call (a call nested in it keeps the one already pushed)."""

@@ -190,6 +190,7 @@ class Tracer:
                 self._enter(SubclassConstruction(self.pending_reads.mode))
                 if self.inplace_calls.suspects is not None:
                     self._enter(self.inplace_calls)
+                    self._enter(self.inplace_calls.suspects)
         except BaseException:
             self.__exit__(None, None, None)
             raise
