@@ -42,11 +42,17 @@ def test_audit_deep_false_finds_what_deep_mode_finds_with_the_fast_tracer() -> N
     assert registered() == 0  # the kernels are gone after the audit
 
 
-def test_audit_deep_false_with_a_rule_the_fast_tracer_does_not_serve_runs_deep_and_says_so() -> None:
+def test_audit_deep_false_with_a_rule_the_fast_tracer_does_not_serve_runs_deep_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from inplace_doctor.rules import registry
+
+    monkeypatch.setattr(registry, "FAST_MODE_RULES", FAST_MODE_RULES - {"IPD105"})
     report = ipd.audit(SigmoidThenReLU(), torch.randn(4, 8), deep=False)
     assert "fast_tracer" not in report.stats
     [note] = [n for n in report.notes if "asked for the fast tracer" in n]
     assert note.startswith("audit(deep=False) asked for the fast tracer, but it ran in deep mode")
+    assert "because IPD105 needs it" in note
 
 
 def test_the_cli_audit_fast_flag_runs_the_fast_tracer(capsys: pytest.CaptureFixture[str]) -> None:

@@ -42,6 +42,9 @@ def _message(finding: Any) -> str:
 
 
 def _run(path: Path, deep: bool) -> tuple[bool, list[tuple[Any, ...]], str | None]:
+    import torch
+
+    torch.manual_seed(0)  # the same inputs in both runs: IPD105's message gives a measured difference
     raised = None
     session = ipd.watch(deep=deep, select=sorted(FAST_MODE_RULES))
     try:

@@ -56,8 +56,10 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: RuleContext) -> Fin
     Fix: make that op out of place (``inplace=False``), or clone the input at
     the top of ``forward`` (``x = x.clone()``) if in-place is wanted inside.
 
-    Mode: deep: a write an ``inplace=True`` asked for waits for the caller's read
-    after the call, which only the deep tracer sees yet.
+    Mode: fast and deep: ``watch(deep=False)`` serves it (while a write an ``inplace=True`` asked
+    for awaits the caller's read, every op enters Python only inside a call handed that tensor,
+    TorchScript calls too). Not seen in fast mode: a read by a call not handed the tensor itself
+    (one reaching it through a closure or an attribute).
     """
     write = event.write
     return make_finding(

@@ -65,8 +65,10 @@ def inplace_changes_result(event: OriginalValueRead, ctx: RuleContext) -> Findin
     reading its own input again is IPD106). The difference is measured on
     this input only.
 
-    Mode: deep: it compares the values each in-place call overwrote with later reads, which only the
-    per-op tracer sees; ``watch(deep=False)`` selecting it runs deep.
+    Mode: fast and deep: ``watch(deep=False)`` serves it (the in-place calls are seen at the torch
+    level in both modes; every op enters Python only inside a call handed an object one overwrote,
+    while that object is alive; TorchScript calls count as such calls). Not seen in fast mode: a
+    read by a call not handed the object itself (one reaching it through a closure or an attribute).
     """
     write = event.write
     cause = ChangedResultCause.FLAG if event.kind == "flag" else ChangedResultCause.AUGMENTED

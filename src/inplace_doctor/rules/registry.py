@@ -150,10 +150,11 @@ def get_rule(code: str) -> Rule:
 
 
 #: Rules the fast tracer (`watch(deep=False)`, issue 26: only writes and saves enter Python) gives
-#: the same findings for as the deep one; the rule fixtures run under both for these. Not IPD106:
-#: a write an `inplace=True` asked for is reported only once the caller reads the tensor again,
-#: which the fast tracer's on-demand per-op mode does not wait for yet.
-FAST_MODE_RULES = frozenset({"IPD101", "IPD102", "IPD103", "IPD104", "IPD107", "IPD108", "IPD109", "IPD110", "IPD111"})
+#: the same findings for as the deep one; the rule fixtures run under both for these. Every rule:
+#: the fast tracer is the default (`engines/tracer_mode.py`).
+FAST_MODE_RULES = frozenset(
+    {"IPD101", "IPD102", "IPD103", "IPD104", "IPD105", "IPD106", "IPD107", "IPD108", "IPD109", "IPD110", "IPD111"}
+)
 
 
 def needing_deep_mode(rules: Iterable[Rule]) -> list[str]:

@@ -25,7 +25,7 @@ import dis
 import functools
 import sys
 import weakref
-from types import FrameType
+from types import FrameType, MappingProxyType
 from typing import Any
 
 import torch
@@ -34,12 +34,14 @@ from torch.overrides import TorchFunctionMode
 from .. import _compat
 from ..causes import WriteForm
 from ..events import OriginalValueRead, WriteInfo
-from .blame import call_through
+from .blame import call_through, passed_through
 from .contents import HAND_OUTS
 from .modules import ModuleContext, ModulePaths
 from .ops import op_name
-from .owner import TraceOwner
+from .owner import Busy, TraceOwner
 from .stacks import MAX_STACK, capture_frames, capture_stack, is_user_file, make_site, resolve_stack
+from .suspect_calls import SuspectCalls
+from .value_change import finite, largest_change, positional_change
 
 _BINARY_OP = dis.opmap.get("BINARY_OP")  # Python 3.11+: one opcode, the operator in its argument
 _INPLACE_ARGS = frozenset(i for i, (name, _) in enumerate(getattr(dis, "_nb_ops", ())) if name.startswith("NB_INPLACE"))
@@ -82,9 +84,25 @@ def _augmented_target(frame: FrameType | None) -> bool | None:
     return offsets.get(frame.f_lasti)
 
 
+_augmentable_funcs: dict[Any, bool] = {}  # every torch-level call asks: one lookup per call
+
+
 def _augmentable(func: Any) -> bool:
-    name = getattr(func, "__name__", "")
-    return name.endswith("_") and not name.startswith("_") or name.startswith("__i")
+    try:
+        return _augmentable_funcs[func]
+    except (KeyError, TypeError):  # not asked yet, or a function that cannot be a key
+        name = getattr(func, "__name__", "")
+        augmentable = name.endswith("_") and not name.startswith("_") or name.startswith("__i")
+        if len(_augmentable_funcs) < 4096:
+            try:
+                _augmentable_funcs[func] = augmentable
+            except TypeError:
+                pass
+        return augmentable
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_NO_KWARGS: Any = MappingProxyType({})  # shared, read-only: no dict made per call
 
 
 _FORMS = {"flag": WriteForm.FLAG, "augmented": WriteForm.AUGMENTED}
@@ -132,78 +150,6 @@ class _Overwritten:
         )
 
 
-def _arg(args: Any, kwargs: Any, index: int, name: str, default: Any) -> Any:
-    return args[index] if len(args) > index else kwargs.get(name, default)
-
-
-def largest_change(func: Any, args: Any, kwargs: Any) -> float | None:
-    """The largest change an in-place call is about to make, from a read-only reduction
-    (no copy of the tensor), for the common ops; None when it needs a snapshot.
-
-    NaN/inf count by position: an element that holds the same non-finite value before and
-    after is unchanged, and the change is the largest over elements finite before and after;
-    inf when an element turns non-finite or stops being so (or inf changes sign). Only when the
-    reduction itself comes out NaN or inf is the change worked out element by element."""
-    x = args[0]
-    if not x.is_floating_point() or x.numel() == 0:
-        return None
-    name = getattr(func, "__name__", "")
-    if name == "relu":
-        smallest = float(x.min())
-        if not _finite(smallest):
-            return _positional_change(x.double(), torch.relu)
-        return max(0.0, -smallest)
-    if name in ("hardtanh", "relu6"):
-        low, high = (0.0, 6.0) if name == "relu6" else (_arg(args, kwargs, 1, "min_val", -1.0), _arg(args, kwargs, 2, "max_val", 1.0))
-        smallest, biggest = (float(v) for v in torch.aminmax(x))
-        if not _finite(smallest + biggest):  # NaN or inf in x
-            return _positional_change(x.double(), lambda d: torch.nn.functional.hardtanh(d, float(low), float(high)))
-        return max(0.0, float(low) - smallest, biggest - float(high))
-    if name == "leaky_relu":
-        slope = float(_arg(args, kwargs, 1, "negative_slope", 0.01))
-        smallest = float(x.min())
-        if not _finite(smallest):
-            return _positional_change(x.double(), lambda d: torch.nn.functional.leaky_relu(d, slope))
-        return abs(1.0 - slope) * max(0.0, -smallest)
-    if name in ("add_", "sub_", "__iadd__", "__isub__"):
-        other = _arg(args, kwargs, 1, "other", None)
-        alpha = abs(float(kwargs.get("alpha", 1.0)))
-        if isinstance(other, torch.Tensor) and other.is_floating_point():
-            change = alpha * float(other.detach().abs().max()) if other.numel() else 0.0
-        elif isinstance(other, (int, float)):
-            change = alpha * abs(float(other))
-        else:
-            return None
-        if not _finite(change):
-            op = torch.sub if name in ("sub_", "__isub__") else torch.add
-            operand = other.detach().double() if isinstance(other, torch.Tensor) else other
-            return _positional_change(x.double(), lambda d: op(d, operand, alpha=kwargs.get("alpha", 1)))
-        return change
-    return None
-
-
-def _finite(value: float) -> bool:
-    return value - value == 0.0  # False for NaN and +-inf (inf - inf is NaN)
-
-
-def _positional_change(before: torch.Tensor, op: Any) -> float:
-    """The largest change `op` makes to `before` (in double, like the reductions' arithmetic),
-    over the elements finite before and after; inf when an element is non-finite on one side only
-    or holds different non-finite values (NaN vs inf, -inf vs inf). The same NaN/inf in the same
-    place is no change."""
-    after = op(before)
-    finite_before, finite_after = torch.isfinite(before), torch.isfinite(after)
-    both_nan = torch.isnan(before) & torch.isnan(after)
-    same_inf = torch.isinf(before) & (before == after)
-    unchanged_nonfinite = both_nan | same_inf
-    if bool((~(finite_before & finite_after) & ~unchanged_nonfinite).any()):
-        return float("inf")
-    finite = finite_before & finite_after
-    if not bool(finite.any()):
-        return 0.0
-    return float((after[finite] - before[finite]).abs().max())
-
-
 class InplaceCalls(TorchFunctionMode):
     """Watches in-place calls (flags and augmented assignment) and later reads of what they overwrote."""
 
@@ -222,14 +168,21 @@ class InplaceCalls(TorchFunctionMode):
         self.on_hand_out: Any = None
         #: > 0 while a call with an `inplace=True` argument runs: its writes were asked for
         self.flag_calls = 0
+        #: the fast tracer's: the calls handed an object a read is awaited of run under a dispatch mode
+        self.suspects: SuspectCalls | None = None
+        #: set while the tool's own torch calls run (the fast tracer's write kernels see them otherwise)
+        self.own_work = Busy()
+        #: whether the values overwritten are measured and their reads awaited (IPD105; the fast
+        #: tracer turns it off when no rule reads `OriginalValueRead`: the aliases stay, as in deep mode)
+        self.measures = True
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         owner = self.owner
         if kwargs is None:
-            kwargs = {}
+            kwargs = _NO_KWARGS
         kind = None
-        if args and type(args[0]) in (torch.Tensor, torch.nn.Parameter) and not owner.busy:
-            if kwargs.get("inplace") is True:
+        if args and type(args[0]) in _PLAIN and not owner.busy:
+            if kwargs and kwargs.get("inplace") is True:
                 kind = "flag"
             elif _augmentable(func):
                 caller = sys._getframe(1)
@@ -241,15 +194,28 @@ class InplaceCalls(TorchFunctionMode):
                     kind = "augmented"
         if kind == "flag":
             self.flag_calls += 1
+        suspects = self.suspects
+        watched = (
+            suspects is not None
+            and (suspects.overwritten or suspects.awaiting)
+            and not owner.busy
+            and suspects.handed(args, kwargs)
+        )
+        if watched:
+            suspects.enter()  # type: ignore[union-attr]
         try:
-            out = call_through(func, args, kwargs) if kind is None else self._inplace_call(func, args, kwargs, kind)
-        except RuntimeError as exc:
-            if args and isinstance(args[0], torch.Tensor) and not owner.busy:
+            out = func(*args, **kwargs) if kind is None else self._inplace_call(func, args, kwargs, kind)
+        except BaseException as exc:
+            if kind is None:
+                passed_through(exc)  # `call_through` inlined: one frame less on every call
+            if isinstance(exc, RuntimeError) and args and isinstance(args[0], torch.Tensor) and not owner.busy:
                 owner.call_raised(exc, func, args[0])
             raise
         finally:
             if kind == "flag":
                 self.flag_calls -= 1
+            if watched:
+                suspects.leave()  # type: ignore[union-attr]
         if func in HAND_OUTS and self.on_hand_out is not None and args and not owner.busy:
             self.on_hand_out(args[0], *HAND_OUTS[func])
         owner.user_call_returned()
@@ -270,16 +236,18 @@ class InplaceCalls(TorchFunctionMode):
         ):
             return call_through(func, args, kwargs)
         snapshot: torch.Tensor | None = None
-        with _compat.DisableTorchDispatch(), torch.no_grad():
-            change = largest_change(func, args, kwargs)
-            if change is None:
-                spare = self._pool.get((target.shape, target.dtype, target.device))
-                if spare:
-                    snapshot = spare.pop()
-                    snapshot.copy_(target)
-                else:
-                    snapshot = target.clone(memory_format=torch.contiguous_format)
-        stack = capture_stack()
+        change: float | None = None
+        if self.measures:
+            with _compat.DisableTorchDispatch(), torch.no_grad(), self.own_work:
+                change = largest_change(func, args, kwargs)
+                if change is None:
+                    spare = self._pool.get((target.shape, target.dtype, target.device))
+                    if spare:
+                        snapshot = spare.pop()
+                        snapshot.copy_(target)
+                    else:
+                        snapshot = target.clone(memory_format=torch.contiguous_format)
+        stack = capture_stack() if self.measures else None
         real = self._viewed_by_alias(target)
         if real is target:
             out = call_through(func, args, kwargs)
@@ -296,7 +264,7 @@ class InplaceCalls(TorchFunctionMode):
                     self.overwritten[id(real)] = hidden
         if out is not real:
             return out
-        with _compat.DisableTorchDispatch():
+        with _compat.DisableTorchDispatch(), self.own_work:
             if real.requires_grad:
                 alias = real.view_as(real)
                 if len(self._aliases) > 4096:
@@ -304,6 +272,8 @@ class InplaceCalls(TorchFunctionMode):
                 self._aliases[id(alias)] = weakref.ref(alias)
             else:
                 alias = real.detach()
+        if not self.measures:
+            return alias
         name = getattr(func, "__name__", "in-place call")
         op = name  # the form (flag or augmented assignment) is the site's own field
         key = id(target)
@@ -371,9 +341,9 @@ class InplaceCalls(TorchFunctionMode):
             with _compat.DisableTorchDispatch(), torch.no_grad():
                 if t.is_floating_point() or t.is_complex():
                     difference = float((t - entry.snapshot).abs().max())
-                    if not _finite(difference) and t.is_floating_point():  # NaN/inf: compared by position
+                    if not finite(difference) and t.is_floating_point():  # NaN/inf: compared by position
                         after = t.double()
-                        difference = _positional_change(entry.snapshot.double(), lambda before: after)
+                        difference = positional_change(entry.snapshot.double(), lambda before: after)
                 else:
                     difference = float(torch.ne(t, entry.snapshot).sum())
         frames, api = capture_frames()

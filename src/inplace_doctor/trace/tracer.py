@@ -39,7 +39,9 @@ from typing import Any, Callable
 
 import torch
 
-from ..events import CheckpointRecomputeDiffers, Event, InplaceErrorRaised, SideEffectRepeated
+from ..events import (
+    CallerInputWritten, CheckpointRecomputeDiffers, Event, InplaceErrorRaised, OriginalValueRead, SideEffectRepeated,
+)
 from .aliases import HeldTensors
 from .blame import recursion_headroom
 from .compiled import EagerCompiled
@@ -60,6 +62,7 @@ from .threads import StartedThreads
 from .transforms import FunctionalTransforms
 from .saved import NodeCreationHook, SavedRecord, SavedTensors
 from .stacks import choose_stack_capture
+from .suspect_calls import SuspectCalls
 from .writes import WriteRecorder
 
 
@@ -85,6 +88,8 @@ class Tracer:
             but stale `state_dict()` aliases (IPD107) and graph tensors changed
             outside autograd (IPD110), whose reads it sees through a dispatch
             mode pushed only while one is pending (`pending_reads.py`), and
+            in-place calls (IPD105, IPD106: `inplace_calls`, with a dispatch
+            mode only for a call handed what one overwrote, `suspect_calls.py`),
             memory handed out (IPD109), seen by wrapping the Tensor methods
             that hand it out (`hand_outs.py`); it names a saving node's op by
             the node. Inside `torch.utils.checkpoint` regions (their forward
@@ -158,6 +163,8 @@ class Tracer:
             self._fast = FastWrites(self._busy, self._saved, self._writes, self._raised, self.pending_reads)
             if check or (not measuring and (wants is None or wants(SideEffectRepeated))):  # per op in regions
                 self.checkpoint_ops = RegionOps(self._busy, self._writes, self._raised, self._recompute, self._pack)
+            if wants is None or wants(OriginalValueRead) or wants(CallerInputWritten):
+                self._watch_calls(measures=wants is None or wants(OriginalValueRead))
         self._contexts: list[Any] = []
         self._active = False
 
@@ -200,10 +207,22 @@ class Tracer:
                 self._enter(SubclassConstruction(self.pending_reads.mode, *region_modes))
                 if self._checks_contents:
                     self._enter(self.contents)
+                if self.inplace_calls.suspects is not None:
+                    self._enter(self.inplace_calls)
+                    self._enter(self.inplace_calls.suspects)
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
+
+    def _watch_calls(self, measures: bool) -> None:
+        """The fast tracer's IPD105/IPD106: `inplace_calls` runs as in deep mode, and a call handed an
+        object a read is awaited of runs under a dispatch mode (`suspect_calls.py`)."""
+        calls = self.inplace_calls
+        calls.measures = measures
+        calls.suspects = SuspectCalls(self._busy, calls.overwritten, calls.check_reads, self._writes.caller_reads)
+        calls.own_work = self._busy  # its snapshot's copy is no write of the program's
+        self._writes.in_flag_call = lambda: calls.flag_calls > 0
 
     def _enter(self, ctx: Any) -> None:
         """Enter one context of the run; `__exit__` leaves them in reverse order."""

@@ -1,0 +1,173 @@
+"""The fast tracer's reads for IPD105 and IPD106 (issue 26): every op, but only inside a call handed a suspect.
+
+Both rules wait for a read of one Python tensor object: the object an
+in-place call overwrote (`InplaceCalls.overwritten`, IPD105), or a caller's
+tensor an `inplace=True` wrote into (`CallerReads.awaiting`, IPD106). The
+deep tracer checks every aten op's arguments against them. The fast one keeps
+`InplaceCalls` (a `TorchFunctionMode`: Python sees each torch-level call, not
+each op) and, while a suspect is pending, looks through each call's arguments
+for it by identity (nested lists, tuples and dicts too). Only a call that is
+handed one runs under `_SuspectReads`, a pass-through dispatch mode making
+the deep tracer's checks at each op of that call, in its order, so the read
+is the same op with the same line. With no suspect pending, or for a call not
+handed one, no op enters Python.
+
+TorchScript functions and methods (a scripted module's `forward`) run their
+ops with no torch-level call: their `__call__` is wrapped while the tracer
+runs (this thread's calls only), and one handed a suspect runs under the mode
+too.
+
+Known limitations: a read the program makes without a call handed the object
+(a torch function or scripted code reaching a tensor kept in a closure or an
+attribute of an argument) is not seen.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+from .. import _compat
+from .blame import call_through, passed_through
+from .caller_reads import CallerReads
+from .ops import _op_facts, op_facts, written_tensors
+from .owner import Busy
+
+#: what runs TorchScript code when Python calls it: a scripted function, a scripted module's method
+_SCRIPTED = (torch._C.ScriptFunction, torch._C.ScriptMethod)
+
+#: (func, args, kwargs): reports reads of the objects in-place calls overwrote (`InplaceCalls.check_reads`)
+CheckReads = Callable[[Any, Any, Any], None]
+
+
+class _SuspectReads(_compat.TorchDispatchMode):
+    """Pass-through: the deep tracer's IPD105 and IPD106 checks at each forward op, nothing else."""
+
+    def __init__(self, busy: Busy, overwritten: dict[int, Any], check_overwritten: CheckReads, caller: CallerReads) -> None:
+        super().__init__()
+        self.busy = busy
+        self.overwritten = overwritten
+        self.check_overwritten = check_overwritten
+        self.caller = caller
+        self.ops = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if kwargs is None:
+            kwargs = {}
+        if not self.busy.on and _compat.current_autograd_node() is None:
+            self.ops += 1
+            if self.overwritten:
+                self.check_overwritten(func, args, kwargs)  # before the op: the values it reads
+            if self.caller.awaiting:
+                _, spec, _ = _op_facts.get(id(func)) or op_facts(func)
+                written = written_tensors(spec, args, kwargs) if spec else None
+                self.caller.check_reads(func, args, kwargs, written)
+        return call_through(func, args, kwargs)
+
+
+class SuspectCalls:
+    """Which torch-level calls run under `_SuspectReads`: those handed an object a read is awaited of."""
+
+    def __init__(self, busy: Busy, overwritten: dict[int, Any], check_overwritten: CheckReads, caller: CallerReads) -> None:
+        #: the dicts the deep tracer's checks read (never replaced by their owners): id -> entry
+        self.overwritten = overwritten
+        self.awaiting = caller.awaiting
+        self.mode = _SuspectReads(busy, overwritten, check_overwritten, caller)
+        self._depth = 0
+        self._originals: list[tuple[Any, Any]] = []
+        #: calls run under the mode (the tests and the report's statistics may read it)
+        self.calls = 0
+
+    def pending(self) -> bool:
+        """Whether a read is awaited at all (then each call's arguments are looked through)."""
+        return bool(self.overwritten or self.awaiting)
+
+    def handed(self, args: Any, kwargs: Any) -> bool:
+        """Whether a call's arguments hold an awaited object (by id: the exact check is the mode's)."""
+        return _holds(args, self.overwritten, self.awaiting, 0) or bool(kwargs) and _holds(
+            kwargs.values(), self.overwritten, self.awaiting, 0
+        )
+
+    def __enter__(self) -> "SuspectCalls":
+        thread, busy = threading.get_ident(), self.mode.busy
+        for cls in _SCRIPTED:
+            original = cls.__dict__["__call__"]
+
+            def seen(fn: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+                watched = (
+                    (self.overwritten or self.awaiting)
+                    and not busy.on
+                    and threading.get_ident() == thread
+                    and self.handed(args, kwargs)
+                )
+                if watched:
+                    self.enter()
+                try:
+                    return _original(fn, *args, **kwargs)
+                except BaseException as exc:
+                    passed_through(exc)
+                    raise
+                finally:
+                    if watched:
+                        self.leave()
+
+            cls.__call__ = seen  # type: ignore[method-assign, assignment]
+            self._originals.append((cls, original))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        while self._originals:
+            cls, original = self._originals.pop()
+            cls.__call__ = original  # type: ignore[method-assign]
+
+    def enter(self) -> None:
+        """Push the mode for one call (a call nested in it keeps the one already pushed)."""
+        self._depth += 1
+        if self._depth == 1:
+            self.calls += 1
+            _compat.push_dispatch_mode(self.mode)
+
+    def leave(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            _remove(self.mode)
+
+    @property
+    def on(self) -> bool:
+        """Whether a call handed a suspect runs now (its ops pass through the mode)."""
+        return self._depth > 0
+
+
+def _holds(values: Any, first: dict[int, Any], second: dict[int, Any], depth: int) -> bool:
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            key = id(value)
+            if key in first or key in second:
+                return True
+        elif depth < 3 and isinstance(value, (list, tuple)):
+            if _holds(value, first, second, depth + 1):
+                return True
+        elif depth < 3 and isinstance(value, dict):
+            if _holds(value.values(), first, second, depth + 1):
+                return True
+    return False
+
+
+def _remove(mode: Any) -> None:
+    """Pop `mode` off this thread's dispatch-mode stack. A mode pushed above it during the call (the
+    fast tracer's `PendingReads`, turned on by a write) is lifted off and put back."""
+    above = []
+    top = _get_current_dispatch_mode()
+    while top is not None and top is not mode:
+        above.append(_compat.pop_dispatch_mode(None))
+        top = _get_current_dispatch_mode()
+    if top is mode:
+        _compat.pop_dispatch_mode(None)
+    for lifted in reversed(above):
+        _compat.push_dispatch_mode(lifted)
+
+
+__all__ = ["SuspectCalls"]
