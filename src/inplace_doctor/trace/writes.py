@@ -208,6 +208,8 @@ class WriteRecorder:
         entry = self._inputs.get(span[0])
         if entry is None or self._modules.current is None or not _overlaps(span, entry[1]):
             return None
+        if entry[2]() is None:  # the caller's tensor was freed: its memory may be another tensor's now
+            return None
         return entry
 
     def _caller_input_written(
