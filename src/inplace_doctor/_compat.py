@@ -6,6 +6,8 @@ naming the torch version, instead of misbehaving deep inside a user's run.
 
 from __future__ import annotations
 
+import sys
+from types import FrameType
 from typing import Any, Callable
 
 import torch
@@ -95,6 +97,29 @@ def _forward_hook_runners() -> frozenset[Any]:
 
 
 _FORWARD_HOOK_RUNNERS = _forward_hook_runners()
+
+
+_CO_OPTIMIZED = 0x0001  # inspect.CO_OPTIMIZED: a function frame, whose locals live in fast slots
+
+
+def frame_locals(frame: FrameType) -> dict[str, Any]:
+    """`frame`'s local names, read without leaving a reference behind.
+
+    On Python 3.11 and 3.12, reading `frame.f_locals` of a function frame fills
+    a dict the frame keeps until it returns: it would hold the tensors the
+    program later deletes or rebinds (and their graphs). A copy is returned and
+    that dict emptied; whoever reads it next (`locals()`, a debugger, a trace
+    call's trampoline) refills it first. Left as it is while a trace function
+    runs in this thread (the trampoline writes the dict back after each call
+    and refreshes it at each line anyway), for module and class bodies (the
+    dict is their namespace) and from 3.13 (`f_locals` is a view, PEP 667).
+    """
+    names = frame.f_locals
+    if sys.version_info >= (3, 13) or not frame.f_code.co_flags & _CO_OPTIMIZED or sys.gettrace() is not None:
+        return names
+    copy = dict(names)
+    names.clear()
+    return copy
 
 
 def forward_call_kwargs(module: Any, hook_caller: Any) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from typing import Any, Callable
 from tqdm.auto import tqdm
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from .._compat import frame_locals
 from ..api import Report, Severity
 from ..trace.blame import call_through
 from .window import Selection, StepWindow
@@ -165,7 +166,7 @@ def _calling_trainer() -> Trainer | None:
     """The `Trainer` whose loop called this hook (the `self` of a frame up the stack), if any."""
     frame = sys._getframe(1)
     while frame is not None:
-        candidate = frame.f_locals.get("self")
+        candidate = frame_locals(frame).get("self")
         if isinstance(candidate, Trainer):
             return candidate
         frame = frame.f_back  # type: ignore[assignment]

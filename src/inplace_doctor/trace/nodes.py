@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from .. import _compat
 from ..sites import Site
 from .modules import ModuleContext
 from .ops import op_name
@@ -78,7 +79,7 @@ def custom_backward_in_traceback(tb: TracebackType | None) -> NodeOrigin | None:
     while tb is not None:
         frame = tb.tb_frame
         if frame.f_code.co_name == "apply" and frame.f_code.co_filename.endswith(_FUNCTION_FILE):
-            node = frame.f_locals.get("self")
+            node = _compat.frame_locals(frame).get("self")
             if isinstance(node, _BackwardCFunction):
                 found = origin_of(node) or found
         tb = tb.tb_next

@@ -16,6 +16,8 @@ from types import CodeType, TracebackType
 
 import torch
 
+from .. import _compat
+
 # Python's augmented assignments on a tensor, by the in-place op they call.
 _AUGMENTED = {
     "+=": "add_", "-=": "sub_", "*=": "mul_", "/=": "div_", "//=": "floor_divide_", "%=": "remainder_",
@@ -84,7 +86,7 @@ def receiver_raised_at(tb: TracebackType | None) -> torch.Tensor | None:
             load = ins[i - 1]
             if load.opname not in _NAME_LOADS or not isinstance(load.argval, str):
                 return None
-            value = frame.f_locals.get(load.argval, frame.f_globals.get(load.argval))
+            value = _compat.frame_locals(frame).get(load.argval, frame.f_globals.get(load.argval))
             return value if isinstance(value, torch.Tensor) else None
         if method.starts_line is not None and i < len(ins) - 1:
             return None  # the start of the line: no method load on it

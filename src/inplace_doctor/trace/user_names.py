@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from .. import _compat
+
 _STORES = frozenset({"STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF"})
 _UNPACKS = frozenset({"UNPACK_SEQUENCE", "UNPACK_EX"})
 _USER_FRAMES = 8  # user frames whose names are searched, innermost first
@@ -65,7 +67,7 @@ def variable_name(module: torch.nn.Module) -> str | None:
         return None
     inner = frames[0]
     # `self` in a method that calls its own module (`self(x)`) says nothing about which module it is.
-    for scope, skip in ((inner.f_locals, loop_targets(inner.f_code) | _SELF_NAMES), (inner.f_globals, frozenset())):
+    for scope, skip in ((_compat.frame_locals(inner), loop_targets(inner.f_code) | _SELF_NAMES), (inner.f_globals, frozenset())):
         names = _bound_names(scope, module, skip)
         if len(names) == 1:
             return names[0]
@@ -82,7 +84,7 @@ def _roots(frames: list[FrameType]) -> list[tuple[str, Any]]:
     seen_globals: set[int] = set()
     for frame in frames:
         skip = loop_targets(frame.f_code)
-        scopes = [frame.f_locals]
+        scopes = [_compat.frame_locals(frame)]
         if id(frame.f_globals) not in seen_globals:
             seen_globals.add(id(frame.f_globals))
             scopes.append(frame.f_globals)

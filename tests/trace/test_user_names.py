@@ -1,0 +1,27 @@
+"""Naming modules from the user's own variables keeps none of them alive."""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+import inplace_doctor as ipd
+
+
+def test_reading_the_callers_names_keeps_none_of_its_locals_alive() -> None:
+    """`watch(model)` names `model` from the caller's locals: on Python 3.11/3.12 `frame.f_locals`
+    leaves a dict on the frame that would keep a tensor the caller deletes alive until it returns."""
+
+    def train() -> bool:
+        model = torch.nn.Linear(2, 2)
+        t = torch.randn(2)
+        freed = weakref.ref(t)
+        with ipd.watch(model) as session:
+            model(torch.randn(1, 2)).sum().backward()
+            t.add_(1)  # a write the tool sees, so it has looked at this frame's names
+        del t
+        assert session.report() is not None
+        return freed() is None
+
+    assert train()
