@@ -34,13 +34,15 @@ _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 # Nodes whose name is not their op's (the op that creates them is a private one).
 _RENAMED = {"Softmax": "_softmax", "LogSoftmax": "_log_softmax", "UnsafeView": "_unsafe_view"}
 _op_of_node: dict[str, Any] = {}
+_UNKNOWN = object()
 
 
 def op_of_node(name: str) -> Any:
     """The aten op (any overload: only its name is read) a node like `AddmmBackward0` is created by,
     or None. The deep tracer knows it as the op it saw last; the fast one sees no op but writes."""
-    if name in _op_of_node:
-        return _op_of_node[name]
+    op = _op_of_node.get(name, _UNKNOWN)
+    if op is not _UNKNOWN:
+        return op
     base = re.sub(r"Backward\d*$", "", name.rsplit("::", 1)[-1])
     snake = _RENAMED.get(base) or _CAMEL.sub("_", base).lower()
     op = None
@@ -52,6 +54,9 @@ def op_of_node(name: str) -> Any:
             break
     _op_of_node[name] = op
     return op
+
+
+_BackwardCFunction = torch.autograd.function.BackwardCFunction
 
 
 def _traced_by_the_compiler(written: list[torch.Tensor]) -> bool:
@@ -97,19 +102,21 @@ class FastWrites:
             self._args = args  # for the graph-tensor check after the write (IPD110)
 
     def on_node(self, node: Any) -> None:
-        """The node-creation hook: the saving op named from the node, as the deep tracer's last op."""
+        """The node-creation hook: the op that made the node named from it (the deep tracer's last
+        op), its saved tensors named at once (a node held until later would keep a graph dropped
+        without backward alive), and where it was made recorded in it."""
         name = node.name()
         last_write = self._last_write
-        if not name.startswith("AsStridedBackward"):  # CopySlices makes one first
+        if last_write is not None and not name.startswith("AsStridedBackward"):  # CopySlices makes one first
             self._last_write = None
-        if not isinstance(node, torch.autograd.function.BackwardCFunction):
-            # a write into a view: autograd makes its CopySlices right after the write's kernel returned
-            self._saved.last_op = last_write if name.endswith("CopySlices") else op_of_node(name)
+        if isinstance(node, _BackwardCFunction):
+            op = None
+        elif name.endswith("CopySlices"):  # a write into a view: made right after the write's kernel returned
+            op = last_write
         else:
-            self._saved.last_op = None
-        self._saved.on_node(node)
+            op = op_of_node(name)
+        self._saved.on_node_now(node, op, name)
         if self._writes.pending and not self._busy.on and _awaits_its_node(self._writes.pending):
-            self._saved.flush_nodes()
             self._writes.settle()
 
     def _failed(self, func: Any, exc: BaseException) -> None:

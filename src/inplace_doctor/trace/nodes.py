@@ -29,8 +29,7 @@ _FUNCTION_FILE = os.path.join("torch", "autograd", "function.py")
 
 
 class NodeOrigin:
-    """An autograd node and where forward created it (resolved only when an error needs it).
-    One is made per node: a plain slotted class, several times cheaper to build than a dataclass."""
+    """An autograd node and where forward created it (resolved only when an error needs it)."""
 
     __slots__ = ("name", "stack", "module", "op")
 
@@ -52,24 +51,31 @@ class NodeOrigin:
 _BackwardCFunction = torch.autograd.function.BackwardCFunction
 
 
-def record_creation(node: Any, module: ModuleContext | None, op: Any) -> None:
-    """Called by the node-creation hook: remember in the node where it was created, as the
-    `NodeOrigin` an error will need (built here once, so backward only looks it up)."""
+def record_creation(node: Any, module: ModuleContext | None, op: Any, stack: Any = None) -> None:
+    """Called by the node-creation hook, on every node: remember in the node where it was created
+    (`stack`: a capture of this very point taken already, by the node's saves). Kept as a tuple:
+    `origin_of` makes the `NodeOrigin` only for the node an error names."""
     try:
-        name = node.name().rsplit("::", 1)[-1]  # `torch::autograd::CopySlices` -> `CopySlices`
-        if isinstance(node, _BackwardCFunction):
-            op = None  # the last aten op was inside the Function's forward, not the call itself
-        node.metadata[NODE_KEY] = NodeOrigin(name, capture_stack(), module, op)
+        node.metadata[NODE_KEY] = (capture_stack() if stack is None else stack, module, op)
     except (AttributeError, RuntimeError, TypeError):  # a node type without metadata
         pass
 
 
 def origin_of(node: Any) -> NodeOrigin | None:
-    """Where `node` was created, if the tracer saw it created (one dict lookup)."""
+    """Where `node` was created, if the tracer saw it created."""
     try:
-        return node.metadata.get(NODE_KEY)
+        metadata = node.metadata
     except (AttributeError, RuntimeError, TypeError):
         return None
+    created = metadata.get(NODE_KEY)
+    if created is None or type(created) is NodeOrigin:
+        return created
+    stack, module, op = created
+    if isinstance(node, _BackwardCFunction):
+        op = None  # the last aten op was inside the Function's forward, not the call itself
+    name = node.name().rsplit("::", 1)[-1]  # `torch::autograd::CopySlices` -> `CopySlices`
+    origin = metadata[NODE_KEY] = NodeOrigin(name, stack, module, op)  # made once: deep mode asks at every op
+    return origin
 
 
 def custom_backward_in_traceback(tb: TracebackType | None) -> NodeOrigin | None:

@@ -25,6 +25,14 @@ from .pytorch_errors import pytorch_stale_message, written_here
 from .stacks import SAVE_STACK, RawFrame, capture_stack, make_site, resolve_stack, resolve_stacks
 from .storage import storage_key, storage_span
 
+_detach = torch._C.TensorBase.detach
+_DisableTorchDispatch = _compat.DisableTorchDispatch
+_dispatch_modes = _compat.dispatch_mode_count
+_current_node = _compat.current_autograd_node
+_SavedTensor = _compat.SavedTensor
+_BackwardCFunction = torch.autograd.function.BackwardCFunction
+_COMPACT_AT = 4096  # weakrefs of records packed and not yet indexed, before the freed ones are dropped
+
 
 class SavedPlace(NamedTuple):
     """Who saved a tensor and where (`SavedRecord.place()`); `stack` is a capture or its resolution."""
@@ -60,7 +68,8 @@ class SavedRecord:
     )
 
     def __init__(
-        self, tensor: torch.Tensor, key: int, stack: Any, module: ModuleContext | None, in_backward: bool, version: int
+        self, tensor: torch.Tensor, key: int, stack: Any, module: ModuleContext | None, in_backward: bool, version: int,
+        grad: bool,
     ) -> None:
         self.tensor = tensor
         self.key = key
@@ -84,7 +93,7 @@ class SavedRecord:
         #: the saved tensor required grad (a write through an alias that does not is `.data` or
         #: `.detach()`'s); and the bytes' fingerprint before the first such write, taken by
         #: `WriteRecorder.before_write_through_alias` so that unpack can tell a change from a restore
-        self.grad = False
+        self.grad = grad
         self.bytes_before: Any = None
 
     def span(self) -> tuple[int, int, int] | None:
@@ -121,7 +130,12 @@ class SavedTensors:
     """The records of the saved tensors autograd still holds, by storage; the hooks that keep them.
 
     `pack` and `unpack` are the saved-tensor hooks, `on_node` the node-creation
-    hook (nodes are named lazily, by `flush_nodes`, before anything reads them).
+    hook (nodes are named lazily, by `flush_nodes`, before anything reads them;
+    the fast tracer names them at once, `name_node`).
+
+    Packing runs on every save, so it only makes the record: `by_storage` indexes
+    records by their memory when something reads it (a write, a finding), and a
+    record autograd freed before then costs no Python at all when it dies.
     """
 
     def __init__(self, sink: Sink, emit: Callable[[Event], None], modules: ModulePaths, busy: Busy) -> None:
@@ -130,10 +144,13 @@ class SavedTensors:
         self._modules = modules
         self._busy = busy
         self.saves = 0
-        #: storage key -> {record key: weakref to the record}
-        self.by_storage: dict[int, dict[int, weakref.ref[SavedRecord]]] = {}
+        #: storage key -> {record key: weakref to the record}, for the records indexed so far
+        self._by_storage: dict[int, dict[int, weakref.ref[SavedRecord]]] = {}
         self._ref_keys: dict[weakref.ref[SavedRecord], tuple[int, int]] = {}
         self._on_release = self._release  # one bound method for every weakref callback
+        #: weakrefs (no callback) to the records packed since `by_storage` was last read
+        self._unindexed: list[weakref.ref[SavedRecord]] = []
+        self._compact_at = _COMPACT_AT
         #: (node, the op run before it was created), not yet named
         self.pending_nodes: list[tuple[Any, Any]] = []
         self._nodes_seen = 0  # nodes whose saved tensors were flushed: the records' `node_serial`
@@ -146,36 +163,68 @@ class SavedTensors:
 
     def pack(self, t: torch.Tensor) -> SavedRecord:
         if type(t) is torch.Tensor or type(t) is torch.nn.Parameter:
-            with _compat.DisableTorchDispatch():  # our own detach is not the user's op
-                alias = t.detach()
+            # `_detach`, not `t.detach()`: the fast tracer wraps that one to see the user's detaches
+            if _dispatch_modes():
+                with _DisableTorchDispatch():  # our own detach is not the user's op
+                    alias = _detach(t)
+            else:  # no mode to hide it from (the fast tracer's usual case): the guard costs a detach's time
+                alias = _detach(t)
         else:  # a tensor subclass may need its own __torch_dispatch__ for detach
             with self._busy:
                 alias = t.detach()
         key = self.saves = self.saves + 1
-        in_backward = _compat.current_autograd_node() is not None
-        record = SavedRecord(alias, key, capture_stack(), self._modules.current, in_backward, t._version)
-        record.grad = t.requires_grad
-        ptr = storage_key(alias)
-        if ptr:
-            ref = weakref.ref(record, self._on_release)
-            self._ref_keys[ref] = (ptr, key)
-            bucket = self.by_storage.get(ptr)
-            if bucket is None:
-                bucket = self.by_storage[ptr] = {}
-            bucket[key] = ref
-            contents = self.contents
-            if contents is not None and (contents.check_all or contents.by_storage or contents.search is not None):
+        record = SavedRecord(
+            alias, key, capture_stack(), self._modules.current, _current_node() is not None, t._version,
+            t.requires_grad,
+        )
+        unindexed = self._unindexed
+        unindexed.append(weakref.ref(record))
+        if len(unindexed) > self._compact_at:
+            self._compact()
+        contents = self.contents
+        if contents is not None and (contents.check_all or contents.by_storage or contents.search is not None):
+            ptr = storage_key(alias)
+            if ptr:
                 contents.on_pack(record, ptr)
         return record
+
+    @property
+    def by_storage(self) -> dict[int, dict[int, weakref.ref[SavedRecord]]]:
+        """storage key -> {record key: weakref to the record} of the saved tensors autograd still holds."""
+        if self._unindexed:
+            self._index()
+        return self._by_storage
+
+    def _index(self) -> None:
+        refs, self._unindexed = self._unindexed, []
+        by_storage, ref_keys, on_release = self._by_storage, self._ref_keys, self._on_release
+        for weak in refs:
+            record = weak()
+            if record is None:  # freed before anything asked: nothing to forget
+                continue
+            ptr = storage_key(record.tensor)
+            if not ptr:
+                continue
+            ref = weakref.ref(record, on_release)
+            ref_keys[ref] = (ptr, record.key)
+            bucket = by_storage.get(ptr)
+            if bucket is None:
+                bucket = by_storage[ptr] = {}
+            bucket[record.key] = ref
+
+    def _compact(self) -> None:
+        """Drop the freed records' weakrefs of a long run nothing asked about (no write, no finding)."""
+        self._unindexed = [ref for ref in self._unindexed if ref() is not None]
+        self._compact_at = max(_COMPACT_AT, 2 * len(self._unindexed))
 
     def _release(self, ref: "weakref.ref[SavedRecord]") -> None:
         """Autograd freed a saved tensor (backward ran, or the graph was dropped)."""
         ptr, key = self._ref_keys.pop(ref, (0, 0))
-        bucket = self.by_storage.get(ptr)
+        bucket = self._by_storage.get(ptr)
         if bucket is not None:
             bucket.pop(key, None)
             if not bucket:
-                del self.by_storage[ptr]
+                del self._by_storage[ptr]
         if key in self._overwritten_keys:
             # Freed without backward reading it: whatever was predicted for it cannot happen.
             self._overwritten_keys.discard(key)
@@ -260,41 +309,57 @@ class SavedTensors:
         self.pending_nodes.append((node, self.last_op))
         record_creation(node, self._modules.current, self.last_op)
 
+    def on_node_now(self, node: Any, op: Any, name: str) -> None:
+        """The fast tracer's node-creation hook: `node`'s saved tensors named now (no node is held
+        for later) and where it was made recorded in it, with the stack its saves captured there."""
+        record_creation(node, self._modules.current, op, self.name_node(node, op, name))
+
     def flush_nodes(self) -> None:
         nodes, self.pending_nodes = self.pending_nodes, []
         for node, last_op in nodes:
-            attrs = _saved_attrs(node)
-            if not attrs:
+            self.name_node(node, last_op)
+
+    def name_node(self, node: Any, last_op: Any, node_name: str | None = None) -> Any:
+        """Name the records `node` holds: the node and field holding each, and the op that saved it
+        (`last_op`, the op that made the node). Returns the stack one of them captured, which is
+        where the node was made (autograd runs the node-creation hook right after the node's saves,
+        inside the same call), or None when `node` holds none of our records."""
+        attrs = _saved_attrs(node)
+        if not attrs:
+            return None
+        op = None
+        custom = False
+        stack = None
+        self._nodes_seen += 1
+        for attr, field in attrs:
+            try:
+                raw = getattr(node, attr)
+            except RuntimeError:  # already freed
                 continue
-            node_name = op = None
-            custom = False
-            self._nodes_seen += 1
-            for attr, field in attrs:
-                try:
-                    raw = getattr(node, attr)
-                except RuntimeError:  # already freed
+            many = isinstance(raw, (tuple, list))
+            for i, saved in enumerate(raw if many else (raw,)):
+                if not isinstance(saved, _SavedTensor):
                     continue
-                many = isinstance(raw, (tuple, list))
-                for i, saved in enumerate(raw if many else (raw,)):
-                    if not isinstance(saved, _compat.SavedTensor):
-                        continue
-                    record: Any = saved.data
-                    if type(record) is not SavedRecord or record.node is not None:
-                        continue
+                record: Any = saved.data
+                if type(record) is not SavedRecord or record.node is not None:
+                    continue
+                if stack is None:
                     if node_name is None:
                         node_name = node.name()
-                        custom = isinstance(node, torch.autograd.function.BackwardCFunction)
-                        if custom:
-                            op = f"{node_name.removesuffix('Backward')}.apply"
-                        elif last_op is not None:
-                            op = op_name(last_op)
+                    custom = isinstance(node, _BackwardCFunction)
                     if custom:
-                        field = "saved_tensors"  # what the user's backward reads: ctx.saved_tensors
-                    record.node = node_name
-                    record.node_serial = self._nodes_seen
-                    record.field = f"{field}[{i}]" if many else field
-                    record.op = op
-                    record.read = saved_field_is_read(node, node_name, record.field)
+                        op = f"{node_name.removesuffix('Backward')}.apply"
+                    elif last_op is not None:
+                        op = op_name(last_op)
+                    stack = record.stack
+                if custom:
+                    field = "saved_tensors"  # what the user's backward reads: ctx.saved_tensors
+                record.node = node_name
+                record.node_serial = self._nodes_seen
+                record.field = f"{field}[{i}]" if many else field
+                record.op = op
+                record.read = saved_field_is_read(node, node_name, record.field)  # type: ignore[arg-type]
+        return None if isinstance(stack, tuple) else stack  # a resolved one is no capture
 
 
 class NodeCreationHook:
