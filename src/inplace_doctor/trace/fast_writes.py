@@ -14,7 +14,7 @@ functional tensors) are skipped; the tracer runs compiled code eagerly anyway.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -24,7 +24,7 @@ from .dispatch_mode import copies_onto_itself
 from .owner import Busy
 from .pending_reads import PendingReads
 from .pytorch_errors import RaisedErrors
-from .saved import SavedTensors
+from .saved import SavedTensors, saved_attrs
 from .write_kernels import WriteKernels
 from .writes import WriteRecorder
 
@@ -57,6 +57,31 @@ def op_of_node(name: str) -> Any:
 
 
 _BackwardCFunction = torch.autograd.function.BackwardCFunction
+
+
+class _NodeKind(NamedTuple):
+    """What the node-creation hook needs of a node, the same for every node of its type."""
+
+    name: str
+    op: Any  # the op that makes it; None for a custom Function's (or an op not known)
+    view_write: bool  # CopySlices: made by the write whose kernel returned last, that write is its op
+    after_view_write: bool  # AsStridedBackward: CopySlices makes one first, the write stays the op
+    saves: bool  # it has fields that save tensors
+
+
+_node_kinds: dict[type, _NodeKind] = {}  # C++ node types: a type of their own per node name
+
+
+def _kind_of(node: Any) -> _NodeKind:
+    name = node.name()
+    custom = isinstance(node, _BackwardCFunction)
+    kind = _NodeKind(
+        name, None if custom else op_of_node(name), name.endswith("CopySlices"),
+        name.startswith("AsStridedBackward"), bool(saved_attrs(node)),
+    )
+    if not custom and type(node).__name__ == name.rsplit("::", 1)[-1]:
+        _node_kinds[type(node)] = kind  # not a custom Function's type: those may be made per call
+    return kind
 
 
 def _traced_by_the_compiler(written: list[torch.Tensor]) -> bool:
@@ -105,17 +130,11 @@ class FastWrites:
         """The node-creation hook: the op that made the node named from it (the deep tracer's last
         op), its saved tensors named at once (a node held until later would keep a graph dropped
         without backward alive), and where it was made recorded in it."""
-        name = node.name()
+        kind = _node_kinds.get(type(node)) or _kind_of(node)
         last_write = self._last_write
-        if last_write is not None and not name.startswith("AsStridedBackward"):  # CopySlices makes one first
+        if last_write is not None and not kind.after_view_write:
             self._last_write = None
-        if isinstance(node, _BackwardCFunction):
-            op = None
-        elif name.endswith("CopySlices"):  # a write into a view: made right after the write's kernel returned
-            op = last_write
-        else:
-            op = op_of_node(name)
-        self._saved.on_node_now(node, op, name)
+        self._saved.on_node_now(node, last_write if kind.view_write else kind.op, kind.name if kind.saves else None)
         if self._writes.pending and not self._busy.on and _awaits_its_node(self._writes.pending):
             self._writes.settle()
 

@@ -16,7 +16,7 @@ from .. import _compat
 from ..events import Event, SavedInfo, SavedTensorFreed, SavedTensorReached, StaleSavedTensorUsed
 from .autograd_facts import saved_field_is_read
 from .modules import ModuleContext, ModulePaths
-from .nodes import record_creation
+from .nodes import MadeAt, record_creation, saved_attrs
 from .ops import op_name
 from .owner import Busy, Sink
 from .blame import the_programs_error
@@ -53,7 +53,7 @@ class SavedPlace(NamedTuple):
         return resolved
 
 
-class SavedRecord:
+class SavedRecord(MadeAt):
     """What our pack hook hands autograd for one saved tensor, and what the tracer knows about it.
 
     `tensor` is a detached alias (same storage and version counter, no
@@ -62,8 +62,8 @@ class SavedRecord:
     only when a write or a finding needs them: packing runs on every save.
     """
 
-    __slots__ = (
-        "tensor", "key", "stack", "module", "in_backward", "version", "node", "field", "op", "read", "used",
+    __slots__ = (  # and MadeAt's: stack, module, op
+        "tensor", "key", "in_backward", "version", "node", "field", "read", "used",
         "overwritten", "fingerprint", "seen", "handout", "written_at", "grad", "bytes_before", "node_serial", "__weakref__",
     )
 
@@ -309,41 +309,47 @@ class SavedTensors:
         self.pending_nodes.append((node, self.last_op))
         record_creation(node, self._modules.current, self.last_op)
 
-    def on_node_now(self, node: Any, op: Any, name: str) -> None:
+    def on_node_now(self, node: Any, op: Any, name: str | None) -> None:
         """The fast tracer's node-creation hook: `node`'s saved tensors named now (no node is held
-        for later) and where it was made recorded in it, with the stack its saves captured there."""
-        record_creation(node, self._modules.current, op, self.name_node(node, op, name))
+        for later; `name`: the node's, None when its type saves no tensor); where it was made is
+        what its records say (`nodes.origin_of` reads them), else recorded in it."""
+        if name is None or not self.name_node(node, op, name):
+            record_creation(node, self._modules.current, op)  # no record of ours says where it was made
 
     def flush_nodes(self) -> None:
         nodes, self.pending_nodes = self.pending_nodes, []
         for node, last_op in nodes:
             self.name_node(node, last_op)
 
-    def name_node(self, node: Any, last_op: Any, node_name: str | None = None) -> Any:
+    def name_node(self, node: Any, last_op: Any, node_name: str | None = None) -> bool:
         """Name the records `node` holds: the node and field holding each, and the op that saved it
-        (`last_op`, the op that made the node). Returns the stack one of them captured, which is
-        where the node was made (autograd runs the node-creation hook right after the node's saves,
-        inside the same call), or None when `node` holds none of our records."""
-        attrs = _saved_attrs(node)
+        (`last_op`, the op that made the node). Whether it holds any (autograd runs the
+        node-creation hook right after the node's saves: they are all there)."""
+        attrs = saved_attrs(node)
         if not attrs:
-            return None
+            return False
+        self._nodes_seen += 1
+        serial = self._nodes_seen
         op = None
         custom = False
-        stack = None
-        self._nodes_seen += 1
+        found = False
         for attr, field in attrs:
             try:
                 raw = getattr(node, attr)
             except RuntimeError:  # already freed
                 continue
-            many = isinstance(raw, (tuple, list))
-            for i, saved in enumerate(raw if many else (raw,)):
-                if not isinstance(saved, _SavedTensor):
-                    continue
-                record: Any = saved.data
+            if isinstance(raw, _SavedTensor):
+                named: Any = ((field, raw),)
+            elif isinstance(raw, (tuple, list)):
+                named = [(f"{field}[{i}]", saved) for i, saved in enumerate(raw) if isinstance(saved, _SavedTensor)]
+            else:
+                continue
+            for where, saved in named:
+                record = saved.data
                 if type(record) is not SavedRecord or record.node is not None:
                     continue
-                if stack is None:
+                if not found:
+                    found = True
                     if node_name is None:
                         node_name = node.name()
                     custom = isinstance(node, _BackwardCFunction)
@@ -351,15 +357,14 @@ class SavedTensors:
                         op = f"{node_name.removesuffix('Backward')}.apply"
                     elif last_op is not None:
                         op = op_name(last_op)
-                    stack = record.stack
-                if custom:
-                    field = "saved_tensors"  # what the user's backward reads: ctx.saved_tensors
+                if custom:  # what the user's backward reads: ctx.saved_tensors
+                    where = "saved_tensors" + where[len(field):]
                 record.node = node_name
-                record.node_serial = self._nodes_seen
-                record.field = f"{field}[{i}]" if many else field
+                record.node_serial = serial
+                record.field = where
                 record.op = op
-                record.read = saved_field_is_read(node, node_name, record.field)  # type: ignore[arg-type]
-        return None if isinstance(stack, tuple) else stack  # a resolved one is no capture
+                record.read = saved_field_is_read(node, node_name, where)  # type: ignore[arg-type]
+        return found
 
 
 class NodeCreationHook:
@@ -374,17 +379,3 @@ class NodeCreationHook:
 
     def __exit__(self, *exc: object) -> None:
         _compat.pop_node_creation_hook()
-
-
-_saved_attr_cache: dict[type, tuple[tuple[str, str], ...]] = {}
-
-
-def _saved_attrs(node: Any) -> tuple[tuple[str, str], ...]:
-    """(`_raw_saved_<field>` attribute, field) of each tensor field a node type saves."""
-    cls = type(node)
-    attrs = _saved_attr_cache.get(cls)
-    if attrs is None:
-        prefix = _compat.RAW_SAVED_PREFIX
-        attrs = tuple((a, a[len(prefix) :]) for a in dir(node) if a.startswith(prefix))
-        _saved_attr_cache[cls] = attrs
-    return attrs
