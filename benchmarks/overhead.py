@@ -23,7 +23,8 @@ Variants, each one forward + backward with `loss = output.sum()`:
 - audit:   `inplace_doctor.audit(model, x)` itself, which also saves and restores
            the model's buffers, grads, flags and the RNG state around the run;
 - modules: the fast tracer's module hooks alone (`trace.modules.ModulePaths`, the
-           global forward pre- and post-hooks that keep module paths), to split
+           global forward pre- and post-hooks that keep module paths; naming the
+           model's modules at its first call, once per `watch`, included), to split
            the fast tracer's cost: "µs per module call" is (modules - plain) / module
            calls, "µs per saved tensor" the rest of it, (fast - modules) / saved
            tensors (a save's pack and unpack, its node's hook, and the `watch`'s
