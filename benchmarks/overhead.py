@@ -4,6 +4,8 @@
     python benchmarks/overhead.py --quick                             # ~1 min, noisier
     python benchmarks/overhead.py --rounds 20                         # fixed rounds everywhere
     python benchmarks/overhead.py --profile                           # cProfile of `watch` on the MLP
+    python benchmarks/overhead.py --profile fast                      # ... of the fast tracer, per-hook µs
+    python benchmarks/overhead.py --memory                            # peak RSS per variant, ResNet-50
 
 Variants, each one forward + backward with `loss = output.sum()`:
 
@@ -19,7 +21,14 @@ Variants, each one forward + backward with `loss = output.sum()`:
 - contents: inside `inplace_doctor.watch(check_contents=True)`: every saved tensor's
            bytes fingerprinted at save and at unpack (IPD109);
 - audit:   `inplace_doctor.audit(model, x)` itself, which also saves and restores
-           the model's buffers, grads, flags and the RNG state around the run.
+           the model's buffers, grads, flags and the RNG state around the run;
+- modules: the fast tracer's module hooks alone (`trace.modules.ModulePaths`, the
+           global forward pre- and post-hooks that keep module paths; naming the
+           model's modules at its first call, once per `watch`, included), to split
+           the fast tracer's cost: "µs per module call" is (modules - plain) / module
+           calls, "µs per saved tensor" the rest of it, (fast - modules) / saved
+           tensors (a save's pack and unpack, its node's hook, and the `watch`'s
+           entry and exit, spread over the saves).
 
 Method:
 
@@ -40,6 +49,12 @@ Method:
   ratio min(variant) / min(plain). "µs added per op" is
   (min(watch) - min(plain)) / number of aten ops in one forward + backward,
   counted once with a pass-through `TorchDispatchMode`.
+- `--memory`: each variant (plain, fast, watch, anomaly-cheap) runs N steps of
+  ResNet-50 in a fresh process, which then reads its peak resident set size
+  (`resource.getrusage(RUSAGE_SELF).ru_maxrss`); printed in bytes and as the
+  ratio to plain's, and so is what the steps added to the RSS the process had
+  before the first (every process imports the same modules first; `fast`
+  registers its kernels before, as the timing rounds hold them).
 
 This script prints measurements; it asserts nothing about them.
 """
@@ -50,6 +65,9 @@ import argparse
 import cProfile
 import gc
 import pstats
+import resource
+import subprocess
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -61,9 +79,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import inplace_doctor as ipd
 from inplace_doctor.rules import FAST_MODE_RULES
+from inplace_doctor import _compat
+from inplace_doctor.trace.fast_writes import FastWrites
+from inplace_doctor.trace.modules import ModulePaths
+from inplace_doctor.trace.saved import SavedTensors
 from inplace_doctor.trace.write_kernels import WriteKernels, registered
 
-VARIANTS = ("plain", "anomaly", "anomaly-cheap", "watch", "fast", "audit", "contents")
+VARIANTS = ("plain", "anomaly", "anomaly-cheap", "watch", "fast", "audit", "contents", "modules")
+MEMORY_VARIANTS = ("plain", "fast", "watch", "anomaly-cheap")
 
 # Seconds of timed rounds per workload (the full run also spends time on
 # warm-up and sizing); --quick uses the smaller budget.
@@ -146,6 +169,11 @@ def run_contents(w: Workload) -> None:
         w.model(w.x).sum().backward()
 
 
+def run_modules(w: Workload) -> None:
+    with ModulePaths():
+        w.model(w.x).sum().backward()
+
+
 RUNNERS: dict[str, Callable[[Workload], None]] = {
     "plain": run_plain,
     "anomaly": run_anomaly,
@@ -154,6 +182,7 @@ RUNNERS: dict[str, Callable[[Workload], None]] = {
     "fast": run_fast,
     "audit": run_audit,
     "contents": run_contents,
+    "modules": run_modules,
 }
 
 
@@ -184,6 +213,38 @@ def count_ops(w: Workload) -> int:
     return counter.ops
 
 
+@dataclass
+class Hooked:
+    """What enters the fast tracer's Python in one forward + backward."""
+
+    saves: int
+    module_calls: int
+    nodes: int
+
+
+def count_hooked(w: Workload) -> Hooked:
+    calls = nodes = 0
+
+    def pre(module: nn.Module, args: object) -> None:
+        nonlocal calls
+        calls += 1
+
+    def on_node(node: object) -> None:
+        nonlocal nodes
+        nodes += 1
+
+    w.model.zero_grad(set_to_none=True)
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(pre)
+    _compat.push_node_creation_hook(on_node)
+    try:
+        with ipd.watch(deep=False, select=sorted(FAST_MODE_RULES)) as session:
+            run_plain(w)
+    finally:
+        _compat.pop_node_creation_hook()
+        handle.remove()
+    return Hooked(session.tracer.saves, calls, nodes)
+
+
 def saved_mib(w: Workload) -> float:
     """MiB of the tensors autograd saves in one forward (what check_contents fingerprints)."""
     total = 0
@@ -210,12 +271,21 @@ class Result:
     findings: int
     best: dict[str, float]
     saved_mib: float
+    hooked: Hooked
 
     def ratio(self, variant: str) -> float:
         return self.best[variant] / self.best["plain"]
 
     def us_per_op(self) -> float:
         return (self.best["watch"] - self.best["plain"]) / self.ops * 1e6
+
+    def us_per_module_call(self) -> float:
+        """What the fast tracer's module hooks add per module call."""
+        return (self.best["modules"] - self.best["plain"]) / self.hooked.module_calls * 1e6
+
+    def us_per_saved_tensor(self) -> float:
+        """The rest of what the fast tracer adds, per saved tensor (its node and the watch's entry included)."""
+        return (self.best["fast"] - self.best["modules"]) / self.hooked.saves * 1e6
 
     def us_per_saved_mib(self) -> float:
         """What check_contents adds to watch, per MiB saved (fingerprinted at save and at unpack)."""
@@ -238,7 +308,7 @@ def measure(w: Workload, rounds: int | None, budget_s: float, warmup: int) -> Re
             v = VARIANTS[(r + i) % len(VARIANTS)]
             best[v] = min(best[v], timed(w, v))
     report = ipd.audit(w.model, w.x)
-    return Result(w.name, rounds, count_ops(w), len(report.findings), best, saved_mib(w))
+    return Result(w.name, rounds, count_ops(w), len(report.findings), best, saved_mib(w), count_hooked(w))
 
 
 def table(results: list[Result]) -> str:
@@ -261,36 +331,122 @@ def details(results: list[Result]) -> str:
     lines = []
     for r in results:
         ms = ", ".join(f"{v} {r.best[v] * 1e3:.1f}" for v in VARIANTS)
+        h = r.hooked
         lines.append(
             f"- {r.name}: {r.rounds} rounds, {r.ops} aten ops, {r.saved_mib:.1f} MiB saved, {r.findings} findings;"
             f" min ms: {ms}"
         )
+        lines.append(
+            f"  fast: {h.saves} saved tensors, {h.module_calls} module calls, {h.nodes} autograd nodes per step;"
+            f" {r.us_per_module_call():.1f} µs per module call, {r.us_per_saved_tensor():.1f} µs per saved tensor"
+        )
     return "\n".join(lines)
 
 
-def profile_watch(iterations: int, top: int) -> None:
-    """cProfile of the `watch` variant on the MLP workload, top functions by tottime."""
+# What enters Python per event in the fast tracer: the per-call µs `--profile fast` prints.
+_FAST_HOOKS = (
+    (SavedTensors.pack, "pack (per saved tensor)"),
+    (SavedTensors.unpack, "unpack (per saved tensor read by backward)"),
+    (FastWrites.on_node, "node-creation hook (per autograd node)"),
+    (ModulePaths._pre, "module pre-hook (per module call)"),
+    (ModulePaths._post, "module post-hook (per module call)"),
+)
+
+
+def profile(variant: str, iterations: int, top: int) -> None:
+    """cProfile of `watch` (deep) or the fast tracer on the MLP workload: top functions by tottime,
+    and for the fast tracer the per-call µs of its hooks (inflated by the profiler: compare them
+    with each other and across changes, not with the timings above)."""
     w = mlp()
     gc.collect()
     gc.freeze()
     for _ in range(3):
-        timed(w, "watch")
+        timed(w, variant)
     profiler = cProfile.Profile()
     for _ in range(iterations):
         w.model.zero_grad(set_to_none=True)
         profiler.enable()
-        run_watch(w)
+        RUNNERS[variant](w)
         profiler.disable()
-    print(f"\ncProfile of `watch` on {w.name}, {iterations} iterations, top {top} by tottime:\n")
-    pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
+    print(f"\ncProfile of `{variant}` on {w.name}, {iterations} iterations, top {top} by tottime:\n")
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("tottime").print_stats(top)
+    if variant != "fast":
+        return
+    print("the fast tracer's hooks, cProfile µs per call (own time / with callees):")
+    table = stats.stats  # type: ignore[attr-defined]  # (file, line, name) -> (calls, primitive, tottime, cumtime, callers)
+    for function, label in _FAST_HOOKS:
+        code = function.__code__
+        key = (code.co_filename, code.co_firstlineno, code.co_name)
+        calls, _, tottime, cumtime, _ = table.get(key, (0, 0, 0.0, 0.0, None))
+        per_step = calls / iterations
+        own = tottime / calls * 1e6 if calls else 0.0
+        whole = cumtime / calls * 1e6 if calls else 0.0
+        print(f"  {label}: {per_step:.0f} calls per step, {own:.2f} / {whole:.2f} µs")
+
+
+# -- memory -------------------------------------------------------------------
+
+
+def _rss_now() -> int:
+    with open("/proc/self/statm") as statm:  # Linux: pages resident now
+        return int(statm.read().split()[1]) * resource.getpagesize()
+
+
+def peak_rss_child(variant: str, steps: int) -> None:
+    """In a fresh process: `steps` steps of `variant` on ResNet-50; prints the RSS before the first
+    step (model built; for `fast` the kernels registered, as the timing rounds hold them) and the
+    peak RSS after the last, in bytes."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    w = resnet50()
+    if variant == "fast":
+        WriteKernels(lambda op, written: None).__enter__()  # held until the process exits
+    before = _rss_now()
+    for _ in range(steps):
+        w.model.zero_grad(set_to_none=True)
+        RUNNERS[variant](w)
+    print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)  # KiB on Linux
+
+
+def memory(steps: int) -> None:
+    print(f"\npeak RSS after {steps} steps of ResNet-50 (batch 4, 160 px), each variant in a fresh process;")
+    print("'by the steps': the peak less the RSS before the first step (imports, model and the fast")
+    print("tracer's kernel registration are in that RSS):\n")
+    before, peak = {}, {}
+    for variant in MEMORY_VARIANTS:
+        out = subprocess.run(
+            [sys.executable, __file__, "--memory-child", variant, "--steps", str(steps)],
+            check=True, capture_output=True, text=True,
+        ).stdout
+        before[variant], peak[variant] = map(int, out.split()[-2:])
+    print("| variant | RSS before (bytes) | peak RSS (bytes) | peak / plain | by the steps (bytes) | / plain |")
+    print("|---|--:|--:|--:|--:|--:|")
+    for v in MEMORY_VARIANTS:
+        added, plain_added = peak[v] - before[v], peak["plain"] - before["plain"]
+        print(
+            f"| {v} | {before[v]} | {peak[v]} | x{peak[v] / peak['plain']:.4f} | {added} | x{added / plain_added:.4f} |"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, help="timed rounds per workload (default: sized to the time budget)")
     parser.add_argument("--quick", action="store_true", help="smaller time budget and warm-up; noisier")
-    parser.add_argument("--profile", action="store_true", help="also cProfile `watch` on the MLP workload")
+    parser.add_argument(
+        "--profile", nargs="?", const="watch", choices=("watch", "fast"),
+        help="also cProfile `watch` (default) or the fast tracer (`fast`) on the MLP workload",
+    )
+    parser.add_argument("--memory", action="store_true", help="only measure peak RSS per variant on ResNet-50")
+    parser.add_argument("--steps", type=int, default=3, help="steps per process for --memory (default 3)")
+    parser.add_argument("--memory-child", choices=MEMORY_VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.memory_child:
+        peak_rss_child(args.memory_child, args.steps)
+        return
+    if args.memory:
+        memory(args.steps)
+        return
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -310,9 +466,9 @@ def main() -> None:
     print(f"\n{details(results)}\n\n{table(results)}\n")
     wall, cpu = time.perf_counter() - started, time.process_time() - started_cpu
     print(f"(measured in {wall:.0f} s wall, {cpu:.0f} s CPU)")
-    held.__exit__(None, None, None)
     if args.profile:
-        profile_watch(iterations=100, top=15)
+        profile(args.profile, iterations=100, top=15)
+    held.__exit__(None, None, None)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,8 @@ _require(SavedTensor, "unpack_hook", "SavedTensor.unpack_hook")
 #: Context manager: ops inside skip every Python dispatch mode (the tool's own
 #: bookkeeping ops must not be recorded, and re-entering the mode is costly).
 DisableTorchDispatch: Any = _require(torch._C, "_DisableTorchDispatch", "the dispatch-mode guard")
+#: How many Python dispatch modes this thread has on (0: none would see an op, no guard needed).
+dispatch_mode_count: Callable[[], int] = _require(torch._C, "_len_torch_dispatch_stack", "the dispatch-mode stack")
 
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
@@ -223,6 +225,7 @@ __all__ = [
     "current_graph_task_id",
     "queue_backward_callback",
     "DisableTorchDispatch",
+    "dispatch_mode_count",
     "pop_node_creation_hook",
     "push_node_creation_hook",
     "SavedTensor",

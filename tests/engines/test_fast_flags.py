@@ -184,14 +184,10 @@ def test_a_training_callback_window_registers_the_kernels_once_for_all_its_steps
     assert _findings(fast.report) == _findings(deep.report)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the fast tracer names saved tensors at the next write, holding the pending nodes until then; "
-    "naming them at the next node made the timm checkpointing fixture report a spurious IPD106 in some runs",
-)
 def test_the_fast_tracer_keeps_no_graph_dropped_without_backward_alive() -> None:
     """Forward passes with grad on and no backward (no write either): each graph's saved tensors
-    are freed when the program drops it, as in deep mode (at most the last node waits to be named)."""
+    are freed when the program drops it. Deep mode names a node's saved tensors at the next op (the
+    last node waits for one); the fast tracer names them as the node is made, and holds none."""
     model = nn.Sequential(nn.Linear(16, 16), nn.Sigmoid())
     live = {}
     for deep in (True, False):
@@ -199,4 +195,21 @@ def test_the_fast_tracer_keeps_no_graph_dropped_without_backward_alive() -> None
             for _ in range(20):
                 model(torch.randn(8, 16))
             live[deep] = session.tracer.live_saved_tensors()
-    assert live[False] == live[True] <= 2
+    assert live[True] <= 2 and live[False] == 0
+
+
+def test_the_fast_tracer_names_saved_tensors_as_their_node_is_made() -> None:
+    """Nothing is held for later naming: the node, field and op of each saved tensor are known
+    as soon as its node exists, and the node records where it was made with its saves' stack."""
+    from inplace_doctor.trace.nodes import origin_of
+
+    with ipd.watch(deep=False, select=sorted(FAST_MODE_RULES)) as session:
+        x = torch.randn(3, 4, requires_grad=True)
+        y = torch.sigmoid(x * 2)  # <saved here>
+        tracer = session.tracer
+        assert tracer._pending_nodes == []
+        [record] = tracer.saved_records(y.untyped_storage().data_ptr())
+        assert (record.node, record.field, record.op) == ("SigmoidBackward0", "result", "aten.sigmoid")
+        created = origin_of(y.grad_fn)
+        assert created is not None and created.stack is record.stack
+        assert created.site().line == line_of(SOURCE, "# <saved here>")

@@ -14,7 +14,7 @@ functional tensors) are skipped; the tracer runs compiled code eagerly anyway.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -24,7 +24,7 @@ from .dispatch_mode import copies_onto_itself
 from .owner import Busy
 from .pending_reads import PendingReads
 from .pytorch_errors import RaisedErrors
-from .saved import SavedTensors
+from .saved import SavedTensors, saved_attrs
 from .write_kernels import WriteKernels
 from .writes import WriteRecorder
 
@@ -34,13 +34,15 @@ _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 # Nodes whose name is not their op's (the op that creates them is a private one).
 _RENAMED = {"Softmax": "_softmax", "LogSoftmax": "_log_softmax", "UnsafeView": "_unsafe_view"}
 _op_of_node: dict[str, Any] = {}
+_UNKNOWN = object()
 
 
 def op_of_node(name: str) -> Any:
     """The aten op (any overload: only its name is read) a node like `AddmmBackward0` is created by,
     or None. The deep tracer knows it as the op it saw last; the fast one sees no op but writes."""
-    if name in _op_of_node:
-        return _op_of_node[name]
+    op = _op_of_node.get(name, _UNKNOWN)
+    if op is not _UNKNOWN:
+        return op
     base = re.sub(r"Backward\d*$", "", name.rsplit("::", 1)[-1])
     snake = _RENAMED.get(base) or _CAMEL.sub("_", base).lower()
     op = None
@@ -52,6 +54,34 @@ def op_of_node(name: str) -> Any:
             break
     _op_of_node[name] = op
     return op
+
+
+_BackwardCFunction = torch.autograd.function.BackwardCFunction
+
+
+class _NodeKind(NamedTuple):
+    """What the node-creation hook needs of a node, the same for every node of its type."""
+
+    name: str
+    op: Any  # the op that makes it; None for a custom Function's (or an op not known)
+    view_write: bool  # CopySlices: made by the write whose kernel returned last, that write is its op
+    after_view_write: bool  # AsStridedBackward: CopySlices makes one first, the write stays the op
+    saves: bool  # it has fields that save tensors
+
+
+_node_kinds: dict[type, _NodeKind] = {}  # C++ node types: a type of their own per node name
+
+
+def _kind_of(node: Any) -> _NodeKind:
+    name = node.name()
+    custom = isinstance(node, _BackwardCFunction)
+    kind = _NodeKind(
+        name, None if custom else op_of_node(name), name.endswith("CopySlices"),
+        name.startswith("AsStridedBackward"), bool(saved_attrs(node)),
+    )
+    if not custom and type(node).__name__ == name.rsplit("::", 1)[-1]:
+        _node_kinds[type(node)] = kind  # not a custom Function's type: those may be made per call
+    return kind
 
 
 def _traced_by_the_compiler(written: list[torch.Tensor]) -> bool:
@@ -97,19 +127,15 @@ class FastWrites:
             self._args = args  # for the graph-tensor check after the write (IPD110)
 
     def on_node(self, node: Any) -> None:
-        """The node-creation hook: the saving op named from the node, as the deep tracer's last op."""
-        name = node.name()
+        """The node-creation hook: the op that made the node named from it (the deep tracer's last
+        op), its saved tensors named at once (a node held until later would keep a graph dropped
+        without backward alive), and where it was made recorded in it."""
+        kind = _node_kinds.get(type(node)) or _kind_of(node)
         last_write = self._last_write
-        if not name.startswith("AsStridedBackward"):  # CopySlices makes one first
+        if last_write is not None and not kind.after_view_write:
             self._last_write = None
-        if not isinstance(node, torch.autograd.function.BackwardCFunction):
-            # a write into a view: autograd makes its CopySlices right after the write's kernel returned
-            self._saved.last_op = last_write if name.endswith("CopySlices") else op_of_node(name)
-        else:
-            self._saved.last_op = None
-        self._saved.on_node(node)
+        self._saved.on_node_now(node, last_write if kind.view_write else kind.op, kind.name if kind.saves else None)
         if self._writes.pending and not self._busy.on and _awaits_its_node(self._writes.pending):
-            self._saved.flush_nodes()
             self._writes.settle()
 
     def _failed(self, func: Any, exc: BaseException) -> None:

@@ -17,6 +17,22 @@ from .storage import storage_key
 from .user_names import variable_name
 
 ModuleContext = tuple[str, int, str, "bool | None"]  # path, call index, class, inplace flag
+_current_graph_task_id = _compat.current_graph_task_id
+
+
+class _Known:
+    """A module the tracer has named, and where it is in the running outermost call: one lookup
+    per module call finds all of it (its calls counted, its place on the stack kept, in place)."""
+
+    __slots__ = ("ref", "path", "cls", "calls", "epoch", "depth")
+
+    def __init__(self, ref: Any, path: str, cls: str) -> None:
+        self.ref = ref  # tells a live module from a dead one whose id was reused
+        self.path = path
+        self.cls = cls
+        self.calls = 0  # calls in the outermost call numbered `epoch`
+        self.epoch = 0
+        self.depth = -1  # its index on the module stack, -1 when not on it
 
 
 def refuse_opaque(module: torch.nn.Module, where: str) -> None:
@@ -43,19 +59,18 @@ class ModulePaths:
     """
 
     def __init__(self) -> None:
-        # id(module) -> (weakref to it, dotted path, class name); the weakref
-        # tells a live module from a dead one whose id was reused.
-        self._known: dict[int, tuple[Any, str, str]] = {}
+        # id(module) -> what is known of it (`_Known`: its weakref tells a live module from a dead
+        # one whose id was reused)
+        self._known: dict[int, _Known] = {}
         #: What reports call the root added without a prefix (`model`; a `watch(policy=net)` sets
         #: `policy`): `path_of` names that root's modules under it, and every other one by its path.
         self.root_label = ROOT_LABEL
         self._under_root: set[int] = set()  # ids of the modules added by `add_root` without a prefix
-        self._calls: dict[int, int] = {}
-        self._stack: list[tuple[torch.nn.Module, ModuleContext]] = []
+        self._epoch = 0  # outermost calls so far: a module's call index restarts at each
+        self._stack: list[tuple[torch.nn.Module, _Known, ModuleContext]] = []
         #: The innermost running module's context (None outside any module); an
         #: attribute, not a property: it is read on every saved tensor.
         self.current: ModuleContext | None = None
-        self._on_stack: dict[int, int] = {}  # id(module) -> its index in _stack
         self._handles: list[Any] = []
         #: Called with (module, args, kwargs) when a module is called from outside
         #: any module, and with (module, None, None) when that call returns.
@@ -79,7 +94,7 @@ class ModulePaths:
             if self._lookup(sub) is None:
                 name = without_compiled_wrappers(name)
                 path = f"{prefix}.{name}" if prefix and name else (prefix or name)
-                self._known[id(sub)] = (weakref.ref(sub), path, type(sub).__name__)
+                self._known[id(sub)] = _Known(weakref.ref(sub), path, type(sub).__name__)
                 if prefix:
                     self._under_root.discard(id(sub))  # the id of a dead root module, reused
                 else:
@@ -90,8 +105,8 @@ class ModulePaths:
         """ids of the registered buffers of every known module (cached per outermost call)."""
         if self._buffer_ids is None:
             ids: set[int] = set()
-            for ref, _, _ in self._known.values():
-                module = ref()
+            for entry in self._known.values():
+                module = entry.ref()
                 if module is not None:
                     ids.update(id(b) for b in module._buffers.values() if b is not None)
             self._buffer_ids = ids
@@ -117,8 +132,8 @@ class ModulePaths:
 
     def _collect_state_names(self) -> dict[int, tuple[Any, str]]:
         names: dict[int, tuple[Any, str]] = {}
-        for ref, path, _ in list(self._known.values()):
-            module = ref()
+        for entry in list(self._known.values()):
+            module, path = entry.ref(), entry.path
             if module is None:
                 continue
             for table in (module._parameters, module._buffers):
@@ -133,7 +148,7 @@ class ModulePaths:
         """Where the innermost running module (one with an `inplace` flag) was constructed: a `Frame` or None."""
         if not self._stack:
             return None
-        module, (path, _, _, _) = self._stack[-1]
+        module, _, (path, _, _, _) = self._stack[-1]
         return self.origin_for(module, path, search_files)
 
     def current_module(self) -> torch.nn.Module | None:
@@ -150,9 +165,9 @@ class ModulePaths:
         return origin_of(module, parent, name, grandparent, parent_name, search_files)
 
     def _by_path(self, path: str) -> torch.nn.Module | None:
-        for ref, known_path, _ in list(self._known.values()):
-            if known_path == path:
-                module = ref()
+        for entry in list(self._known.values()):
+            if entry.path == path:
+                module = entry.ref()
                 if module is not None:
                     return uncompiled(module)  # the wrapper and the module it wraps share a path
         return None
@@ -164,21 +179,21 @@ class ModulePaths:
         if entry is None:
             return type(module).__name__
         if id(module) in self._under_root and self.root_label:
-            return module_path(entry[1], self.root_label)
-        return entry[1] or type(module).__name__
+            return module_path(entry.path, self.root_label)
+        return entry.path or type(module).__name__
 
-    def _lookup(self, module: torch.nn.Module) -> tuple[Any, str, str] | None:
+    def _lookup(self, module: torch.nn.Module) -> _Known | None:
         entry = self._known.get(id(module))
-        return entry if entry is not None and entry[0]() is module else None
+        return entry if entry is not None and entry.ref() is module else None
 
-    def _learn(self, module: torch.nn.Module) -> tuple[Any, str, str]:
+    def _learn(self, module: torch.nn.Module) -> _Known:
         """A module first seen outside any known root: named by the user's variable that holds it
         (`D` for `D = nn.Sequential(...)`; two `Sequential`s are then told apart), else by its class."""
         if isinstance(module, torch.jit.ScriptModule):
             # Met while running (a script under `run`): its ops still reach the dispatch mode, but
             # TorchScript keeps no Python frames; the report says so instead of stopping a correct program.
             self.scripted.append(getattr(module, "original_name", None) or type(module).__name__)
-        taken = {path for _, path, _ in self._known.values()}
+        taken = {entry.path for entry in self._known.values()}
         name = variable_name(module)
         if name in taken:
             name = None  # a name now bound to another module than the one it named first
@@ -187,47 +202,47 @@ class ModulePaths:
 
     def _pre(self, module: torch.nn.Module, args: Any) -> None:
         stack = self._stack
-        task = _compat.current_graph_task_id()
+        task = _current_graph_task_id()
         if task != -1 and task not in self._backward_depths:  # a module run by backward: a recompute
             self._backward_depths[task] = len(stack)
             _compat.queue_backward_callback(functools.partial(self._end_of_backward, task))
-        key = id(module)
-        stale = self._on_stack.get(key)
-        if stale is not None:
-            # Entered again while still on the stack: an exception unwound past
-            # its post hook (or, rarely, a module calls itself). Drop the stale part.
-            self._truncate(stale)
+        entry = self._known.get(id(module))
+        if entry is not None and entry.depth >= 0:
+            # Entered again while still on the stack (which holds it, so it is this module): an
+            # exception unwound past its post hook (or, rarely, a module calls itself). Drop the stale part.
+            self._truncate(entry.depth)
         if not stack:
-            self._calls.clear()
+            self._epoch += 1
             self._buffer_ids = None
             if self.on_top_level is not None:
                 self.on_top_level(module, args, _compat.forward_call_kwargs(module, sys._getframe(1)))
-        entry = self._known.get(key)
-        if entry is None or entry[0]() is not module:
+        if entry is None or entry.ref() is not module:
             entry = self._learn(module)
-        call = self._calls.get(key, 0) + 1
-        self._calls[key] = call
+        if entry.epoch != self._epoch:
+            entry.epoch, entry.calls = self._epoch, 0
+        call = entry.calls = entry.calls + 1
         # __dict__, not getattr: Module.__getattr__ raises internally for most modules.
         inplace = module.__dict__.get("inplace")
-        self._on_stack[key] = len(stack)
-        context = self.current = (entry[1], call, entry[2], inplace if isinstance(inplace, bool) else None)
-        stack.append((module, context))
+        entry.depth = len(stack)
+        context = self.current = (entry.path, call, entry.cls, inplace if isinstance(inplace, bool) else None)
+        stack.append((module, entry, context))
 
     def _post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        index = self._on_stack.get(id(module))
-        if index is not None:
-            self._truncate(index)
-            if index == 0 and self.on_top_level_output is not None:
-                self.on_top_level_output(output)
-            if index == 0 and self.on_top_level is not None:
-                self.on_top_level(module, None, None)
+        entry = self._known.get(id(module))
+        if entry is None or entry.depth < 0:
+            return
+        index = entry.depth
+        self._truncate(index)
+        if index == 0 and self.on_top_level_output is not None:
+            self.on_top_level_output(output)
+        if index == 0 and self.on_top_level is not None:
+            self.on_top_level(module, None, None)
 
     def _truncate(self, index: int) -> None:
         stack = self._stack
         while len(stack) > index:
-            top, _ = stack.pop()
-            self._on_stack.pop(id(top), None)
-        self.current = stack[-1][1] if stack else None
+            stack.pop()[1].depth = -1
+        self.current = stack[-1][2] if stack else None
 
     def _end_of_backward(self, task: int) -> None:
         """A backward pass that ran modules ended: forget those still on the stack. A checkpoint's

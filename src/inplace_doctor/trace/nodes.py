@@ -29,24 +29,37 @@ NODE_KEY = "inplace_doctor_created"  # the key in `node.metadata`
 _FUNCTION_FILE = os.path.join("torch", "autograd", "function.py")
 
 
+class MadeAt:
+    """Where forward made something: a `capture_stack()` capture (or its resolution), the module
+    running and the op's name. A saved tensor's record is one, and says where its node was made too."""
+
+    __slots__ = ("stack", "module", "op")
+
+    stack: Any
+    module: ModuleContext | None
+    op: str | None
+
+
 class NodeOrigin:
-    """An autograd node and where forward created it (resolved only when an error needs it).
-    One is made per node: a plain slotted class, several times cheaper to build than a dataclass."""
+    """An autograd node and where forward created it (resolved only when an error needs it)."""
 
     __slots__ = ("name", "stack", "module", "op")
 
     def __init__(self, name: str, stack: Any, module: ModuleContext | None, op: Any) -> None:
         self.name = name
-        self.stack = stack  # a `capture_stack()` capture
+        self.stack = stack  # a `capture_stack()` capture, or its resolution
         self.module = module
-        self.op = op
+        self.op = op  # the aten op, or its name
 
     def site(self) -> Site:
-        frames, api, _ = resolve_stack(self.stack, SAVE_STACK)
+        if isinstance(self.stack, tuple):
+            frames, api, _ = self.stack
+        else:
+            frames, api, _ = resolve_stack(self.stack, SAVE_STACK)
         if self.op is None:  # a custom Function's node: its `apply` is the forward line's call
             op = f"{self.name.removesuffix('Backward')}.apply"
         else:
-            op = op_name(self.op)
+            op = self.op if isinstance(self.op, str) else op_name(self.op)
         return make_site(op, frames, api, self.module, "forward")
 
 
@@ -54,23 +67,66 @@ _BackwardCFunction = torch.autograd.function.BackwardCFunction
 
 
 def record_creation(node: Any, module: ModuleContext | None, op: Any) -> None:
-    """Called by the node-creation hook: remember in the node where it was created, as the
-    `NodeOrigin` an error will need (built here once, so backward only looks it up)."""
+    """Called by the node-creation hook: remember in the node where it was created. Kept as a
+    tuple: `origin_of` makes the `NodeOrigin` only for the node an error names. (The fast tracer
+    calls it only for nodes that save none of our records: `origin_of` reads the others' there.)"""
     try:
-        name = node.name().rsplit("::", 1)[-1]  # `torch::autograd::CopySlices` -> `CopySlices`
-        if isinstance(node, _BackwardCFunction):
-            op = None  # the last aten op was inside the Function's forward, not the call itself
-        node.metadata[NODE_KEY] = NodeOrigin(name, capture_stack(), module, op)
+        node.metadata[NODE_KEY] = (capture_stack(), module, op)
     except (AttributeError, RuntimeError, TypeError):  # a node type without metadata
         pass
 
 
 def origin_of(node: Any) -> NodeOrigin | None:
-    """Where `node` was created, if the tracer saw it created (one dict lookup)."""
+    """Where `node` was created, if the tracer saw it created."""
     try:
-        return node.metadata.get(NODE_KEY)
+        metadata = node.metadata
     except (AttributeError, RuntimeError, TypeError):
         return None
+    created = metadata.get(NODE_KEY)
+    if type(created) is NodeOrigin:
+        return created
+    saved = None
+    if created is None:
+        saved = _made_at(node)
+        if saved is None:
+            return None
+        created = (saved.stack, saved.module, saved.op)
+    stack, module, op = created
+    if isinstance(node, _BackwardCFunction):
+        op = None  # the last aten op was inside the Function's forward, not the call itself
+    name = node.name().rsplit("::", 1)[-1]  # `torch::autograd::CopySlices` -> `CopySlices`
+    origin = NodeOrigin(name, stack, module, op)
+    if saved is None:
+        metadata[NODE_KEY] = origin  # made once: deep mode asks at every op
+    return origin
+
+
+def _made_at(node: Any) -> MadeAt | None:
+    """The first of `node`'s saved tensors that a record of ours holds: where the node was made."""
+    for attr, _ in saved_attrs(node):
+        try:
+            raw = getattr(node, attr)
+        except RuntimeError:  # already freed
+            continue
+        for saved in raw if isinstance(raw, (tuple, list)) else (raw,):
+            record = saved.data if isinstance(saved, _compat.SavedTensor) else None
+            if isinstance(record, MadeAt):
+                return record
+    return None
+
+
+_saved_attr_cache: dict[type, tuple[tuple[str, str], ...]] = {}
+
+
+def saved_attrs(node: Any) -> tuple[tuple[str, str], ...]:
+    """(`_raw_saved_<field>` attribute, field) of each tensor field a node type saves."""
+    cls = type(node)
+    attrs = _saved_attr_cache.get(cls)
+    if attrs is None:
+        prefix = _compat.RAW_SAVED_PREFIX
+        attrs = tuple((a, a[len(prefix) :]) for a in dir(node) if a.startswith(prefix))
+        _saved_attr_cache[cls] = attrs
+    return attrs
 
 
 def custom_backward_in_traceback(tb: TracebackType | None) -> NodeOrigin | None:

@@ -16,7 +16,7 @@ from .. import _compat
 from ..events import Event, SavedInfo, SavedTensorFreed, SavedTensorReached, StaleSavedTensorUsed
 from .autograd_facts import saved_field_is_read
 from .modules import ModuleContext, ModulePaths
-from .nodes import record_creation
+from .nodes import MadeAt, record_creation, saved_attrs
 from .ops import op_name
 from .owner import Busy, Sink
 from .blame import the_programs_error
@@ -24,6 +24,14 @@ from .fingerprint import fingerprint
 from .pytorch_errors import pytorch_stale_message, written_here
 from .stacks import SAVE_STACK, RawFrame, capture_stack, make_site, resolve_stack, resolve_stacks
 from .storage import storage_key, storage_span
+
+_detach = torch._C.TensorBase.detach
+_DisableTorchDispatch = _compat.DisableTorchDispatch
+_dispatch_modes = _compat.dispatch_mode_count
+_current_node = _compat.current_autograd_node
+_SavedTensor = _compat.SavedTensor
+_BackwardCFunction = torch.autograd.function.BackwardCFunction
+_COMPACT_AT = 4096  # weakrefs of records packed and not yet indexed, before the freed ones are dropped
 
 
 class SavedPlace(NamedTuple):
@@ -45,7 +53,7 @@ class SavedPlace(NamedTuple):
         return resolved
 
 
-class SavedRecord:
+class SavedRecord(MadeAt):
     """What our pack hook hands autograd for one saved tensor, and what the tracer knows about it.
 
     `tensor` is a detached alias (same storage and version counter, no
@@ -54,13 +62,14 @@ class SavedRecord:
     only when a write or a finding needs them: packing runs on every save.
     """
 
-    __slots__ = (
-        "tensor", "key", "stack", "module", "in_backward", "version", "node", "field", "op", "read", "used",
+    __slots__ = (  # and MadeAt's: stack, module, op
+        "tensor", "key", "in_backward", "version", "node", "field", "read", "used",
         "overwritten", "fingerprint", "seen", "handout", "written_at", "grad", "bytes_before", "node_serial", "__weakref__",
     )
 
     def __init__(
-        self, tensor: torch.Tensor, key: int, stack: Any, module: ModuleContext | None, in_backward: bool, version: int
+        self, tensor: torch.Tensor, key: int, stack: Any, module: ModuleContext | None, in_backward: bool, version: int,
+        grad: bool,
     ) -> None:
         self.tensor = tensor
         self.key = key
@@ -84,7 +93,7 @@ class SavedRecord:
         #: the saved tensor required grad (a write through an alias that does not is `.data` or
         #: `.detach()`'s); and the bytes' fingerprint before the first such write, taken by
         #: `WriteRecorder.before_write_through_alias` so that unpack can tell a change from a restore
-        self.grad = False
+        self.grad = grad
         self.bytes_before: Any = None
 
     def span(self) -> tuple[int, int, int] | None:
@@ -121,7 +130,12 @@ class SavedTensors:
     """The records of the saved tensors autograd still holds, by storage; the hooks that keep them.
 
     `pack` and `unpack` are the saved-tensor hooks, `on_node` the node-creation
-    hook (nodes are named lazily, by `flush_nodes`, before anything reads them).
+    hook (nodes are named lazily, by `flush_nodes`, before anything reads them;
+    the fast tracer names them at once, `name_node`).
+
+    Packing runs on every save, so it only makes the record: `by_storage` indexes
+    records by their memory when something reads it (a write, a finding), and a
+    record autograd freed before then costs no Python at all when it dies.
     """
 
     def __init__(self, sink: Sink, emit: Callable[[Event], None], modules: ModulePaths, busy: Busy) -> None:
@@ -130,10 +144,13 @@ class SavedTensors:
         self._modules = modules
         self._busy = busy
         self.saves = 0
-        #: storage key -> {record key: weakref to the record}
-        self.by_storage: dict[int, dict[int, weakref.ref[SavedRecord]]] = {}
+        #: storage key -> {record key: weakref to the record}, for the records indexed so far
+        self._by_storage: dict[int, dict[int, weakref.ref[SavedRecord]]] = {}
         self._ref_keys: dict[weakref.ref[SavedRecord], tuple[int, int]] = {}
         self._on_release = self._release  # one bound method for every weakref callback
+        #: weakrefs (no callback) to the records packed since `by_storage` was last read
+        self._unindexed: list[weakref.ref[SavedRecord]] = []
+        self._compact_at = _COMPACT_AT
         #: (node, the op run before it was created), not yet named
         self.pending_nodes: list[tuple[Any, Any]] = []
         self._nodes_seen = 0  # nodes whose saved tensors were flushed: the records' `node_serial`
@@ -146,36 +163,68 @@ class SavedTensors:
 
     def pack(self, t: torch.Tensor) -> SavedRecord:
         if type(t) is torch.Tensor or type(t) is torch.nn.Parameter:
-            with _compat.DisableTorchDispatch():  # our own detach is not the user's op
-                alias = t.detach()
+            # `_detach`, not `t.detach()`: the fast tracer wraps that one to see the user's detaches
+            if _dispatch_modes():
+                with _DisableTorchDispatch():  # our own detach is not the user's op
+                    alias = _detach(t)
+            else:  # no mode to hide it from (the fast tracer's usual case): the guard costs a detach's time
+                alias = _detach(t)
         else:  # a tensor subclass may need its own __torch_dispatch__ for detach
             with self._busy:
                 alias = t.detach()
         key = self.saves = self.saves + 1
-        in_backward = _compat.current_autograd_node() is not None
-        record = SavedRecord(alias, key, capture_stack(), self._modules.current, in_backward, t._version)
-        record.grad = t.requires_grad
-        ptr = storage_key(alias)
-        if ptr:
-            ref = weakref.ref(record, self._on_release)
-            self._ref_keys[ref] = (ptr, key)
-            bucket = self.by_storage.get(ptr)
-            if bucket is None:
-                bucket = self.by_storage[ptr] = {}
-            bucket[key] = ref
-            contents = self.contents
-            if contents is not None and (contents.check_all or contents.by_storage or contents.search is not None):
+        record = SavedRecord(
+            alias, key, capture_stack(), self._modules.current, _current_node() is not None, t._version,
+            t.requires_grad,
+        )
+        unindexed = self._unindexed
+        unindexed.append(weakref.ref(record))
+        if len(unindexed) > self._compact_at:
+            self._compact()
+        contents = self.contents
+        if contents is not None and (contents.check_all or contents.by_storage or contents.search is not None):
+            ptr = storage_key(alias)
+            if ptr:
                 contents.on_pack(record, ptr)
         return record
+
+    @property
+    def by_storage(self) -> dict[int, dict[int, weakref.ref[SavedRecord]]]:
+        """storage key -> {record key: weakref to the record} of the saved tensors autograd still holds."""
+        if self._unindexed:
+            self._index()
+        return self._by_storage
+
+    def _index(self) -> None:
+        refs, self._unindexed = self._unindexed, []
+        by_storage, ref_keys, on_release = self._by_storage, self._ref_keys, self._on_release
+        for weak in refs:
+            record = weak()
+            if record is None:  # freed before anything asked: nothing to forget
+                continue
+            ptr = storage_key(record.tensor)
+            if not ptr:
+                continue
+            ref = weakref.ref(record, on_release)
+            ref_keys[ref] = (ptr, record.key)
+            bucket = by_storage.get(ptr)
+            if bucket is None:
+                bucket = by_storage[ptr] = {}
+            bucket[record.key] = ref
+
+    def _compact(self) -> None:
+        """Drop the freed records' weakrefs of a long run nothing asked about (no write, no finding)."""
+        self._unindexed = [ref for ref in self._unindexed if ref() is not None]
+        self._compact_at = max(_COMPACT_AT, 2 * len(self._unindexed))
 
     def _release(self, ref: "weakref.ref[SavedRecord]") -> None:
         """Autograd freed a saved tensor (backward ran, or the graph was dropped)."""
         ptr, key = self._ref_keys.pop(ref, (0, 0))
-        bucket = self.by_storage.get(ptr)
+        bucket = self._by_storage.get(ptr)
         if bucket is not None:
             bucket.pop(key, None)
             if not bucket:
-                del self.by_storage[ptr]
+                del self._by_storage[ptr]
         if key in self._overwritten_keys:
             # Freed without backward reading it: whatever was predicted for it cannot happen.
             self._overwritten_keys.discard(key)
@@ -260,41 +309,62 @@ class SavedTensors:
         self.pending_nodes.append((node, self.last_op))
         record_creation(node, self._modules.current, self.last_op)
 
+    def on_node_now(self, node: Any, op: Any, name: str | None) -> None:
+        """The fast tracer's node-creation hook: `node`'s saved tensors named now (no node is held
+        for later; `name`: the node's, None when its type saves no tensor); where it was made is
+        what its records say (`nodes.origin_of` reads them), else recorded in it."""
+        if name is None or not self.name_node(node, op, name):
+            record_creation(node, self._modules.current, op)  # no record of ours says where it was made
+
     def flush_nodes(self) -> None:
         nodes, self.pending_nodes = self.pending_nodes, []
         for node, last_op in nodes:
-            attrs = _saved_attrs(node)
-            if not attrs:
+            self.name_node(node, last_op)
+
+    def name_node(self, node: Any, last_op: Any, node_name: str | None = None) -> bool:
+        """Name the records `node` holds: the node and field holding each, and the op that saved it
+        (`last_op`, the op that made the node). Whether it holds any (autograd runs the
+        node-creation hook right after the node's saves: they are all there)."""
+        attrs = saved_attrs(node)
+        if not attrs:
+            return False
+        self._nodes_seen += 1
+        serial = self._nodes_seen
+        op = None
+        custom = False
+        found = False
+        for attr, field in attrs:
+            try:
+                raw = getattr(node, attr)
+            except RuntimeError:  # already freed
                 continue
-            node_name = op = None
-            custom = False
-            self._nodes_seen += 1
-            for attr, field in attrs:
-                try:
-                    raw = getattr(node, attr)
-                except RuntimeError:  # already freed
+            if isinstance(raw, _SavedTensor):
+                named: Any = ((field, raw),)
+            elif isinstance(raw, (tuple, list)):
+                named = [(f"{field}[{i}]", saved) for i, saved in enumerate(raw) if isinstance(saved, _SavedTensor)]
+            else:
+                continue
+            for where, saved in named:
+                record = saved.data
+                if type(record) is not SavedRecord or record.node is not None:
                     continue
-                many = isinstance(raw, (tuple, list))
-                for i, saved in enumerate(raw if many else (raw,)):
-                    if not isinstance(saved, _compat.SavedTensor):
-                        continue
-                    record: Any = saved.data
-                    if type(record) is not SavedRecord or record.node is not None:
-                        continue
+                if not found:
+                    found = True
                     if node_name is None:
                         node_name = node.name()
-                        custom = isinstance(node, torch.autograd.function.BackwardCFunction)
-                        if custom:
-                            op = f"{node_name.removesuffix('Backward')}.apply"
-                        elif last_op is not None:
-                            op = op_name(last_op)
+                    custom = isinstance(node, _BackwardCFunction)
                     if custom:
-                        field = "saved_tensors"  # what the user's backward reads: ctx.saved_tensors
-                    record.node = node_name
-                    record.node_serial = self._nodes_seen
-                    record.field = f"{field}[{i}]" if many else field
-                    record.op = op
-                    record.read = saved_field_is_read(node, node_name, record.field)
+                        op = f"{node_name.removesuffix('Backward')}.apply"
+                    elif last_op is not None:
+                        op = op_name(last_op)
+                if custom:  # what the user's backward reads: ctx.saved_tensors
+                    where = "saved_tensors" + where[len(field):]
+                record.node = node_name
+                record.node_serial = serial
+                record.field = where
+                record.op = op
+                record.read = saved_field_is_read(node, node_name, where)  # type: ignore[arg-type]
+        return found
 
 
 class NodeCreationHook:
@@ -309,17 +379,3 @@ class NodeCreationHook:
 
     def __exit__(self, *exc: object) -> None:
         _compat.pop_node_creation_hook()
-
-
-_saved_attr_cache: dict[type, tuple[tuple[str, str], ...]] = {}
-
-
-def _saved_attrs(node: Any) -> tuple[tuple[str, str], ...]:
-    """(`_raw_saved_<field>` attribute, field) of each tensor field a node type saves."""
-    cls = type(node)
-    attrs = _saved_attr_cache.get(cls)
-    if attrs is None:
-        prefix = _compat.RAW_SAVED_PREFIX
-        attrs = tuple((a, a[len(prefix) :]) for a in dir(node) if a.startswith(prefix))
-        _saved_attr_cache[cls] = attrs
-    return attrs

@@ -32,7 +32,7 @@ from .recompute import RecomputeCheck
 from .saved import SavedRecord, SavedTensors
 from .saved_writes import SAVED_THEN_WRITTEN
 from .stacks import MAX_STACK, capture_stack, in_ddp_state_sync, make_site, resolve_stack
-from .storage import elements_overlap, storage_span
+from .storage import elements_overlap, storage_key, storage_span
 
 
 class PendingWrite:
@@ -208,7 +208,10 @@ class WriteRecorder:
         entry = self._inputs.get(span[0])
         if entry is None or self._modules.current is None or not _overlaps(span, entry[1]):
             return None
-        if entry[2]() is None:  # the caller's tensor was freed: its memory may be another tensor's now
+        # Keyed by address: a caller's tensor freed since (a checkpoint's recompute input, dropped while
+        # its modules are still on the stack) may have left its address to another tensor's memory.
+        tensor = entry[2]()
+        if tensor is None or storage_key(tensor) != span[0]:
             return None
         return entry
 
