@@ -7,21 +7,29 @@
     python benchmarks/overhead.py --profile fast                      # ... of the fast tracer, per-hook µs
     python benchmarks/overhead.py --memory                            # peak RSS per variant, ResNet-50
 
-Variants, each one forward + backward with `loss = output.sum()`:
+Variants, each one forward + backward with `loss = output.sum()` (and, on the
+training-step workload, cross-entropy against random labels and the optimizer's
+`step()` after it):
 
 - plain:   no instrumentation;
 - anomaly: inside `torch.autograd.detect_anomaly()` (its warning silenced);
 - anomaly-cheap: `detect_anomaly(check_nan=False)`, the cheapest anomaly mode;
-- watch:   inside `inplace_doctor.watch()`, the deep tracer (every aten op through a
-           dispatch mode), which is what `audit` runs internally;
-- fast:    inside `inplace_doctor.watch(deep=False, select=sorted(FAST_MODE_RULES))`, the fast
-           tracer (issue 26: only writes and saves enter Python). Its kernels'
-           registration (printed once) is held for the whole run, as a watch
-           around a whole training run pays it once, not per step;
+- watch:   inside `inplace_doctor.watch(deep=True)`, the deep tracer (every aten op
+           through a dispatch mode), entered and left outside the timed region as `fast`;
+- fast:    inside `inplace_doctor.watch()`, the default: the fast tracer (issue 26:
+           only writes, saves and torch-level calls enter Python), every rule on.
+           The cost of leaving it on: like `watch`, a fresh `watch()` per step, entered
+           and left outside the timed region, as a watch around a whole training run
+           enters once; its kernels' registration (printed once) is held for the
+           whole run likewise;
+- fast-per-step: the same with `with ipd.watch():` inside the timed region: what a
+           watch opened and closed around every step costs (its entry and exit,
+           about 1 ms, dominate small steps);
 - contents: inside `inplace_doctor.watch(check_contents=True)`: every saved tensor's
            bytes fingerprinted at save and at unpack (IPD109);
-- audit:   `inplace_doctor.audit(model, x)` itself, which also saves and restores
-           the model's buffers, grads, flags and the RNG state around the run;
+- audit:   `inplace_doctor.audit(model, x)` itself (the fast tracer, by default), which
+           also saves and restores the model's buffers, grads, flags and the RNG
+           state around the run;
 - modules: the fast tracer's module hooks alone (`trace.modules.ModulePaths`, the
            global forward pre- and post-hooks that keep module paths; naming the
            model's modules at its first call, once per `watch`, included), to split
@@ -78,14 +86,13 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import inplace_doctor as ipd
-from inplace_doctor.rules import FAST_MODE_RULES
 from inplace_doctor import _compat
 from inplace_doctor.trace.fast_writes import FastWrites
 from inplace_doctor.trace.modules import ModulePaths
 from inplace_doctor.trace.saved import SavedTensors
 from inplace_doctor.trace.write_kernels import WriteKernels, registered
 
-VARIANTS = ("plain", "anomaly", "anomaly-cheap", "watch", "fast", "audit", "contents", "modules")
+VARIANTS = ("plain", "anomaly", "anomaly-cheap", "watch", "fast", "fast-per-step", "audit", "contents", "modules")
 MEMORY_VARIANTS = ("plain", "fast", "watch", "anomaly-cheap")
 
 # Seconds of timed rounds per workload (the full run also spends time on
@@ -103,6 +110,16 @@ class Workload:
     name: str
     model: nn.Module
     x: torch.Tensor
+    optimizer: torch.optim.Optimizer | None = None
+    labels: torch.Tensor | None = None  # with an optimizer: cross-entropy against these, else the sum
+
+    def step(self) -> None:
+        """One forward + backward (+ the optimizer's step): what every variant times."""
+        out = self.model(self.x)
+        loss = out.sum() if self.labels is None else nn.functional.cross_entropy(out, self.labels)
+        loss.backward()
+        if self.optimizer is not None:
+            self.optimizer.step()
 
 
 def resnet50() -> Workload:
@@ -126,38 +143,48 @@ def mlp() -> Workload:
     return Workload("MLP 30 x Linear(64, 64) + GELU, batch 16", nn.Sequential(*layers).train(), torch.randn(16, 64))
 
 
-WORKLOADS: tuple[Callable[[], Workload], ...] = (resnet50, transformer, mlp)
+def training_step() -> Workload:
+    """A real training step: torchvision's ResNet-18 (ReLU(inplace=True), BatchNorm running statistics)
+    with SGD + momentum and weight decay (the optimizer's in-place updates are writes too)."""
+    from torchvision.models import resnet18
+
+    model = resnet18(weights=None, num_classes=10).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+    x, labels = torch.randn(8, 3, 64, 64), torch.randint(0, 10, (8,))
+    return Workload("ResNet-18 training step + SGD, batch 8, 64 px", model, x, optimizer, labels)
+
+
+WORKLOADS: tuple[Callable[[], Workload], ...] = (resnet50, transformer, mlp, training_step)
 
 
 # -- variants -----------------------------------------------------------------
 
 
 def run_plain(w: Workload) -> None:
-    w.model(w.x).sum().backward()
+    w.step()
 
 
 def run_anomaly(w: Workload) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Anomaly Detection has been enabled..."
         with torch.autograd.detect_anomaly():
-            w.model(w.x).sum().backward()
+            w.step()
 
 
 def run_anomaly_cheap(w: Workload) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with torch.autograd.detect_anomaly(check_nan=False):
-            w.model(w.x).sum().backward()
+            w.step()
 
 
 def run_fast(w: Workload) -> None:
-    with ipd.watch(deep=False, select=sorted(FAST_MODE_RULES)):
-        w.model(w.x).sum().backward()
-
-
-def run_watch(w: Workload) -> None:
     with ipd.watch():
-        w.model(w.x).sum().backward()
+        w.step()
+
+
+# Variants timed inside a session entered before the timer starts and left after it stops.
+STEADY: dict[str, Callable[[], object]] = {"fast": ipd.watch, "watch": lambda: ipd.watch(deep=True)}
 
 
 def run_audit(w: Workload) -> None:
@@ -166,33 +193,50 @@ def run_audit(w: Workload) -> None:
 
 def run_contents(w: Workload) -> None:
     with ipd.watch(check_contents=True):
-        w.model(w.x).sum().backward()
+        w.step()
 
 
 def run_modules(w: Workload) -> None:
     with ModulePaths():
-        w.model(w.x).sum().backward()
+        w.step()
 
 
 RUNNERS: dict[str, Callable[[Workload], None]] = {
     "plain": run_plain,
     "anomaly": run_anomaly,
     "anomaly-cheap": run_anomaly_cheap,
-    "watch": run_watch,
-    "fast": run_fast,
+    "watch": lambda w: w.step(),
+    "fast": lambda w: w.step(),
+    "fast-per-step": run_fast,
     "audit": run_audit,
     "contents": run_contents,
     "modules": run_modules,
 }
 
 
+def run(w: Workload, variant: str) -> None:
+    """One step of `variant`, its session (if any) entered and left around it."""
+    if variant in STEADY:
+        with STEADY[variant]():  # type: ignore[attr-defined]
+            RUNNERS[variant](w)
+    else:
+        RUNNERS[variant](w)
+
+
 def timed(w: Workload, variant: str) -> float:
     """CPU seconds of one forward + backward of `variant`."""
     w.model.zero_grad(set_to_none=True)
     gc.collect()
+    session = STEADY[variant]() if variant in STEADY else None
+    if session is not None:
+        session.__enter__()  # type: ignore[attr-defined]
     start = time.process_time()
-    RUNNERS[variant](w)
-    return time.process_time() - start
+    try:
+        RUNNERS[variant](w)
+        return time.process_time() - start
+    finally:
+        if session is not None:
+            session.__exit__(None, None, None)  # type: ignore[attr-defined]
 
 
 class _CountOps(TorchDispatchMode):
@@ -237,7 +281,7 @@ def count_hooked(w: Workload) -> Hooked:
     handle = torch.nn.modules.module.register_module_forward_pre_hook(pre)
     _compat.push_node_creation_hook(on_node)
     try:
-        with ipd.watch(deep=False, select=sorted(FAST_MODE_RULES)) as session:
+        with ipd.watch() as session:
             run_plain(w)
     finally:
         _compat.pop_node_creation_hook()
@@ -313,14 +357,14 @@ def measure(w: Workload, rounds: int | None, budget_s: float, warmup: int) -> Re
 
 def table(results: list[Result]) -> str:
     lines = [
-        "| workload | plain (ms) | anomaly mode | anomaly, check_nan=False | watch (deep) | watch (fast) "
-        "| inplace-doctor audit | µs added per op | watch, check_contents | saved MiB | µs per saved MiB |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| workload | plain (ms) | anomaly mode | anomaly, check_nan=False | watch (deep) | watch (fast, the default) "
+        "| fast, a watch per step | inplace-doctor audit | µs added per op | watch, check_contents | saved MiB | µs per saved MiB |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for r in results:
         lines.append(
             f"| {r.name} | {r.best['plain'] * 1e3:.1f} | x{r.ratio('anomaly'):.2f} | x{r.ratio('anomaly-cheap'):.2f}"
-            f" | x{r.ratio('watch'):.2f} | x{r.ratio('fast'):.2f}"
+            f" | x{r.ratio('watch'):.2f} | x{r.ratio('fast'):.2f} | x{r.ratio('fast-per-step'):.2f}"
             f" | x{r.ratio('audit'):.2f} | {r.us_per_op():.1f} | x{r.ratio('contents'):.2f} | {r.saved_mib:.1f}"
             f" | {r.us_per_saved_mib():.0f} |"
         )
@@ -338,7 +382,10 @@ def details(results: list[Result]) -> str:
         )
         lines.append(
             f"  fast: {h.saves} saved tensors, {h.module_calls} module calls, {h.nodes} autograd nodes per step;"
-            f" {r.us_per_module_call():.1f} µs per module call, {r.us_per_saved_tensor():.1f} µs per saved tensor"
+            f" {r.us_per_module_call():.1f} µs per module call, {r.us_per_saved_tensor():.1f} µs per saved tensor;"
+            f" fast / cheap anomaly mode {r.best['fast'] / r.best['anomaly-cheap']:.2f},"
+            f" audit / fast-per-step {r.best['audit'] / r.best['fast-per-step']:.2f};"
+            f" a watch's entry and exit {(r.best['fast-per-step'] - r.best['fast']) * 1e6:.0f} µs"
         )
     return "\n".join(lines)
 
@@ -366,7 +413,7 @@ def profile(variant: str, iterations: int, top: int) -> None:
     for _ in range(iterations):
         w.model.zero_grad(set_to_none=True)
         profiler.enable()
-        RUNNERS[variant](w)
+        run(w, variant)
         profiler.disable()
     print(f"\ncProfile of `{variant}` on {w.name}, {iterations} iterations, top {top} by tottime:\n")
     stats = pstats.Stats(profiler)
@@ -405,7 +452,7 @@ def peak_rss_child(variant: str, steps: int) -> None:
     before = _rss_now()
     for _ in range(steps):
         w.model.zero_grad(set_to_none=True)
-        RUNNERS[variant](w)
+        run(w, variant)
     print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)  # KiB on Linux
 
 

@@ -38,7 +38,7 @@ def test_audit_deep_false_finds_what_deep_mode_finds_with_the_fast_tracer() -> N
     fast = ipd.audit(SigmoidThenReLU(), x, select=sorted(FAST_MODE_RULES), deep=False)
     assert _findings(fast) == _findings(deep) and [f.code for f in fast.findings] == ["IPD101"]
     assert fast.stats["fast_tracer"] == 1 and "fast_tracer" not in deep.stats
-    assert fast.stats["ops"] < deep.stats["ops"]  # the fast tracer sees only the writes
+    assert "ops" not in fast.stats and deep.stats["ops"] > fast.stats["writes"]  # the fast tracer sees only writes
     assert registered() == 0  # the kernels are gone after the audit
 
 

@@ -20,7 +20,8 @@ def finish_report(report: Report, tracer: Tracer, analyzer: Analyzer) -> Report:
         "writes": tracer.writes,
         "predictions_dropped": analyzer.dropped,
     }
-    if tracer.fast:  # only when asked (deep=False) and served: the default output is unchanged
+    if tracer.fast:  # it sees no op but writes (and those of a per-op window): no count of ops to give
+        del report.stats["ops"]
         report.stats["fast_tracer"] = 1
     if analyzer.harmless:  # IPD110 predictions whose written positions backward sent exactly zero gradient
         report.stats["predictions_harmless"] = analyzer.harmless

@@ -56,7 +56,7 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: RuleContext) -> Fin
     Fix: make that op out of place (``inplace=False``), or clone the input at
     the top of ``forward`` (``x = x.clone()``) if in-place is wanted inside.
 
-    Mode: fast and deep: ``watch(deep=False)`` serves it (while a write an ``inplace=True`` asked
+    Mode: fast (the default) and deep: the fast tracer serves it (while a write an ``inplace=True`` asked
     for awaits the caller's read, every op enters Python only inside a call handed that tensor,
     TorchScript calls too). Not seen in fast mode: a read by a call not handed the tensor itself
     (one reaching it through a closure or an attribute).
@@ -128,7 +128,7 @@ def held_tensor_overwritten(event: HeldTensorUsed | HeldTensorOverwritten, ctx: 
     Fix: take a real snapshot: ``copy.deepcopy(model.state_dict())`` or
     ``{k: v.detach().clone() for k, v in model.state_dict().items()}``.
 
-    Mode: fast and deep: ``watch(deep=False)`` serves it (every op enters Python only while a stale
+    Mode: fast (the default) and deep: the fast tracer serves it (every op enters Python only while a stale
     alias awaits its use).
     """
     used = event if isinstance(event, HeldTensorUsed) else None

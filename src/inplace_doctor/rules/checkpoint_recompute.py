@@ -82,7 +82,7 @@ def checkpoint_recompute_differs(
     then runs the region to its end, drawing the same noise with the
     preserved RNG state), or call ``F.rrelu``/``nn.RReLU`` outside the region.
 
-    Mode: fast and deep: ``watch(deep=False)`` serves it (every op enters Python only while a
+    Mode: fast (the default) and deep: the fast tracer serves it (every op enters Python only while a
     checkpoint region's forward or recompute runs).
     """
     if isinstance(event, CheckpointSavedBeforeWrite):

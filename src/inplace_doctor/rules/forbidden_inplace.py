@@ -77,7 +77,7 @@ def forbidden_inplace(event: InplaceErrorRaised, ctx: RuleContext) -> Finding | 
     through ``.detach()``/``.data`` into a tensor autograd still tracks are
     IPD110.
 
-    Mode: fast and deep: ``watch(deep=False)`` serves it (only writes and saves enter Python).
+    Mode: fast (the default) and deep: the fast tracer serves it (only writes and saves enter Python).
     """
     text = str(event.error)
     cause = next((cause for cause, pattern in _FORWARD_ERRORS if pattern.search(text)), None)

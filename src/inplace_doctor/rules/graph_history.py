@@ -73,7 +73,7 @@ def graph_tensor_changed_outside_autograd(
     (``h = h.detach()``, then write); for a deliberate straight-through
     estimator, ``h = h + (new - h).detach()``.
 
-    Mode: fast and deep: ``watch(deep=False)`` serves it (every op enters Python only while a changed
+    Mode: fast (the default) and deep: the fast tracer serves it (every op enters Python only while a changed
     graph tensor awaits its use).
     """
     reached = event if isinstance(event, ChangedGraphTensorReached) else None

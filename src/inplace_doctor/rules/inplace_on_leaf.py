@@ -46,7 +46,7 @@ def inplace_on_leaf(event: InplaceErrorRaised, ctx: RuleContext) -> Finding | No
     raises nothing and is not reported; the same error raised inside a
     checkpoint's recompute is left to IPD108, which names the side effect.
 
-    Mode: fast and deep: ``watch(deep=False)`` serves it (only writes and saves enter Python).
+    Mode: fast (the default) and deep: the fast tracer serves it (only writes and saves enter Python).
     """
     text = str(event.error)
     if not _LEAF.search(text) or event.in_checkpoint:

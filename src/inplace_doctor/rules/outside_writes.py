@@ -83,7 +83,7 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
     PyTorch on the tensor itself (``s = s * 0.5``) so autograd sees it; or do
     the write after backward. Reading the array (logging, metrics) is fine.
 
-    Mode: fast and deep: ``watch(deep=False)`` serves it, with ``check_contents`` too: the fast
+    Mode: fast (the default) and deep: the fast tracer serves it, with ``check_contents`` too: the fast
     tracer sees the hand-outs by wrapping those Tensor methods while it runs, and only saves on
     handed-out memory are fingerprinted (all of them with ``check_contents``).
     """

@@ -65,7 +65,7 @@ def inplace_changes_result(event: OriginalValueRead, ctx: RuleContext) -> Findin
     reading its own input again is IPD106). The difference is measured on
     this input only.
 
-    Mode: fast and deep: ``watch(deep=False)`` serves it (the in-place calls are seen at the torch
+    Mode: fast (the default) and deep: the fast tracer serves it (the in-place calls are seen at the torch
     level in both modes; every op enters Python only inside a call handed an object one overwrote,
     while that object is alive; TorchScript calls count as such calls). Not seen in fast mode: a
     read by a call not handed the object itself (one reaching it through a closure or an attribute).
@@ -130,7 +130,7 @@ def side_effect_repeated(
     accumulations out of the region or guard them with
     ``torch.is_grad_enabled()``/a recompute flag.
 
-    Mode: fast and deep: ``watch(deep=False)`` serves it (every op enters Python only while a
+    Mode: fast (the default) and deep: the fast tracer serves it (every op enters Python only while a
     checkpoint region's forward or recompute runs). Of reentrant checkpoints written as an
     ``autograd.Function`` it sees those named like one (``CheckpointFunction``: torch's, DeepSpeed's,
     Megatron's, fairscale's); the deep tracer sees a BatchNorm running in any backward.

@@ -77,7 +77,7 @@ def saved_tensor_overwritten(
     eagerly while watched, and the finding says what the compiled program
     does instead.
 
-    Mode: fast and deep: ``watch(deep=False)`` serves it (only writes and saves enter Python).
+    Mode: fast (the default) and deep: the fast tracer serves it (only writes and saves enter Python).
     """
     if isinstance(event, InplaceErrorRaised):
         return _from_pytorch_error(event, ctx)
@@ -205,7 +205,7 @@ def saved_tensor_silently_overwritten(
     Writes the node's backward never reads (BatchNorm's running statistics in
     training mode) are not reported.
 
-    Mode: fast and deep: ``watch(deep=False)`` serves it (only writes and saves enter Python).
+    Mode: fast (the default) and deep: the fast tracer serves it (only writes and saves enter Python).
     """
     if isinstance(event, SavedTensorReached):
         prior = ctx.overwrite_for(event.key)

@@ -314,6 +314,8 @@ class Tracer:
         ctx = self.modules.current
         if ctx is not None:
             where = f" in module {ctx[0] or '<root>'} ({ctx[2]})"
+        if self.fast:  # it counts no ops but writes
+            return f"after {self.writes} writes, {self.saves} saved tensors{where}"
         return f"after {self.ops} ops, {self.saves} saved tensors{where}"
 
     def saved_records(self, storage_ptr: int) -> list[SavedRecord]:
