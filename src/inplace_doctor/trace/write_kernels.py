@@ -89,12 +89,14 @@ def _kernel(op: Any, spec: WriteSpec, bumps: bool) -> Callable[..., Any]:
     redispatch = op.redispatch
     increment_version = torch.autograd.graph.increment_version
     get = _RECORDER.get
-    slots = _number_slots(op)
+    slots: list[tuple[tuple[str, int], ...]] = []  # read from the schema at the first call, not at registration
     below = torch._C._AutoDispatchBelowADInplaceOrView
 
     def run(keyset: Any, args: Any, kwargs: Any, hooks: _Hooks | None) -> Any:
         try:
-            for name, i in slots:
+            if not slots:
+                slots.append(_number_slots(op))
+            for name, i in slots[0]:
                 value = args[i] if i < len(args) else kwargs.get(name)
                 if isinstance(value, (int, float, complex)):
                     # a Python number: the argument parser wraps it as PyTorch did (a wrapped number
