@@ -1,8 +1,8 @@
 """`inplace-doctor run --steps N`: what counts as a step, where watching stops, and the last line.
 
 Each script prints, at each optimizer step (from its own step hook, which runs before the
-tool's) or after each backward pass, whether the tool is watching then (its dispatch mode
-is on the stack), so the window's boundary is checked from inside the script.
+tool's) or after each backward pass, whether the tool is watching then (its saved-tensor hooks,
+which both tracers install, are on autograd's stack), so the window's boundary is checked from inside the script.
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ LOOP = textwrap.dedent("""
     import sys
     import torch
     from torch import nn
-    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
     def watched():
-        return bool(_get_current_dispatch_mode_stack())
+        return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
@@ -38,11 +37,10 @@ LOOP = textwrap.dedent("""
 
 NO_OPTIMIZER = textwrap.dedent("""
     import torch
-    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
     w = torch.randn(3, requires_grad=True)
     for _ in range(4):
-        print(f"before backward watched={bool(_get_current_dispatch_mode_stack())}")
+        print(f"before backward watched={torch._C._autograd._top_saved_tensors_default_hooks(False) is not None}")
         (w * 2).sin().sum().backward()
 """)
 

@@ -92,8 +92,8 @@ def train(model: nn.Module, callbacks: list, tmp_path: Path, **kwargs: object) -
 
 
 def watching() -> bool:
-    """The tool's dispatch mode is installed (a watch window is open)."""
-    return torch._C._len_torch_dispatch_stack() > 0
+    """The tool's saved-tensor hooks are installed (a watch window is open; both tracers install them)."""
+    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
 
 
 def no_tracer_left() -> bool:

@@ -183,6 +183,31 @@ class _Registration:
 _REGISTRATION = _Registration()
 
 
+def _nested(inner: _Hooks, outer: _Hooks) -> _Hooks:
+    """The hooks of a context entered inside another's: each write goes to both, in the order two
+    stacked dispatch modes see an op (the inner one first before it, last after it)."""
+    inner_before, inner_after, inner_failed = inner
+    outer_before, outer_after, outer_failed = outer
+
+    def before(op: Any, written: list[torch.Tensor], args: Any) -> None:
+        if inner_before is not None:
+            inner_before(op, written, args)
+        if outer_before is not None:
+            outer_before(op, written, args)
+
+    def after(op: Any, written: list[torch.Tensor]) -> None:
+        outer_after(op, written)
+        inner_after(op, written)
+
+    def failed(op: Any, exc: BaseException) -> None:
+        if inner_failed is not None:
+            inner_failed(op, exc)
+        if outer_failed is not None:
+            outer_failed(op, exc)
+
+    return before, after, failed
+
+
 class WriteKernels:
     """Context manager: the kernels registered, and `recorder` called for each write of this context.
 
@@ -205,7 +230,8 @@ class WriteKernels:
 
     def __enter__(self) -> "WriteKernels":
         _REGISTRATION.acquire()
-        self._token = _RECORDER.set(self.hooks)
+        outer = _RECORDER.get()  # a session entered inside another: both see its writes, as nested modes do
+        self._token = _RECORDER.set(self.hooks if outer is None else _nested(self.hooks, outer))
         return self
 
     def __exit__(self, *exc: object) -> None:
