@@ -132,8 +132,8 @@ def twin(
 
 
 def _modes(deep: bool) -> dict[str, Any]:
-    """`watch`'s options: as the tests had them (deep), or the fast tracer with the rules it serves."""
-    return {} if deep else {"deep": False, "select": sorted(FAST_MODE_RULES)}
+    """`watch`'s options: the deep tracer, or the fast one (the default) with the rules it serves."""
+    return {"deep": True} if deep else {"deep": False, "select": sorted(FAST_MODE_RULES)}
 
 
 def small_cnn(num_classes: int = 5) -> nn.Module:
