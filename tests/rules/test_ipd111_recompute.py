@@ -50,9 +50,9 @@ MODES = pytest.mark.parametrize("deep", [True, False], ids=["deep", "fast"])
 
 
 def _watch(deep: bool, **options: object) -> ipd.watch:
-    """`watch` as the test had it (deep), or the fast tracer with the rules it serves."""
+    """`watch` with the deep tracer, or the fast one (the default) with the rules it serves."""
     if deep:
-        return ipd.watch(**options)  # type: ignore[arg-type]
+        return ipd.watch(deep=True, **options)  # type: ignore[arg-type]
     session = ipd.watch(deep=False, select=sorted(FAST_MODE_RULES), **options)  # type: ignore[arg-type]
     assert not session.deep
     return session

@@ -231,7 +231,7 @@ def test_audit_names_models_inside_the_one_audited():
 def test_models_are_named_by_the_variables_that_hold_them_and_never_share_a_path():
     G = nn.Sequential(nn.Linear(2, 2))
     D = nn.Sequential(nn.Linear(2, 2))
-    paths = {p for _, p, _ in ipd.watch(G, D).tracer.modules._known.values()}
+    paths = {known.path for known in ipd.watch(G, D).tracer.modules._known.values()}
     assert {"G", "G.0", "D", "D.0"} <= paths
     twins = [nn.Sequential(nn.Linear(2, 2), nn.Sigmoid(), nn.ReLU(inplace=True)) for _ in range(2)]
     with ipd.watch() as session:

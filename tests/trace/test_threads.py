@@ -32,7 +32,7 @@ def test_pytorch_fact_modes_and_saved_tensor_hooks_do_not_follow_into_a_new_thre
         seen["modes"] = torch._C._len_torch_dispatch_stack()
         torch.randn(2, requires_grad=True).exp()  # saves its output: a pack hook here would see it
 
-    with ipd.watch(), torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append("pack") or t, lambda t: t):
+    with ipd.watch(deep=True), torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append("pack") or t, lambda t: t):
         assert torch._C._len_torch_dispatch_stack() >= 1
         t = threading.Thread(target=in_thread)
         t.start()

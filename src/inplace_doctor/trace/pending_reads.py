@@ -122,6 +122,9 @@ class PendingReads:
 
     def __exit__(self, *exc: object) -> None:
         self.off()
+        if self.on:  # a mode the program pushed after it is still above it: lifted off, put back
+            _remove(self.mode)
+            self.on = False
         originals, self._originals = self._originals, {}
         if "detach" in originals:
             torch.Tensor.detach = originals["detach"]  # type: ignore[method-assign]
@@ -129,7 +132,12 @@ class PendingReads:
             del torch.Tensor.data
 
     def update(self) -> None:
-        """Called by the write kernels' hooks: the mode on when a read is awaited, off when none is."""
+        """Called by the write kernels' hooks: the mode on when a read is awaited, off when none is.
+
+        Not inside backward: autograd restores the thread's dispatch-mode stack as it was when
+        `backward()` was called once backward ends, which would undo a push or a pop made there."""
+        if _compat.current_autograd_node() is not None:
+            return
         wanted = self.pending()
         if wanted == self.on:
             return
@@ -142,9 +150,20 @@ class PendingReads:
 
     def off(self) -> None:
         """Pop the mode, if it is the top of this thread's stack (else it stays until it is)."""
-        if self.on and _top_mode() is self.mode:
+        if self.on and _top_mode() is self.mode and _compat.current_autograd_node() is None:
             _compat.pop_dispatch_mode(None)
             self.on = False
+
+
+def _remove(mode: Any) -> None:
+    """Take `mode` out of this thread's dispatch-mode stack, the modes above it kept in order."""
+    above = []
+    while (top := _top_mode()) is not None and top is not mode:
+        above.append(_compat.pop_dispatch_mode(None))
+    if _top_mode() is mode:
+        _compat.pop_dispatch_mode(None)
+    for lifted in reversed(above):
+        _compat.push_dispatch_mode(lifted)
 
 
 def _top_mode() -> Any:

@@ -30,7 +30,7 @@ class RaisedErrors:
     gc cannot see.
     """
 
-    __slots__ = ("failed_op", "error_module", "failed_node", "last_node", "failed_call")
+    __slots__ = ("failed_op", "error_module", "failed_node", "last_node", "custom_nodes", "failed_call")
 
     def __init__(self) -> None:
         #: (id of the exception, the op that raised it), set by the dispatch mode
@@ -39,6 +39,9 @@ class RaisedErrors:
         self.failed_node: tuple[int, NodeOrigin | None] | None = None
         #: the node whose backward ran the last op the dispatch mode saw in backward
         self.last_node: NodeOrigin | None = None
+        #: the fast tracer, which sees no op in backward: the last custom Function node made under
+        #: each name, where it was made (autograd names it when the gradient it returned is invalid)
+        self.custom_nodes: dict[str, NodeOrigin | None] = {}
         #: (id of the exception, the method called, where its tensor's autograd node was created):
         #: a call autograd refused before any op (a view's in-place check), set by the function mode
         self.failed_call: tuple[int, str, NodeOrigin | None] | None = None
@@ -95,6 +98,10 @@ class RaisedErrors:
         last = self.last_node
         if last is not None and f"Function {last.name} returned" in str(exc):
             return last
+        text = str(exc)
+        for name, origin in self.custom_nodes.items():
+            if f"Function {name} returned" in text:
+                return origin
         return None
 
 
