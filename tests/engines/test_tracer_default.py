@@ -76,3 +76,20 @@ def test_a_bad_value_is_one_line_with_the_closest_choice(
     assert main(["audit", "inplace_doctor.examples:SigmoidThenReLU", "--input", "4x8"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "did you mean 'deep'" in err[0]
+
+
+def test_no_mode_is_left_on_the_stack_when_a_read_resolves_inside_backward() -> None:
+    """A write through `.detach()` turns the fast tracer's read mode on in forward; the read it
+    awaits comes in backward, where autograd later restores the mode stack as it was: the watch
+    must still leave no mode behind (a leaked mode slowed and confused every later test)."""
+    torch.manual_seed(0)
+    proj = torch.nn.Linear(8, 8)
+    with ipd.watch() as session:
+        scores = proj(torch.randn(2, 5, 8))[..., 0]
+        mask = torch.zeros(scores.shape, dtype=torch.bool)
+        mask[:, 3:] = True
+        scores.detach()[mask] = -float("inf")
+        assert torch._C._len_torch_dispatch_stack() == 1  # the read mode, awaiting the use
+        torch.nn.functional.softmax(scores, dim=-1).sum().backward()
+    assert session.tracer.pending_reads is not None and session.tracer.pending_reads.turned_on == 1
+    assert torch._C._len_torch_dispatch_stack() == 0
