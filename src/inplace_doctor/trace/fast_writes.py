@@ -28,7 +28,6 @@ from .saved import SavedTensors, saved_attrs
 from .write_kernels import WriteKernels
 from .writes import WriteRecorder
 
-_BackwardCFunction = torch.autograd.function.BackwardCFunction
 
 
 _COPY = torch.ops.aten.copy_.default
@@ -138,7 +137,7 @@ class FastWrites:
             self._last_write = None
         self._saved.on_node_now(node, last_write if kind.view_write else kind.op, kind.name if kind.saves else None)
         if isinstance(node, _BackwardCFunction):  # a custom Function: autograd may name it in an error
-            self._raised.custom_nodes[node.name()] = origin_of(node)
+            self._raised.custom_nodes[kind.name] = origin_of(node)
         if self._writes.pending and not self._busy.on and _awaits_its_node(self._writes.pending):
             self._writes.settle()
 
