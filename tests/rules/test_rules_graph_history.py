@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
@@ -128,9 +129,23 @@ def test_views_of_leaves_under_no_grad_and_tensors_without_grad_are_not_reported
     assert [f for f in session.findings if f.code == "IPD110"] == []
 
 
-def test_a_view_of_the_written_tensor_used_later_is_reported() -> None:
+@pytest.mark.parametrize(
+    "deep",
+    [
+        True,
+        pytest.param(
+            False,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="writes under torch.inference_mode never reach the ADInplaceOrView key, where the fast "
+                "tracer's kernels are: only the deep tracer sees them (README, Known limitations)",
+            ),
+        ),
+    ],
+)
+def test_a_view_of_the_written_tensor_used_later_is_reported(deep: bool) -> None:
     fc = nn.Linear(8, 8)
-    with ipd.watch() as session:
+    with ipd.watch(deep=deep) as session:
         h = fc(torch.randn(4, 8))
         with torch.inference_mode():
             h[:, :2].zero_()  # write:inference

@@ -22,6 +22,7 @@ rest of the run keeps the mode on for the rest of the run.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from .. import _compat
@@ -67,6 +68,10 @@ class _ReadMode(_compat.TorchDispatchMode):
 
 
 _DETACH = torch.ops.aten.detach.default
+#: PyTorch's `Tensor.detach`, put back when the last session ends; sessions entered and not left
+_TORCH_DETACH = torch.Tensor.__dict__["detach"]
+_SESSIONS = [0]
+_SESSIONS_LOCK = threading.Lock()
 
 
 class PendingReads:
@@ -100,7 +105,7 @@ class PendingReads:
 
     def __enter__(self) -> "PendingReads":
         graph, busy = self.graph, self.busy
-        detach = torch.Tensor.__dict__["detach"]
+        detach = torch.Tensor.__dict__["detach"]  # the one of the session entered before, if any
         data = torch._C.TensorBase.__dict__["data"]
 
         def detach_seen(t: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -113,23 +118,27 @@ class PendingReads:
                 graph.detached(t)
             return data.__get__(t)  # type: ignore[no-any-return]
 
-        self._originals = {"detach": detach}
-        torch.Tensor.detach = detach_seen  # type: ignore[method-assign, assignment]
-        if "data" not in torch.Tensor.__dict__:
-            torch.Tensor.data = property(data_seen, data.__set__)  # type: ignore[method-assign, assignment]
-            self._originals["data"] = None
+        with _SESSIONS_LOCK:
+            _SESSIONS[0] += 1
+            torch.Tensor.detach = detach_seen  # type: ignore[method-assign, assignment]
+            if "data" not in torch.Tensor.__dict__:
+                torch.Tensor.data = property(data_seen, data.__set__)  # type: ignore[method-assign, assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Each session wraps the `detach` before it, and sessions of two threads may end in any
+        order: PyTorch's own are put back when the last session ends (a wrapper left until then
+        only tells its session, which awaits nothing any more)."""
         self.off()
         if self.on:  # a mode the program pushed after it is still above it: lifted off, put back
             _remove(self.mode)
             self.on = False
-        originals, self._originals = self._originals, {}
-        if "detach" in originals:
-            torch.Tensor.detach = originals["detach"]  # type: ignore[method-assign]
-        if "data" in originals:
-            del torch.Tensor.data
+        with _SESSIONS_LOCK:
+            _SESSIONS[0] -= 1
+            if _SESSIONS[0] == 0:
+                torch.Tensor.detach = _TORCH_DETACH  # type: ignore[method-assign]
+                if "data" in torch.Tensor.__dict__:
+                    del torch.Tensor.data
 
     def update(self) -> None:
         """Called by the write kernels' hooks: the mode on when a read is awaited, off when none is.

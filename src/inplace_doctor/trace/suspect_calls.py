@@ -39,6 +39,12 @@ from .owner import Busy
 #: what runs TorchScript code when Python calls it: a scripted function, a scripted module's method
 _SCRIPTED = (torch._C.ScriptFunction, torch._C.ScriptMethod)
 
+#: the `__call__` PyTorch defined on each of `_SCRIPTED`, put back when the last session ends
+_TORCH_CALLS: dict[Any, Any] = {cls: cls.__dict__["__call__"] for cls in _SCRIPTED}
+#: sessions entered and not yet left, in any thread
+_SESSIONS = [0]
+_SESSIONS_LOCK = threading.Lock()
+
 #: (func, args, kwargs): reports reads of the objects in-place calls overwrote (`InplaceCalls.check_reads`)
 CheckReads = Callable[[Any, Any, Any], None]
 
@@ -93,6 +99,8 @@ class SuspectCalls:
 
     def __enter__(self) -> "SuspectCalls":
         thread, busy = threading.get_ident(), self.mode.busy
+        with _SESSIONS_LOCK:
+            _SESSIONS[0] += 1
         for cls in _SCRIPTED:
             original = cls.__dict__["__call__"]
 
@@ -119,9 +127,16 @@ class SuspectCalls:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        while self._originals:
-            cls, original = self._originals.pop()
-            cls.__call__ = original  # type: ignore[method-assign]
+        """Each session wraps the wrapper before it, and sessions of two threads may end in any
+        order: the methods PyTorch defined are put back when the last session ends (a wrapper left
+        until then passes calls through: its session awaits no read any more)."""
+        with _SESSIONS_LOCK:
+            _SESSIONS[0] -= 1
+            last = _SESSIONS[0] == 0
+        originals, self._originals = self._originals, []
+        if last:
+            for cls, _ in originals:
+                cls.__call__ = _TORCH_CALLS[cls]  # type: ignore[method-assign]
 
     def enter(self) -> None:
         """Push the mode for one call (a call nested in it keeps the one already pushed)."""
