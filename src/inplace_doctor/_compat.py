@@ -241,3 +241,17 @@ __all__ = [
     "gather_traceback",
     "symbolize_tracebacks",
 ]
+
+
+def remove_dispatch_mode(mode: Any) -> None:
+    """Take `mode` out of this thread's dispatch-mode stack; the modes pushed above it are lifted
+    off and put back in their order. Nothing happens to the stack when `mode` is not on it."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    above = []
+    while (top := _get_current_dispatch_mode()) is not None and top is not mode:
+        above.append(pop_dispatch_mode(None))
+    if _get_current_dispatch_mode() is mode:
+        pop_dispatch_mode(None)
+    for lifted in reversed(above):
+        push_dispatch_mode(lifted)

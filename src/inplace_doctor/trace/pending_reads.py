@@ -131,7 +131,7 @@ class PendingReads:
         only tells its session, which awaits nothing any more)."""
         self.off()
         if self.on:  # a mode the program pushed after it is still above it: lifted off, put back
-            _remove(self.mode)
+            _compat.remove_dispatch_mode(self.mode)
             self.on = False
         with _SESSIONS_LOCK:
             _SESSIONS[0] -= 1
@@ -162,17 +162,6 @@ class PendingReads:
         if self.on and _top_mode() is self.mode and _compat.current_autograd_node() is None:
             _compat.pop_dispatch_mode(None)
             self.on = False
-
-
-def _remove(mode: Any) -> None:
-    """Take `mode` out of this thread's dispatch-mode stack, the modes above it kept in order."""
-    above = []
-    while (top := _top_mode()) is not None and top is not mode:
-        above.append(_compat.pop_dispatch_mode(None))
-    if _top_mode() is mode:
-        _compat.pop_dispatch_mode(None)
-    for lifted in reversed(above):
-        _compat.push_dispatch_mode(lifted)
 
 
 def _top_mode() -> Any:

@@ -28,7 +28,6 @@ import threading
 from typing import Any, Callable
 
 import torch
-from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from .. import _compat
 from .blame import call_through, passed_through
@@ -148,7 +147,7 @@ class SuspectCalls:
     def leave(self) -> None:
         self._depth -= 1
         if self._depth == 0:
-            _remove(self.mode)
+            _compat.remove_dispatch_mode(self.mode)
 
     @property
     def on(self) -> bool:
@@ -169,20 +168,6 @@ def _holds(values: Any, first: dict[int, Any], second: dict[int, Any], depth: in
             if _holds(value.values(), first, second, depth + 1):
                 return True
     return False
-
-
-def _remove(mode: Any) -> None:
-    """Pop `mode` off this thread's dispatch-mode stack. A mode pushed above it during the call (the
-    fast tracer's `PendingReads`, turned on by a write) is lifted off and put back."""
-    above = []
-    top = _get_current_dispatch_mode()
-    while top is not None and top is not mode:
-        above.append(_compat.pop_dispatch_mode(None))
-        top = _get_current_dispatch_mode()
-    if top is mode:
-        _compat.pop_dispatch_mode(None)
-    for lifted in reversed(above):
-        _compat.push_dispatch_mode(lifted)
 
 
 __all__ = ["SuspectCalls"]
