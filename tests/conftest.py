@@ -10,11 +10,14 @@
   the CLI's `name:factory` specs, gone again after the test.
 - `--regen-golden`: rewrite the golden files under tests/render/golden/ instead of
   comparing with them; tests read it through the `regen_golden` fixture.
+- Every test ends with the fast tracer's kernels removed: they linger a second after
+  a `watch` (trace/kernel_registration.py), and no test leaves them to the next.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -101,3 +104,12 @@ def factory_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     yield write
     for name in names:
         sys.modules.pop(name, None)
+
+
+@pytest.fixture(autouse=True)
+def _no_lingering_write_kernels() -> Iterator[None]:
+    """The fast tracer's kernels, still registered after a test's last `watch`, removed at its end."""
+    yield
+    kernels = sys.modules.get("inplace_doctor.trace.write_kernels")
+    if kernels is not None:
+        kernels.end_linger()

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from inplace_doctor._compat import gather_traceback, symbolize_tracebacks
-from inplace_doctor.trace.write_kernels import WriteKernels, mutating_overloads, registered
+from inplace_doctor.trace.write_kernels import WriteKernels, end_linger, mutating_overloads, registered
 
 aten = torch.ops.aten
 
@@ -58,9 +58,10 @@ def test_pytorch_still_raises_its_own_error_at_backward_and_the_write_is_seen():
     assert recorded.ops() == ["aten.mul_.Tensor"]  # `mul_(2)`: a wrapped number in a Tensor slot
 
 
-def test_registration_is_undone_on_exit_and_pytorch_bumps_versions_again():
+def test_registration_is_undone_when_the_linger_ends_and_pytorch_bumps_versions_again():
     with WriteKernels(Recorded()):
         assert registered() > 1000
+    end_linger()
     assert registered() == 0
     t = torch.zeros(3)
     t.add_(1)
@@ -206,6 +207,7 @@ def test_nested_entries_share_one_registration():
             torch.zeros(1).add_(1)
         torch.zeros(1).mul_(2)
         assert registered() == count
+    end_linger()
     assert registered() == 0
     # a write inside the inner context reaches both, as two stacked dispatch modes both see an op
     assert inner.ops() == ["aten.add_.Tensor"] and outer.ops() == ["aten.add_.Tensor", "aten.mul_.Tensor"]

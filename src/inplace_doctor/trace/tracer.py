@@ -59,6 +59,7 @@ from .pytorch_errors import RaisedErrors, written_here
 from .checkpoint_blocks import RegionCount
 from .recompute import RecomputeCheck
 from .threads import StartedThreads
+from .write_kernels import end_linger
 from .transforms import FunctionalTransforms
 from .saved import NodeCreationHook, SavedRecord, SavedTensors
 from .stacks import choose_stack_capture
@@ -187,6 +188,7 @@ class Tracer:
                 self._enter(self._fast)
             else:
                 disable_dynamo_directly()
+                end_linger()  # the deep tracer runs where no fast session's kernels linger
                 self._enter(self._mode)
                 self._enter(SubclassConstruction(self._mode))
             if self._recompute is not None or self.checkpoint_ops is not None:

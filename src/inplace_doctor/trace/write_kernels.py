@@ -9,11 +9,12 @@ the fused optimizer kernels, bump elsewhere and are only recorded), then hands
 the op and the tensors it wrote to the recorder of the current context.
 
 Known limitations:
-- Registration is process-wide: while any `WriteKernels` is entered, every
-  write of every thread runs through a kernel (one Python call per write).
-  Only the context that set a recorder (a `ContextVar`: threads started
-  inside do not inherit it) records anything; the kernels are removed when the
-  last `WriteKernels` exits.
+- Registration is process-wide: while any `WriteKernels` is entered, and for
+  a second after the last one exits (`kernel_registration.py`), every write of
+  every thread runs through a kernel (one Python call per write). Only the
+  context that set a recorder (a `ContextVar`: threads started inside do not
+  inherit it) records anything; a write with no recorder calls PyTorch's own
+  `ADInplaceOrView` kernel at once (about 4 µs more than without the kernels).
 - Ops that never reach `ADInplaceOrView` are not seen: writes under
   `torch.inference_mode` and to inference tensors; `CompositeImplicitAutograd`
   ops are seen through the ops they decompose into. Writes that bypass the
@@ -26,13 +27,12 @@ Known limitations:
 from __future__ import annotations
 
 import contextvars
-import threading
-import warnings
 from typing import Any, Callable
 
 import torch
 
 from .blame import passed_through
+from .kernel_registration import OVERRIDE_WARNING, registration
 from .ops import WriteSpec, op_name, write_spec, written_tensors
 
 #: called with (op, tensors it writes) around each write, in the context that set it
@@ -53,8 +53,7 @@ _METADATA_VIEWS = frozenset(
         "_coalesced_", "requires_grad_",
     }
 )
-# What registering over PyTorch's own ADInplaceOrView kernels prints, once per process.
-OVERRIDE_WARNING = r"Warning only once for all operators, other operators may also be overridden"
+_NUMBERS = (int, float, complex)
 
 
 def mutating_overloads() -> list[tuple[Any, WriteSpec, bool]]:
@@ -84,25 +83,32 @@ def _number_slots(op: Any) -> tuple[tuple[str, int], ...]:
     )
 
 
-def _kernel(op: Any, spec: WriteSpec, bumps: bool) -> Callable[..., Any]:
+def _kernel(op: Any, spec: WriteSpec, own: Any) -> Callable[..., Any]:
+    """The kernel of `op`: `own` is PyTorch's own kernel at the key (a `_SafeKernelFunction`), None
+    where it had none (a fallthrough), False where it had one that cannot be called from here."""
     after = torch._C._after_ADInplaceOrView_keyset
     redispatch = op.redispatch
     increment_version = torch.autograd.graph.increment_version
     get = _RECORDER.get
     slots: list[tuple[tuple[str, int], ...]] = []  # read from the schema at the first call, not at registration
     below = torch._C._AutoDispatchBelowADInplaceOrView
+    call_own = own.call_boxed if own else None
+
+    def number_in(args: Any, kwargs: Any) -> bool:
+        """A Python number in a `Tensor` slot: a wrapped number (`x.mul_(2)`) reaches a Python kernel
+        as the number, which a boxed call refuses; the argument parser wraps it as PyTorch did."""
+        if not slots:
+            slots.append(_number_slots(op))
+        for name, i in slots[0]:
+            if isinstance(args[i] if i < len(args) else kwargs.get(name), _NUMBERS):
+                return True
+        return False
 
     def run(keyset: Any, args: Any, kwargs: Any, hooks: _Hooks | None) -> Any:
         try:
-            if not slots:
-                slots.append(_number_slots(op))
-            for name, i in slots[0]:
-                value = args[i] if i < len(args) else kwargs.get(name)
-                if isinstance(value, (int, float, complex)):
-                    # a Python number: the argument parser wraps it as PyTorch did (a wrapped number
-                    # keeps its type-promotion rules), where a boxed redispatch refuses it
-                    with below():
-                        return op(*args, **kwargs)
+            if number_in(args, kwargs):
+                with below():  # a wrapped number keeps its type-promotion rules
+                    return op(*args, **kwargs)
             return redispatch(keyset & after, *args, **kwargs)
         except BaseException as exc:
             passed_through(exc)  # PyTorch's error at the program's op, not the tool's
@@ -114,6 +120,8 @@ def _kernel(op: Any, spec: WriteSpec, bumps: bool) -> Callable[..., Any]:
         """In place of PyTorch's own kernel, as it does: ops called inside run below autograd and
         this key (neither bumped twice nor recorded as writes of their own: index_put_'s)."""
         hooks = get()
+        if hooks is None and call_own is not None and not number_in(args, kwargs):
+            return call_own(keyset, *args, **kwargs)  # no session in this context: PyTorch's kernel, in C++
         written = written_tensors(spec, args, kwargs)
         if hooks is not None and hooks[0] is not None:
             hooks[0](op, written, args)
@@ -141,46 +149,23 @@ def _kernel(op: Any, spec: WriteSpec, bumps: bool) -> Callable[..., Any]:
         hooks[1](op, written)
         return out
 
-    kernel = replacing if bumps else passing
+    kernel = passing if own is None else replacing
     kernel.__name__ = f"inplace_doctor_{op_name(op).replace('.', '_')}"
     return kernel
 
 
-class _Registration:
-    """The process-wide library of kernels, registered while at least one user holds it."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.users = 0
-        self.library: Any = None
-        self.count = 0
-        #: (op, its kernel) for every mutating overload: aten's overloads are fixed once torch is
-        #: imported, so they are enumerated and their kernels built once per process
-        self.kernels: list[tuple[Any, Callable[..., Any]]] | None = None
-
-    def acquire(self) -> None:
-        with self.lock:
-            self.users += 1
-            if self.library is not None:
-                return
-            library = torch.library.Library("aten", "IMPL")
-            if self.kernels is None:
-                self.kernels = [(op, _kernel(op, spec, bumps)) for op, spec, bumps in mutating_overloads()]
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=OVERRIDE_WARNING)
-                for op, kernel in self.kernels:
-                    library.impl(op, kernel, "ADInplaceOrView", with_keyset=True)
-            self.library, self.count = library, len(self.kernels)
-
-    def release(self) -> None:
-        with self.lock:
-            self.users -= 1
-            if self.users == 0 and self.library is not None:
-                self.library._destroy()
-                self.library = None
+def _build() -> list[tuple[Any, Callable[..., Any]]]:
+    """(op, its kernel) for every mutating overload, with PyTorch's own kernels read before ours hide them."""
+    computed = getattr(torch._C, "_dispatch_get_computed_kernel_for_dispatch_key", None)
+    key = torch._C.DispatchKey.ADInplaceOrView
+    built = []
+    for op, spec, bumps in mutating_overloads():
+        own = (computed(op._name, key) if computed is not None else False) if bumps else None
+        built.append((op, _kernel(op, spec, own)))
+    return built
 
 
-_REGISTRATION = _Registration()
+_REGISTRATION = registration(_build)
 
 
 def _nested(inner: _Hooks, outer: _Hooks) -> _Hooks:
@@ -242,8 +227,18 @@ class WriteKernels:
 
 
 def registered() -> int:
-    """How many kernels are registered now (0 when no `WriteKernels` is entered)."""
-    return _REGISTRATION.count if _REGISTRATION.library is not None else 0
+    """How many kernels are registered now (0 when no `WriteKernels` is entered and the linger ended)."""
+    return _REGISTRATION.count
 
 
-__all__ = ["WriteKernels", "mutating_overloads", "registered", "OVERRIDE_WARNING"]
+def registrations() -> int:
+    """How many times the kernels were registered in this process."""
+    return _REGISTRATION.registrations
+
+
+def end_linger() -> None:
+    """Remove the kernels now unless a `WriteKernels` is entered (they linger a second after the last)."""
+    _REGISTRATION.end_linger()
+
+
+__all__ = ["WriteKernels", "end_linger", "mutating_overloads", "registered", "registrations", "OVERRIDE_WARNING"]
