@@ -22,6 +22,7 @@ from torch import nn
 
 import inplace_doctor as ipd
 from inplace_doctor.trace import kernel_registration
+from inplace_doctor.trace.blame import raised_by_the_tool
 from inplace_doctor.trace.write_kernels import (
     WriteKernels, end_linger, mutating_overloads, registered, registrations,
 )
@@ -117,6 +118,15 @@ def test_writes_without_a_session_while_lingering_are_not_recorded_and_run_as_py
     assert [t._version for t in lingering] == [t._version for t in plain]
     assert all(torch.equal(a, b) for a, b in zip(lingering, plain))
     assert half.dtype == torch.float16 and torch.equal(half, plain_half)
+
+
+def test_pytorchs_error_in_a_write_inside_a_fallthrough_op_stays_the_programs() -> None:
+    """`_foreach_add_`'s kernel passes through to per-tensor `add_`, whose kernels take the
+    no-session path: PyTorch's error there is the program's, not a crash of the tool."""
+    with WriteKernels(Recorded()):
+        with pytest.raises(RuntimeError, match="more than one element of the written-to tensor") as info:
+            torch._foreach_add_([torch.zeros(1).expand(3)], [torch.ones(3)])
+    assert not raised_by_the_tool(info.value)
 
 
 def test_a_deep_session_ends_the_linger(long_linger: None) -> None:

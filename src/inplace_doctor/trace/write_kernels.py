@@ -121,7 +121,11 @@ def _kernel(op: Any, spec: WriteSpec, own: Any) -> Callable[..., Any]:
         this key (neither bumped twice nor recorded as writes of their own: index_put_'s)."""
         hooks = get()
         if hooks is None and call_own is not None and not number_in(args, kwargs):
-            return call_own(keyset, *args, **kwargs)  # no session in this context: PyTorch's kernel, in C++
+            try:  # no session in this context (or inside a fallthrough op's kernel): PyTorch's kernel, in C++
+                return call_own(keyset, *args, **kwargs)
+            except BaseException as exc:
+                passed_through(exc)  # the error of the op inside, not an outer kernel's
+                raise
         written = written_tensors(spec, args, kwargs)
         if hooks is not None and hooks[0] is not None:
             hooks[0](op, written, args)
