@@ -7,7 +7,7 @@ entered within that time finds it registered. A daemon thread removes it
 when the time has passed with no session; `end_linger()` removes it at once
 (tests, a deep session, interpreter exit). While it lingers, a write runs
 through a kernel that finds no session and calls PyTorch's own
-`ADInplaceOrView` kernel from Python (a few µs per write instead of one; see
+`ADInplaceOrView` kernel from Python (a few µs more per write; see
 `write_kernels.py`).
 
 Removal is made safe for threads that write meanwhile. PyTorch's dispatcher

@@ -14,7 +14,8 @@ Known limitations:
   every thread runs through a kernel (one Python call per write). Only the
   context that set a recorder (a `ContextVar`: threads started inside do not
   inherit it) records anything; a write with no recorder calls PyTorch's own
-  `ADInplaceOrView` kernel at once (about 4 µs more than without the kernels).
+  `ADInplaceOrView` kernel at once (about 2.4 µs more than without the
+  kernels; 8 µs where a Python number stands for a tensor).
 - Ops that never reach `ADInplaceOrView` are not seen: writes under
   `torch.inference_mode` and to inference tensors; `CompositeImplicitAutograd`
   ops are seen through the ops they decompose into. Writes that bypass the
