@@ -221,6 +221,28 @@ def test_a_forked_child_runs_without_a_lingering_registration(long_linger: None)
     assert registered() > 1000  # the parent's linger goes on
 
 
+class _RegisteredInWorker(torch.utils.data.Dataset):
+    """Each item: how many of our kernels the worker process has registered, and a write's version."""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        t = torch.zeros(1)
+        t.add_(1)
+        return torch.tensor([registered(), t._version])
+
+
+def test_a_forked_dataloader_worker_writes_without_the_lingering_kernels(long_linger: None) -> None:
+    with WriteKernels(Recorded()):
+        pass
+    loader = torch.utils.data.DataLoader(
+        _RegisteredInWorker(), batch_size=None, num_workers=1, multiprocessing_context="fork",
+    )
+    assert [item.tolist() for item in loader] == [[0, 1], [0, 1]]
+    assert registered() > 1000
+
+
 def test_the_process_exits_at_once_and_the_kernels_are_gone_at_exit() -> None:
     script = textwrap.dedent(
         """
