@@ -14,8 +14,9 @@ Known limitations:
   Only the context that set a recorder (a `ContextVar`: threads started
   inside do not inherit it) records anything; the kernels are removed when the
   last `WriteKernels` exits.
-- Ops that never reach `ADInplaceOrView` are not seen: writes under
-  `torch.inference_mode` and to inference tensors; `CompositeImplicitAutograd`
+- Ops that never reach `ADInplaceOrView` are not seen: writes to inference
+  tensors (a normal tensor written under `torch.inference_mode` is seen);
+  `CompositeImplicitAutograd`
   ops are seen through the ops they decompose into. Writes that bypass the
   dispatcher (through `.numpy()`, DLPack) are not seen by any kernel.
 - View ops keep PyTorch's kernels: only overloads whose schema writes an
