@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 
+import pytest
 import torch
 from torch import nn
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from inplace_doctor.events import HeldTensorUsed
 from inplace_doctor.trace.tracer import Tracer
+
+
+def _python_key_on() -> bool:
+    return torch._C._dispatch_tls_is_dispatch_key_included(torch._C.DispatchKey.Python)
 
 
 class Events(list):
@@ -37,18 +43,25 @@ def test_the_read_mode_is_on_only_from_the_write_that_made_an_alias_stale_to_the
         assert reads.turned_on == 1
 
 
-def test_a_stale_alias_freed_turns_the_read_mode_off_at_the_next_write() -> None:
+@pytest.mark.parametrize("under_inference_mode", [False, True])
+def test_a_stale_alias_freed_turns_the_read_mode_off_at_the_next_write(under_inference_mode: bool) -> None:
+    """Not inside `torch.inference_mode`: popped there, the guard's end would switch the Python keys
+    back on over an empty stack; the first write after the block pops it."""
     model = nn.Linear(4, 2)
+    counter = torch.zeros(1)  # made outside: one made under inference mode would be an inference tensor, no kernel sees it
     with Tracer(Events(), fast=True) as tracer:
         reads = tracer.pending_reads
         snapshot = model.state_dict()
         with torch.no_grad():
             model.weight.mul_(2)
         assert reads.on
-        del snapshot
-        gc.collect()
-        torch.zeros(1).add_(1)
-        assert not reads.on and _get_current_dispatch_mode() is None
+        with torch.inference_mode() if under_inference_mode else contextlib.nullcontext():
+            del snapshot
+            gc.collect()
+            counter.add_(1)
+            assert reads.on is under_inference_mode
+        counter.add_(1)
+        assert not reads.on and _get_current_dispatch_mode() is None and not _python_key_on()
 
 
 def test_the_read_mode_does_not_outlive_the_tracer() -> None:
@@ -91,10 +104,6 @@ def test_detach_and_data_are_seen_while_the_fast_tracer_runs_and_restored_after(
         assert torch.equal(h.detach(), h.data)
     assert torch.Tensor.__dict__["detach"] is detach and ("data" in torch.Tensor.__dict__) == had_data
     assert _get_current_dispatch_mode() is None
-
-
-def _python_key_on() -> bool:
-    return torch._C._dispatch_tls_is_dispatch_key_included(torch._C.DispatchKey.Python)
 
 
 def test_the_pytorch_fact_a_mode_pushed_inside_inference_mode_is_not_called_after_it() -> None:
@@ -140,26 +149,6 @@ def test_the_read_mode_turned_on_inside_inference_mode_still_sees_ops_after_the_
         torch.zeros(1).add_(1)
         assert not reads.on
     assert _get_current_dispatch_mode() is None and not _python_key_on()
-
-
-def test_the_read_mode_is_not_popped_inside_inference_mode() -> None:
-    """Popped inside, the guard's end would switch the Python keys back on over an empty stack."""
-    model = nn.Linear(4, 2)
-    counter = torch.zeros(1)  # a normal tensor (one made inside would be an inference tensor: no kernel sees it)
-    with Tracer(Events(), fast=True) as tracer:
-        reads = tracer.pending_reads
-        snapshot = model.state_dict()
-        with torch.no_grad():
-            model.weight.mul_(2)
-        assert reads.on
-        with torch.inference_mode():
-            del snapshot
-            gc.collect()
-            counter.add_(1)  # nothing pending any more, but inside the block: the mode stays
-            assert reads.on
-        assert _python_key_on()
-        torch.zeros(1).add_(1)  # the first write after it pops the mode
-        assert not reads.on and _get_current_dispatch_mode() is None and not _python_key_on()
 
 
 def test_inference_mode_blocks_that_push_nothing_keep_the_keys_as_pytorch_leaves_them() -> None:

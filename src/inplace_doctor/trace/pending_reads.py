@@ -43,41 +43,35 @@ import torch
 
 from .aliases import HeldTensors
 from .graph_writes import UnrecordedWrites
-from .ops import _op_facts, op_facts, written_tensors
 from .owner import Busy
+from .per_op import OpWork, PerOpMode
 
 
-class _ReadMode(_compat.TorchDispatchMode):
-    """Pass-through: each op's tensor arguments checked against the stale aliases, nothing else."""
+class _ReadWork(OpWork):
+    """What the deep tracer's mode does for IPD107 and IPD110, in its order: each op's tensor
+    arguments checked against the stale aliases and the changed graph tensors."""
 
-    def __init__(self, busy: Busy, held: HeldTensors, graph: UnrecordedWrites) -> None:
-        super().__init__()
-        self.busy = busy
+    def __init__(self, held: HeldTensors, graph: UnrecordedWrites) -> None:
         self.held = held
         self.graph = graph
-        self.ops = 0
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        """What the deep tracer's mode does for these two rules, in its order."""
-        if kwargs is None:
-            kwargs = {}
-        if self.busy.on:
-            return func(*args, **kwargs)
-        self.ops += 1
+    def before(self, func: Any, args: Any, kwargs: Any, written: list[torch.Tensor] | None, node: Any) -> Any:
         graph = self.graph
         if graph.awaiting:
             graph.resolve()
-        _, spec, _ = _op_facts.get(id(func)) or op_facts(func)
-        written = written_tensors(spec, args, kwargs) if spec else None
         stale_read = self.held.check_uses(func, args, kwargs, written) if self.held.stale_ids else None
-        if graph.watching and _compat.current_autograd_node() is None and func is not _DETACH:
+        if graph.watching and node is None and func is not _DETACH:
             graph.check_uses(func, args, kwargs, written)
-        out = func(*args, **kwargs)
+        return stale_read
+
+    def after(
+        self, stale_read: Any, func: Any, args: Any, kwargs: Any, out: Any, written: list[torch.Tensor] | None,
+        batch_norm: bool, node: Any,
+    ) -> None:
         if stale_read is not None:  # a `.detach()`/`.data` of a stale alias: the same alias, followed
             self.held.alias_of_stale(stale_read, out)
-        if graph.used is not None:
-            graph.after_op(out)
-        return out
+        if self.graph.used is not None:
+            self.graph.after_op(out)
 
 
 _DETACH = torch.ops.aten.detach.default
@@ -98,19 +92,19 @@ def _inference_mode_exit(self: Any, *exc: Any) -> None:
     length = torch._C._len_torch_dispatch_stack()
     if not length or torch._C._dispatch_tls_is_dispatch_key_included(_PYTHON_KEYS[0]):
         return
-    if any(isinstance(torch._C._get_dispatch_stack_at(i), _ReadMode) for i in range(length)):
+    if any(isinstance(torch._C._get_dispatch_stack_at(i), PerOpMode) for i in range(length)):
         for key in _PYTHON_KEYS:  # what pushing onto an empty stack does
             torch._C._dispatch_tls_set_dispatch_key_included(key, True)
 
 
 class PendingReads:
-    """Turns `_ReadMode` on while a stale held alias awaits its use, off once none does."""
+    """Turns a `PerOpMode` doing `_ReadWork` on while a stale held alias awaits its use, off once none does."""
 
     def __init__(self, busy: Busy, held: HeldTensors, graph: UnrecordedWrites) -> None:
         self.held = held
         self.graph = graph
         self.busy = busy
-        self.mode = _ReadMode(busy, held, graph)
+        self.mode = PerOpMode(busy, _ReadWork(held, graph))
         self._originals: dict[str, Any] = {}
         self.on = False
         #: times the mode was turned on (the report's statistics may show it)
