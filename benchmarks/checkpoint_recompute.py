@@ -7,9 +7,10 @@ Variants, each one forward + backward with `loss = output.sum()`, timed in inter
 (CPU time, one thread, minimum per variant), as benchmarks/overhead.py does:
 
 - plain:      no instrumentation;
-- watch-off:  `inplace_doctor.watch()` with the recompute check taken out of its dispatch mode
-              (what the tracer did before IPD111: no look at the saved-tensor hooks per op);
-- watch:      `inplace_doctor.watch()` as shipped.
+- watch-off:  `inplace_doctor.watch(deep=True)` with the recompute check taken out of its dispatch
+              mode (what the tracer did before IPD111: no look at the saved-tensor hooks per op);
+- watch:      `inplace_doctor.watch(deep=True)` as shipped (the fast tracer's per-op work in
+              regions: benchmarks/fast_checkpoint.py).
 
 Workloads: an MLP without checkpointing (what the check costs outside regions: one look at
 the top saved-tensor hooks per op), the same MLP checkpointed in segments, and a transformer
@@ -19,27 +20,14 @@ encoder with each layer checkpointed (non-reentrant). Prints measurements; asser
 from __future__ import annotations
 
 import argparse
-import gc
-import time
 from typing import Callable
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+from torch.utils.checkpoint import checkpoint
 
 import inplace_doctor as ipd
-
-
-class MLP(nn.Module):
-    def __init__(self, segments: int = 0) -> None:
-        super().__init__()
-        self.layers = nn.Sequential(*[m for _ in range(30) for m in (nn.Linear(64, 64), nn.GELU())])
-        self.segments = segments
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.segments:
-            return checkpoint_sequential(self.layers, self.segments, x, use_reentrant=False)
-        return self.layers(x)
+from _checkpointed import MLP, best_times  # benchmarks/ is on sys.path when run as a script
 
 
 class Encoder(nn.Module):
@@ -65,7 +53,7 @@ def _variants(model: nn.Module, x: torch.Tensor) -> dict[str, Callable[[], None]
 
     def watched(check: bool) -> Callable[[], None]:
         def run() -> None:
-            session = ipd.watch()
+            session = ipd.watch(deep=True)  # the deep tracer's dispatch mode looks at the hooks at every op
             if not check:
                 session.tracer._mode.recompute = None  # the tracer before IPD111
             with session:
@@ -92,19 +80,7 @@ def main() -> None:
     print("|---|--:|--:|--:|--:|")
     for name, model, x, rounds in workloads:
         rounds = args.rounds or rounds
-        variants = _variants(model, x)
-        for run in variants.values():  # warm-up
-            run()
-        best = {k: float("inf") for k in variants}
-        order = list(variants)
-        for r in range(rounds):
-            for k in order[r % 3:] + order[: r % 3]:
-                model.zero_grad(set_to_none=True)
-                x.grad = None
-                gc.collect()
-                start = time.process_time()
-                variants[k]()
-                best[k] = min(best[k], time.process_time() - start)
+        best = best_times(_variants(model, x), model, x, rounds)
         p = best["plain"]
         print(
             f"| {name} | {p * 1e3:.1f} | x{best['watch-off'] / p:.2f} | x{best['watch'] / p:.2f} "

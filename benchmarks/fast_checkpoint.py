@@ -23,31 +23,17 @@ nothing.
 from __future__ import annotations
 
 import argparse
-import gc
-import time
 from typing import Callable
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint_sequential
 
 import inplace_doctor as ipd
+from _checkpointed import MLP, best_times  # benchmarks/ is on sys.path when run as a script
 from inplace_doctor.rules import FAST_MODE_RULES
 from inplace_doctor.trace.write_kernels import WriteKernels
 
 BEFORE = ["IPD101", "IPD102", "IPD103", "IPD104", "IPD107", "IPD110"]
-
-
-class MLP(nn.Module):
-    def __init__(self, segments: int = 0) -> None:
-        super().__init__()
-        self.layers = nn.Sequential(*[m for _ in range(30) for m in (nn.Linear(64, 64), nn.GELU())])
-        self.segments = segments
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.segments:
-            return checkpoint_sequential(self.layers, self.segments, x, use_reentrant=False)
-        return self.layers(x)
 
 
 def _timm(name: str, **kwargs: object) -> nn.Module:
@@ -99,19 +85,7 @@ def main() -> None:
         rounds = args.rounds or rounds
         model = build()
         x = torch.randn(*shape, requires_grad=True)
-        variants = _variants(model, x)
-        for run in variants.values():  # warm-up
-            run()
-        best = {k: float("inf") for k in variants}
-        order = list(variants)
-        for r in range(rounds):
-            for k in order[r % len(order):] + order[: r % len(order)]:
-                model.zero_grad(set_to_none=True)
-                x.grad = None
-                gc.collect()
-                start = time.process_time()
-                variants[k]()
-                best[k] = min(best[k], time.process_time() - start)
+        best = best_times(_variants(model, x), model, x, rounds)
         p = best["plain"]
         print(
             f"| {name} | {p * 1e3:.1f} | x{best['fast, before'] / p:.2f} | x{best['fast'] / p:.2f} "

@@ -129,20 +129,7 @@ def test_views_of_leaves_under_no_grad_and_tensors_without_grad_are_not_reported
     assert [f for f in session.findings if f.code == "IPD110"] == []
 
 
-@pytest.mark.parametrize(
-    "deep",
-    [
-        True,
-        pytest.param(
-            False,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="writes under torch.inference_mode never reach the ADInplaceOrView key, where the fast "
-                "tracer's kernels are: only the deep tracer sees them (README, Known limitations)",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("deep", [True, False])
 def test_a_view_of_the_written_tensor_used_later_is_reported(deep: bool) -> None:
     fc = nn.Linear(8, 8)
     with ipd.watch(deep=deep) as session:
@@ -153,6 +140,37 @@ def test_a_view_of_the_written_tensor_used_later_is_reported(deep: bool) -> None
     f = _ipd110(session.findings)
     assert (f.mutation.line, f.read.line) == (line_of(__file__, "# write:inference"), line_of(__file__, "# use:view"))
     assert "torch.inference_mode()" in f.what and f.confirmed is True
+
+
+@pytest.mark.parametrize("deep", [True, False])
+def test_a_write_in_a_function_decorated_with_inference_mode_is_reported(deep: bool) -> None:
+    @torch.inference_mode()
+    def clear(h: torch.Tensor) -> None:
+        h[:, :2].zero_()  # write:decorated
+
+    fc = nn.Linear(8, 8)
+    with ipd.watch(deep=deep) as session:
+        h = fc(torch.randn(4, 8))
+        clear(h)
+        (h * 2).sum().backward()  # use:decorated
+    f = _ipd110(session.findings)
+    assert (f.mutation.line, f.read.line) == (line_of(__file__, "# write:decorated"), line_of(__file__, "# use:decorated"))
+
+
+@pytest.mark.parametrize("deep", [True, False])
+def test_writes_under_inference_mode_into_inference_tensors_or_tensors_without_grad_are_not_reported(
+    deep: bool,
+) -> None:
+    fc = nn.Linear(8, 8)
+    scale = torch.ones(4, 8)  # made outside, no grad: a buffer, not a graph tensor
+    with ipd.watch(deep=deep) as session:
+        h = fc(torch.randn(4, 8))
+        with torch.inference_mode():
+            mask = torch.ones(4, 8)  # an inference tensor
+            mask[:, 0].zero_()
+            scale.mul_(0.5)
+        (h * mask.clone() * scale).sum().backward()
+    assert session.findings == []
 
 
 def test_a_write_that_also_changes_a_saved_tensor_is_left_to_ipd104() -> None:

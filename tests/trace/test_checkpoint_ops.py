@@ -18,7 +18,7 @@ from torch.utils.checkpoint import checkpoint
 
 import inplace_doctor as ipd
 from inplace_doctor.rules import FAST_MODE_RULES
-from inplace_doctor.trace.checkpoint_ops import _remove_mode
+from inplace_doctor._compat import remove_dispatch_mode
 
 
 def _fast() -> Any:
@@ -173,9 +173,9 @@ def test_the_mode_comes_off_the_stack_under_modes_pushed_after_it() -> None:
     _compat.push_dispatch_mode(ours)
     _compat.push_dispatch_mode(theirs)
     try:
-        _remove_mode(ours)
+        remove_dispatch_mode(ours)
         assert torch._C._len_torch_dispatch_stack() == 1 and torch._C._get_dispatch_stack_at(0) is theirs
-        _remove_mode(ours)  # gone already: nothing happens
+        remove_dispatch_mode(ours)  # gone already: nothing happens
         assert torch._C._len_torch_dispatch_stack() == 1
     finally:
         while torch._C._len_torch_dispatch_stack():

@@ -74,8 +74,8 @@ def graph_tensor_changed_outside_autograd(
     estimator, ``h = h + (new - h).detach()``.
 
     Mode: fast (the default) and deep: the fast tracer serves it (every op enters Python only while a changed
-    graph tensor awaits its use), except a write made under ``torch.inference_mode``, which never
-    reaches the fast tracer's kernels: only ``--deep`` sees that one.
+    graph tensor awaits its use), a write under ``torch.inference_mode()`` included; one under an
+    inference-mode guard entered otherwise (``torch._C._InferenceMode``, C++ code) only ``--deep`` sees.
     """
     reached = event if isinstance(event, ChangedGraphTensorReached) else None
     confirmed = True if reached is not None else None

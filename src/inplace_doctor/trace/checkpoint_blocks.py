@@ -62,6 +62,16 @@ class RegionCount:
             cls.n = 0
 
 
+def open_region(own_pack: Any) -> tuple[Any, Any] | None:
+    """The non-reentrant checkpoint region this thread's op runs in (its frame, forward or
+    recompute), read from the saved-tensor hooks on top; None outside one. `own_pack`: the
+    tracer's own pack hook, on top of the hooks outside checkpoint regions."""
+    hooks = _compat.top_saved_tensors_hooks(False)
+    if hooks is None or hooks[0] is own_pack:
+        return None
+    return _compat.checkpoint_region(hooks[0])
+
+
 def _count_blocks(hook_class: type, recompute: bool) -> None:
     enter, exit_ = hook_class.__enter__, hook_class.__exit__  # type: ignore[attr-defined]
 
@@ -93,4 +103,4 @@ def _count_blocks(hook_class: type, recompute: bool) -> None:
     hook_class.__exit__ = __exit__  # type: ignore[attr-defined]
 
 
-__all__ = ["RegionCount"]
+__all__ = ["RegionCount", "open_region"]

@@ -39,69 +39,53 @@ import torch
 from torch.autograd.function import BackwardCFunction
 
 from .. import _compat
-from .blame import passed_through
+from .checkpoint_blocks import RegionCount, open_region
 from .nodes import origin_of
-from .ops import _op_facts, op_facts, written_tensors
 from .owner import Busy
+from .per_op import OpWork, PerOpMode, record_failure
 from .pytorch_errors import RaisedErrors
-from .checkpoint_blocks import RegionCount
 from .recompute import RecomputeCheck
 from .writes import WriteRecorder
 
 _OWNER: contextvars.ContextVar["RegionOps | None"] = contextvars.ContextVar("inplace_doctor_regions", default=None)
 
 
-class _RegionMode(_compat.TorchDispatchMode):
-    """Pass-through for a region's ops: the recompute comparison and batch norms in backward."""
+class _RegionWork(OpWork):
+    """What `dispatch_mode.TracingMode` does for IPD108 and IPD111, in its order (writes are the kernels'):
+    the recompute compared with the forward, batch norms in backward."""
 
-    def __init__(
-        self, busy: Busy, writes: WriteRecorder, raised: RaisedErrors, recompute: RecomputeCheck | None, own_pack: Any
-    ) -> None:
-        super().__init__()
-        self.busy = busy
+    def __init__(self, writes: WriteRecorder, raised: RaisedErrors, recompute: RecomputeCheck | None, own_pack: Any) -> None:
         self.writes = writes
         self.raised = raised
         self.recompute = recompute
         self.own_pack = own_pack
-        self.ops = 0
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        """What `dispatch_mode.TracingMode` does for IPD108 and IPD111, in its order (writes are the kernels')."""
-        if kwargs is None:
-            kwargs = {}
-        if self.busy.on:
-            return func(*args, **kwargs)
-        self.ops += 1
-        _, spec, batch_norm = _op_facts.get(id(func)) or op_facts(func)
-        written = written_tensors(spec, args, kwargs) if spec else None
-        node = _compat.current_autograd_node()
-        region = None
+    def before(self, func: Any, args: Any, kwargs: Any, written: list[torch.Tensor] | None, node: Any) -> Any:
         recompute = self.recompute
-        if recompute is not None:
-            hooks = _compat.top_saved_tensors_hooks(False)
-            if hooks is not None and hooks[0] is not self.own_pack:
-                region = _compat.checkpoint_region(hooks[0])
-                if region is not None and written:
-                    recompute.before_write(region, func, args, kwargs)
-        try:
-            out = func(*args, **kwargs)
-        except BaseException as exc:
-            passed_through(exc)
-            self.raised.failed_op = (id(exc), func)  # by id, as the deep tracer keeps it
-            if node is not None:
-                self.raised.failed_node = (id(exc), origin_of(node))
-            raise
+        if recompute is None:
+            return None
+        region = open_region(self.own_pack)
+        if region is not None and written:
+            recompute.before_write(region, func, args, kwargs)
+        return region
+
+    def after(
+        self, region: Any, func: Any, args: Any, kwargs: Any, out: Any, written: list[torch.Tensor] | None,
+        batch_norm: bool, node: Any,
+    ) -> None:
         if node is not None:
             self.raised.last_node = origin_of(node)
         if region is not None:
-            recompute.after_op(region, func, args, kwargs, out, written)  # type: ignore[union-attr]
+            self.recompute.after_op(region, func, args, kwargs, out, written)  # type: ignore[union-attr]
         if batch_norm and node is not None:
             self.writes.batch_norm_in_backward(func, args, kwargs)
-        return out
+
+    def failed(self, func: Any, exc: BaseException, node: Any) -> None:
+        record_failure(self.raised, func, exc, node)
 
 
 class RegionOps:
-    """Context manager: `_RegionMode` on a thread while it runs a checkpoint region, for one fast tracer.
+    """Context manager: a `PerOpMode` doing `_RegionWork` on a thread while it runs a checkpoint region, for one fast tracer.
 
     `regions` counts the outermost blocks that turned the mode on.
     """
@@ -109,7 +93,7 @@ class RegionOps:
     def __init__(
         self, busy: Busy, writes: WriteRecorder, raised: RaisedErrors, recompute: RecomputeCheck | None, own_pack: Any
     ) -> None:
-        self.mode = _RegionMode(busy, writes, raised, recompute, own_pack)
+        self.mode = PerOpMode(busy, _RegionWork(writes, raised, recompute, own_pack))
         self._own_pack = own_pack
         self._depth = threading.local()
         self._token: contextvars.Token[RegionOps | None] | None = None
@@ -124,7 +108,7 @@ class RegionOps:
     def __exit__(self, *exc: object) -> None:
         if getattr(self._depth, "n", 0):  # left inside a region (the program's blocks out of order)
             self._depth.n = 0
-            _remove_mode(self.mode)
+            _compat.remove_dispatch_mode(self.mode)
         _REENTRANT.release()
         if self in RegionCount.watchers:
             RegionCount.watchers.remove(self)
@@ -150,22 +134,7 @@ class RegionOps:
             return  # its mode was taken off when the tracer left inside the region
         self._depth.n = depth
         if not depth:
-            _remove_mode(self.mode)
-
-
-def _remove_mode(mode: Any) -> None:
-    """Take `mode` off this thread's dispatch-mode stack; modes pushed above it since stay, in order."""
-    length = torch._C._len_torch_dispatch_stack()
-    if not any(torch._C._get_dispatch_stack_at(i) is mode for i in range(length)):
-        return
-    above = []
-    while True:
-        popped = _compat.pop_dispatch_mode(None)
-        if popped is mode:
-            break
-        above.append(popped)
-    for other in reversed(above):
-        _compat.push_dispatch_mode(other)
+            _compat.remove_dispatch_mode(self.mode)
 
 
 class _ReentrantBackward:

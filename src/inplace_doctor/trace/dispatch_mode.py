@@ -1,4 +1,4 @@
-"""The tracer's `TorchDispatchMode`: every aten op of the run passes through it once."""
+"""The deep tracer's `TorchDispatchMode`: every aten op of the run passes through it once."""
 
 from __future__ import annotations
 
@@ -9,23 +9,25 @@ import torch
 from .. import _compat
 from .aliases import HeldTensors
 from .blame import passed_through
+from .checkpoint_blocks import RegionCount, open_region
 from .graph_writes import UnrecordedWrites
 from .inplace_calls import InplaceCalls
 from .nodes import origin_of
-from .ops import _op_facts, op_facts, restores_version_bump, written_tensors
+from .ops import restores_version_bump
 from .owner import Busy
+from .per_op import PerOpMode, record_failure
 from .pytorch_errors import RaisedErrors
-from .checkpoint_blocks import RegionCount
 from .recompute import RecomputeCheck
 from .saved import SavedTensors
 from .storage import storage_span
 from .writes import WriteRecorder
 
 
-class TracingMode(_compat.TorchDispatchMode):
+class TracingMode(PerOpMode):
     """Before each op: settle what earlier ops did, look for reads of overwritten values; after: record its writes.
 
-    One per tracer, entered each time the tracer is; `ops` counts what it saw.
+    One per tracer, entered each time the tracer is; `ops` counts what it saw. The preamble is
+    `PerOpMode`'s; the work at each op, in its order, is this class's own.
     """
 
     def __init__(
@@ -40,8 +42,7 @@ class TracingMode(_compat.TorchDispatchMode):
         recompute: RecomputeCheck | None = None,
         own_pack: Any = None,
     ) -> None:
-        super().__init__()
-        self.busy = busy
+        super().__init__(busy)
         self.saved = saved
         self.writes = writes
         self.inplace_calls = inplace_calls
@@ -52,13 +53,8 @@ class TracingMode(_compat.TorchDispatchMode):
         self.graph = graph
         self.recompute = recompute
         self.own_pack = own_pack  # the tracer's pack hook: on top of the hooks outside checkpoint regions
-        self.ops = 0
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if kwargs is None:
-            kwargs = {}
-        if self.busy.on:
-            return func(*args, **kwargs)
+    def run(self, func: Any, args: Any, kwargs: Any, written: list[torch.Tensor] | None, batch_norm: bool) -> Any:
         saved, writes = self.saved, self.writes
         if saved.pending_nodes:
             saved.flush_nodes()
@@ -68,8 +64,6 @@ class TracingMode(_compat.TorchDispatchMode):
         if graph.awaiting:
             graph.resolve()
         self.ops += 1
-        _, spec, batch_norm = _op_facts.get(id(func)) or op_facts(func)
-        written = written_tensors(spec, args, kwargs) if spec else None
         if written and writes.before_write is not None:
             writes.call_before_write(written)
         if written and saved.by_storage:
@@ -87,20 +81,14 @@ class TracingMode(_compat.TorchDispatchMode):
                 graph.check_uses(func, args, kwargs, written)
         region = None
         if RegionCount.n and self.recompute is not None:  # a checkpoint region is open (on some thread)
-            hooks = _compat.top_saved_tensors_hooks(False)
-            if hooks is not None and hooks[0] is not self.own_pack:
-                region = _compat.checkpoint_region(hooks[0])  # inside a non-reentrant checkpoint region
-                if region is not None and written:  # an op that saved what it writes: its value before the kernel
-                    self.recompute.before_write(region, func, args, kwargs)
+            region = open_region(self.own_pack)
+            if region is not None and written:  # an op that saved what it writes: its value before the kernel
+                self.recompute.before_write(region, func, args, kwargs)
         try:
             out = func(*args, **kwargs)
         except BaseException as exc:
             passed_through(exc)
-            # By id: holding the exception would hold its traceback's frames, the
-            # graph, and through our hooks the tracer: a cycle gc cannot see.
-            self.raised.failed_op = (id(exc), func)
-            if node is not None:  # inside backward: the node whose backward failed
-                self.raised.failed_node = (id(exc), origin_of(node))
+            record_failure(self.raised, func, exc, node)
             raise
         if node is not None:  # in backward: what ran last, for errors autograd raises after a node
             self.raised.last_node = origin_of(node)
@@ -138,26 +126,6 @@ def copies_onto_itself(args: Any) -> bool:
         and storage_span(dst) == storage_span(src)
         and storage_span(dst) is not None
     )
-
-
-def disable_dynamo_directly() -> None:
-    """Wrap the dispatch mode in `torch._dynamo.disable` itself, once.
-
-    torch wraps every mode's `__torch_dispatch__` in `torch._disable_dynamo`,
-    so that a compiled function called while the mode is active never traces
-    the mode. Its lazy-import layer is one more Python call per op: about 3 %
-    of a small model's step. `torch._dynamo.disable` gives the same protection
-    without it (torch's wrapper imports torch._dynamo at the first op anyway).
-    """
-    current = TracingMode.__dict__["__torch_dispatch__"]
-    raw = getattr(current, "__wrapped__", None)
-    if raw is None or getattr(current, "_torchdynamo_disable", False):
-        return  # not wrapped by this torch, or done already
-    try:
-        import torch._dynamo
-    except Exception:  # a platform without dynamo: keep torch's own wrapper
-        return
-    TracingMode.__torch_dispatch__ = torch._dynamo.disable(raw, recursive=True)  # type: ignore[method-assign]
 
 
 class SubclassConstruction:

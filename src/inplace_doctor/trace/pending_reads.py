@@ -11,13 +11,26 @@ graph tensor's use was found and its node hooked, or the tensor freed).
 `.detach()` and `.data`, which IPD110 needs to know always (a write through
 such an alias is the change), are seen by wrapping `Tensor.detach` and
 `Tensor.data` while the tracer runs (calls from Python only).
+A write under `torch.inference_mode()` into a graph tensor (IPD110) reaches the
+write kernels like any other, but the mode it turns on would be lost when the
+block ends: the inference-mode guard puts this thread's dispatch keys back as
+they were when the block began, so a mode pushed inside stays on the stack and
+is never called again. While a tracer runs, `torch.inference_mode.__exit__`
+is wrapped to switch the keys back on when one of the tool's modes is on the
+stack (a block that never pushed one pays one Python call at its end), and the
+mode is not popped inside such a block (the first write after it does).
 Between those points every op enters Python, as in deep mode; elsewhere none
 does.
 
 Known limitations: the mode is pushed and popped only while it is the top of
 the thread's dispatch-mode stack (a mode the program entered after it stays
 above it until the program leaves that mode); a stale alias kept for the
-rest of the run keeps the mode on for the rest of the run.
+rest of the run keeps the mode on for the rest of the run. An inference-mode
+guard not entered through `torch.inference_mode` (`torch._C._InferenceMode`
+used directly, C++ code) is not seen: a graph tensor written inside one is
+missed. A dispatch mode the program itself pushed inside such a block and
+left on after it is called again after it when the tool's mode was pushed in
+the same block (without the tool it would not be).
 """
 
 from __future__ import annotations
@@ -30,41 +43,35 @@ import torch
 
 from .aliases import HeldTensors
 from .graph_writes import UnrecordedWrites
-from .ops import _op_facts, op_facts, written_tensors
 from .owner import Busy
+from .per_op import OpWork, PerOpMode
 
 
-class _ReadMode(_compat.TorchDispatchMode):
-    """Pass-through: each op's tensor arguments checked against the stale aliases, nothing else."""
+class _ReadWork(OpWork):
+    """What the deep tracer's mode does for IPD107 and IPD110, in its order: each op's tensor
+    arguments checked against the stale aliases and the changed graph tensors."""
 
-    def __init__(self, busy: Busy, held: HeldTensors, graph: UnrecordedWrites) -> None:
-        super().__init__()
-        self.busy = busy
+    def __init__(self, held: HeldTensors, graph: UnrecordedWrites) -> None:
         self.held = held
         self.graph = graph
-        self.ops = 0
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        """What the deep tracer's mode does for these two rules, in its order."""
-        if kwargs is None:
-            kwargs = {}
-        if self.busy.on:
-            return func(*args, **kwargs)
-        self.ops += 1
+    def before(self, func: Any, args: Any, kwargs: Any, written: list[torch.Tensor] | None, node: Any) -> Any:
         graph = self.graph
         if graph.awaiting:
             graph.resolve()
-        _, spec, _ = _op_facts.get(id(func)) or op_facts(func)
-        written = written_tensors(spec, args, kwargs) if spec else None
         stale_read = self.held.check_uses(func, args, kwargs, written) if self.held.stale_ids else None
-        if graph.watching and _compat.current_autograd_node() is None and func is not _DETACH:
+        if graph.watching and node is None and func is not _DETACH:
             graph.check_uses(func, args, kwargs, written)
-        out = func(*args, **kwargs)
+        return stale_read
+
+    def after(
+        self, stale_read: Any, func: Any, args: Any, kwargs: Any, out: Any, written: list[torch.Tensor] | None,
+        batch_norm: bool, node: Any,
+    ) -> None:
         if stale_read is not None:  # a `.detach()`/`.data` of a stale alias: the same alias, followed
             self.held.alias_of_stale(stale_read, out)
-        if graph.used is not None:
-            graph.after_op(out)
-        return out
+        if self.graph.used is not None:
+            self.graph.after_op(out)
 
 
 _DETACH = torch.ops.aten.detach.default
@@ -72,16 +79,32 @@ _DETACH = torch.ops.aten.detach.default
 _TORCH_DETACH = torch.Tensor.__dict__["detach"]
 _SESSIONS = [0]
 _SESSIONS_LOCK = threading.Lock()
+_INFERENCE_MODE = torch.autograd.grad_mode.inference_mode
+#: PyTorch's `inference_mode.__exit__`, put back when the last session ends
+_TORCH_INFERENCE_EXIT = _INFERENCE_MODE.__dict__["__exit__"]
+_PYTHON_KEYS = (torch._C.DispatchKey.Python, torch._C.DispatchKey.PythonTLSSnapshot)
+
+
+def _inference_mode_exit(self: Any, *exc: Any) -> None:
+    """`torch.inference_mode`'s end, then the Python dispatch keys on again if the guard's
+    restore switched them off under a mode of the tool's (pushed inside the block)."""
+    _TORCH_INFERENCE_EXIT(self, *exc)
+    length = torch._C._len_torch_dispatch_stack()
+    if not length or torch._C._dispatch_tls_is_dispatch_key_included(_PYTHON_KEYS[0]):
+        return
+    if any(isinstance(torch._C._get_dispatch_stack_at(i), PerOpMode) for i in range(length)):
+        for key in _PYTHON_KEYS:  # what pushing onto an empty stack does
+            torch._C._dispatch_tls_set_dispatch_key_included(key, True)
 
 
 class PendingReads:
-    """Turns `_ReadMode` on while a stale held alias awaits its use, off once none does."""
+    """Turns a `PerOpMode` doing `_ReadWork` on while a stale held alias awaits its use, off once none does."""
 
     def __init__(self, busy: Busy, held: HeldTensors, graph: UnrecordedWrites) -> None:
         self.held = held
         self.graph = graph
         self.busy = busy
-        self.mode = _ReadMode(busy, held, graph)
+        self.mode = PerOpMode(busy, _ReadWork(held, graph))
         self._originals: dict[str, Any] = {}
         self.on = False
         #: times the mode was turned on (the report's statistics may show it)
@@ -120,6 +143,8 @@ class PendingReads:
 
         with _SESSIONS_LOCK:
             _SESSIONS[0] += 1
+            if _SESSIONS[0] == 1:
+                _INFERENCE_MODE.__exit__ = _inference_mode_exit  # type: ignore[method-assign]
             torch.Tensor.detach = detach_seen  # type: ignore[method-assign, assignment]
             if "data" not in torch.Tensor.__dict__:
                 torch.Tensor.data = property(data_seen, data.__set__)  # type: ignore[method-assign, assignment]
@@ -137,6 +162,7 @@ class PendingReads:
             _SESSIONS[0] -= 1
             if _SESSIONS[0] == 0:
                 torch.Tensor.detach = _TORCH_DETACH  # type: ignore[method-assign]
+                _INFERENCE_MODE.__exit__ = _TORCH_INFERENCE_EXIT  # type: ignore[method-assign]
                 if "data" in torch.Tensor.__dict__:
                     del torch.Tensor.data
 
@@ -158,8 +184,14 @@ class PendingReads:
             self.off()
 
     def off(self) -> None:
-        """Pop the mode, if it is the top of this thread's stack (else it stays until it is)."""
-        if self.on and _top_mode() is self.mode and _compat.current_autograd_node() is None:
+        """Pop the mode, if it is the top of this thread's stack (else it stays until it is); not
+        inside `torch.inference_mode`, whose end would switch the Python keys back on over an empty stack."""
+        if (
+            self.on
+            and _top_mode() is self.mode
+            and _compat.current_autograd_node() is None
+            and not torch.is_inference_mode_enabled()
+        ):
             _compat.pop_dispatch_mode(None)
             self.on = False
 

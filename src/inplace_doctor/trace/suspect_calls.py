@@ -7,7 +7,7 @@ deep tracer checks every aten op's arguments against them. The fast one keeps
 `InplaceCalls` (a `TorchFunctionMode`: Python sees each torch-level call, not
 each op) and, while a suspect is pending, looks through each call's arguments
 for it by identity (nested lists, tuples and dicts too). Only a call that is
-handed one runs under `_SuspectReads`, a pass-through dispatch mode making
+handed one runs under a `PerOpMode` (`per_op.py`) making
 the deep tracer's checks at each op of that call, in its order, so the read
 is the same op with the same line. With no suspect pending, or for a call not
 handed one, no op enters Python.
@@ -30,10 +30,10 @@ from typing import Any, Callable
 import torch
 
 from .. import _compat
-from .blame import call_through, passed_through
+from .blame import passed_through
 from .caller_reads import CallerReads
-from .ops import _op_facts, op_facts, written_tensors
 from .owner import Busy
+from .per_op import OpWork, PerOpMode
 
 #: what runs TorchScript code when Python calls it: a scripted function, a scripted module's method
 _SCRIPTED = (torch._C.ScriptFunction, torch._C.ScriptMethod)
@@ -48,39 +48,29 @@ _SESSIONS_LOCK = threading.Lock()
 CheckReads = Callable[[Any, Any, Any], None]
 
 
-class _SuspectReads(_compat.TorchDispatchMode):
-    """Pass-through: the deep tracer's IPD105 and IPD106 checks at each forward op, nothing else."""
+class _SuspectWork(OpWork):
+    """The deep tracer's IPD105 and IPD106 checks at each forward op, nothing else."""
 
-    def __init__(self, busy: Busy, overwritten: dict[int, Any], check_overwritten: CheckReads, caller: CallerReads) -> None:
-        super().__init__()
-        self.busy = busy
+    def __init__(self, overwritten: dict[int, Any], check_overwritten: CheckReads, caller: CallerReads) -> None:
         self.overwritten = overwritten
         self.check_overwritten = check_overwritten
         self.caller = caller
-        self.ops = 0
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if kwargs is None:
-            kwargs = {}
-        if not self.busy.on and _compat.current_autograd_node() is None:
-            self.ops += 1
-            if self.overwritten:
-                self.check_overwritten(func, args, kwargs)  # before the op: the values it reads
-            if self.caller.awaiting:
-                _, spec, _ = _op_facts.get(id(func)) or op_facts(func)
-                written = written_tensors(spec, args, kwargs) if spec else None
-                self.caller.check_reads(func, args, kwargs, written)
-        return call_through(func, args, kwargs)
+    def before(self, func: Any, args: Any, kwargs: Any, written: list[torch.Tensor] | None, node: Any) -> Any:
+        if self.overwritten:
+            self.check_overwritten(func, args, kwargs)  # before the op: the values it reads
+        if self.caller.awaiting:
+            self.caller.check_reads(func, args, kwargs, written)
 
 
 class SuspectCalls:
-    """Which torch-level calls run under `_SuspectReads`: those handed an object a read is awaited of."""
+    """Which torch-level calls run under a `PerOpMode` doing `_SuspectWork` (forward ops): those handed an object a read is awaited of."""
 
     def __init__(self, busy: Busy, overwritten: dict[int, Any], check_overwritten: CheckReads, caller: CallerReads) -> None:
         #: the dicts the deep tracer's checks read (never replaced by their owners): id -> entry
         self.overwritten = overwritten
         self.awaiting = caller.awaiting
-        self.mode = _SuspectReads(busy, overwritten, check_overwritten, caller)
+        self.mode = PerOpMode(busy, _SuspectWork(overwritten, check_overwritten, caller), forward_only=True)
         self._depth = 0
         self._originals: list[tuple[Any, Any]] = []
         #: calls run under the mode (the tests and the report's statistics may read it)

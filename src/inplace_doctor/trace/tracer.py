@@ -47,13 +47,14 @@ from .blame import recursion_headroom
 from .compiled import EagerCompiled
 from .checkpoint_ops import RegionOps
 from .contents import ContentChecks
-from .dispatch_mode import SubclassConstruction, TracingMode, disable_dynamo_directly
+from .dispatch_mode import SubclassConstruction, TracingMode
 from .fast_writes import FastWrites
 from .graph_writes import UnrecordedWrites
 from .inplace_calls import InplaceCalls
 from .modules import ModulePaths
 from .origins import ConstructionRecorder
 from .pending_reads import PendingReads
+from .per_op import disable_dynamo_directly
 from .owner import Busy, Sink
 from .pytorch_errors import RaisedErrors, written_here
 from .checkpoint_blocks import RegionCount
