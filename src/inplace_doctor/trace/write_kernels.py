@@ -9,7 +9,6 @@ the fused optimizer kernels, bump elsewhere and are only recorded), then hands
 the op and the tensors it wrote to the recorder of the current context.
 
 Known limitations:
-<<<<<<< HEAD
 - Registration is process-wide: while any `WriteKernels` is entered, and for
   a second after the last one exits (`kernel_registration.py`), every write of
   every thread runs through a kernel (one Python call per write). Only the
@@ -17,18 +16,9 @@ Known limitations:
   inherit it) records anything; a write with no recorder calls PyTorch's own
   `ADInplaceOrView` kernel at once (about 2.4 µs more than without the
   kernels; 8 µs where a Python number stands for a tensor).
-- Ops that never reach `ADInplaceOrView` are not seen: writes under
-  `torch.inference_mode` and to inference tensors; `CompositeImplicitAutograd`
-=======
-- Registration is process-wide: while any `WriteKernels` is entered, every
-  write of every thread runs through a kernel (one Python call per write).
-  Only the context that set a recorder (a `ContextVar`: threads started
-  inside do not inherit it) records anything; the kernels are removed when the
-  last `WriteKernels` exits.
 - Ops that never reach `ADInplaceOrView` are not seen: writes to inference
   tensors (a normal tensor written under `torch.inference_mode` is seen);
   `CompositeImplicitAutograd`
->>>>>>> infer
   ops are seen through the ops they decompose into. Writes that bypass the
   dispatcher (through `.numpy()`, DLPack) are not seen by any kernel.
 - View ops keep PyTorch's kernels: only overloads whose schema writes an
