@@ -153,3 +153,40 @@ def test_the_checker_sees_a_mode_or_a_hook_left_behind() -> None:
     finally:
         hooks.__exit__(None, None, None)
     _clean(before)
+
+
+def test_the_session_left_in_still_sees_what_the_shared_wrappers_report() -> None:
+    """Thread B's session, entered after A's: its `state_dict()` and `to_dlpack` are seen by B's
+    session only while A's is in, and still after A's has ended (the wrappers are shared, and tell
+    the sessions of the calling thread)."""
+    import inplace_doctor as ipd
+
+    warm_up()
+    before = Leftovers.take()
+    b_called, a_out = threading.Event(), threading.Event()
+    seen: dict[str, Any] = {}
+
+    def b() -> None:
+        model = torch.nn.Linear(2, 2)
+        with ipd.watch(check_contents=True) as session:
+            for phase in ("A in", "A out"):
+                if phase == "A out":
+                    assert a_out.wait(60)
+                model.state_dict()
+                torch.utils.dlpack.to_dlpack(torch.randn(3))
+                seen[phase] = (
+                    sum(len(entries) for entries in session.tracer.held.by_storage.values()),
+                    sorted(e.method for es in session.tracer.contents.by_storage.values() for e in es),
+                )
+                b_called.set()
+
+    worker = threading.Thread(target=b)
+    with ipd.watch(check_contents=True) as first:
+        worker.start()
+        assert b_called.wait(60)
+        seen["A"] = (len(first.tracer.held.by_storage), len(first.tracer.contents.by_storage))
+    a_out.set()
+    worker.join(60)
+    # B: the weight and the bias held, then again; one to_dlpack, then two. A: none of B's calls
+    assert seen == {"A in": (2, ["to_dlpack"]), "A": (0, 0), "A out": (4, ["to_dlpack", "to_dlpack"])}
+    _clean(before)
