@@ -86,7 +86,6 @@ def _node_creation_hooks() -> int:
 
 def _state() -> dict[str, Any]:
     """What has no attribute to snapshot: this thread's stacks, the process's trace, limit, filters."""
-    import torch.library
     import torch.utils._python_dispatch as python_dispatch
 
     hooks = torch._C._autograd._top_saved_tensors_default_hooks(False)
@@ -103,9 +102,24 @@ def _state() -> dict[str, Any]:
         "threading.getprofile()": threading.getprofile(),
         "sys.getrecursionlimit()": sys.getrecursionlimit(),
         "warnings.filters": list(warnings.filters),  # type: ignore[attr-defined]  # a list at run time
-        "torch.library kernels": frozenset(torch.library._impls),
+        # at the key the tool registers its write kernels at (torch registers kernels at other keys
+        # as it compiles: Meta, CUDA)
+        "torch.library kernels at ADInplaceOrView": _kernels_at_the_tools_key(),
         "the tool's context variables": _context_variables(),
     }
+
+
+_KERNELS: list[Any] = [-1, frozenset()]
+
+
+def _kernels_at_the_tools_key() -> frozenset[str]:
+    """`torch.library`'s kernels at `ADInplaceOrView` (looked for again when kernels were added or removed)."""
+    import torch.library
+
+    impls = torch.library._impls
+    if len(impls) != _KERNELS[0]:
+        _KERNELS[:] = [len(impls), frozenset(k for k in impls if k.endswith("/ADInplaceOrView"))]
+    return _KERNELS[1]  # type: ignore[no-any-return]
 
 
 def _context_variables() -> dict[str, Any]:
@@ -213,6 +227,26 @@ def leftovers(before: Leftovers) -> list[str]:
         if now != value:
             found.append(f"{what}: {_show(value)} -> {_show(now)}")
     return found
+
+
+def put_back(before: Leftovers) -> None:
+    """Undo what `leftovers(before)` found, as far as it can: attributes set back (or deleted), this
+    thread's mode and hook stacks popped to their length before (so one leak fails one test)."""
+    for namespace, name in before.changed(Leftovers.take() if before.full else Leftovers.quick()):
+        value = before.attributes[id(namespace)][1].get(name, _ABSENT)
+        if value is _ABSENT:
+            delattr(namespace, name)
+        else:
+            setattr(namespace, name, value)
+    while torch._C._len_torch_dispatch_stack() > before.state["dispatch modes on this thread"]:
+        torch._C._pop_torch_dispatch_stack(None)
+    while torch._C._len_torch_function_stack() > before.state["torch function modes on this thread"]:
+        torch._C._pop_torch_function_stack()
+    if not before.state["saved-tensor hooks on this thread"]:
+        while torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
+            torch._C._autograd._pop_saved_tensors_default_hooks()
+    if before.state["sys.gettrace()"] is None:
+        sys.settrace(None)
 
 
 def _show(value: Any) -> str:
