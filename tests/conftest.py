@@ -8,6 +8,9 @@
   below it, as a script or the console command runs.
 - `factory_module(name, source)` (fixture): an importable module of model factories for
   the CLI's `name:factory` specs, gone again after the test.
+- `_no_tool_leftovers` (autouse, tests/trace and tests/engines only): a test that leaves a patch,
+  mode or hook of the tool behind (`_no_leftovers.py`: what sessions change, and the mode and hook
+  state) fails where the leak starts, and the next test starts clean.
 - `--regen-golden`: rewrite the golden files under tests/render/golden/ instead of
   comparing with them; tests read it through the `regen_golden` fixture.
 - Every test ends with the fast tracer's kernels removed: they linger a second after
@@ -110,6 +113,32 @@ def factory_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
 def _no_lingering_write_kernels() -> Iterator[None]:
     """The fast tracer's kernels, still registered after a test's last `watch`, removed at its end."""
     yield
+    _end_linger()
+
+
+def _end_linger() -> None:
     kernels = sys.modules.get("inplace_doctor.trace.write_kernels")
     if kernels is not None:
         kernels.end_linger()
+
+
+_CHECKED_FOR_LEFTOVERS = {"trace", "engines"}  # the folders whose tests run the tracer's parts directly
+
+
+@pytest.fixture(autouse=True)
+def _no_tool_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
+    """In tests/trace and tests/engines: nothing of the tool left behind after each test (about
+    0.5 ms a test; the first one also finds, once, what sessions change: a few seconds)."""
+    path = Path(str(request.node.path))
+    if path.parent.name not in _CHECKED_FOR_LEFTOVERS or path.parent.parent != Path(__file__).parent:
+        yield
+        return
+    import _no_leftovers
+
+    before = _no_leftovers.Leftovers.quick()
+    yield
+    _end_linger()  # the fast tracer's kernels linger a second after a watch: not a leftover
+    found = _no_leftovers.leftovers(before)
+    if found:
+        _no_leftovers.put_back(before)
+        pytest.fail("left behind by this test (put back for the next):\n" + "\n".join(found), pytrace=False)

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import inplace_doctor as ipd
+from _no_leftovers import Leftovers, leftovers, warm_up
 from conftest import in_fresh_thread
 from inplace_doctor.rules import FAST_MODE_RULES
 from inplace_doctor.trace.hand_outs import METHODS
@@ -75,48 +76,30 @@ def test_nested_sessions_each_see_a_hand_out(deep: bool):
 
 
 def test_sessions_of_two_threads_may_end_in_any_order() -> None:
-    """The wrappers are shared: the first session to end leaves them for the other's hand-outs.
+    """The wrappers are shared: the first session to end leaves them for the other's hand-outs, and
+    the last puts torch's own back (the whole process as before: `_no_leftovers`)."""
+    warm_up()  # what torch changes at its first use (importing torch._dynamo) is no leftover
+    before, leftover = Leftovers.take(), {name: torch.Tensor.__dict__.get(name) for name in METHODS}
+    started, first_ended = threading.Event(), threading.Event()
+    seen: list[tuple[str, str]] = []
 
-    Run in a fresh interpreter: sessions of two threads ending out of order still leave other
-    global patches of the tracer behind (seen as later tests failing: `torch.compile` tracing and a
-    TorchFunctionMode seeing more calls), which this process must not inherit."""
-    import subprocess
-    import sys
-    import textwrap
+    def second() -> None:
+        with _session(deep=False) as session:
+            started.set()
+            assert first_ended.wait(60)
+            torch.randn(4).numpy()
+            seen.extend(_hand_outs(session))
 
-    program = textwrap.dedent(
-        """
-        import threading
-        import torch
-        import inplace_doctor as ipd
-        from inplace_doctor.rules import FAST_MODE_RULES
-        from inplace_doctor.trace.hand_outs import METHODS
-
-        before = {name: torch.Tensor.__dict__.get(name) for name in METHODS}
-        started, first_ended = threading.Event(), threading.Event()
-        seen = []
-
-        def second():
-            with ipd.watch(deep=False, select=sorted(FAST_MODE_RULES)) as session:
-                started.set()
-                first_ended.wait(60)
-                torch.randn(4).numpy()
-                by_storage = session.tracer.contents.by_storage
-                seen.extend(sorted((e.method, e.how) for entries in by_storage.values() for e in entries))
-
-        worker = threading.Thread(target=second)
-        with ipd.watch(deep=False, select=sorted(FAST_MODE_RULES)):
-            worker.start()
-            started.wait(60)
-        first_ended.set()
-        worker.join(60)
-        assert seen == [("numpy", "`.numpy()`")], seen
-        assert {name: torch.Tensor.__dict__.get(name) for name in METHODS} == before
-        print("ok")
-        """
-    )
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+    worker = threading.Thread(target=second)
+    with _session(deep=False):
+        worker.start()
+        assert started.wait(60)
+    first_ended.set()
+    worker.join(60)
+    assert seen == [("numpy", "`.numpy()`")]
+    assert {name: torch.Tensor.__dict__.get(name) for name in METHODS} == leftover
+    found = leftovers(before)
+    assert not found, "\n".join(found)
 
 
 def _write_through_asarray(deep: bool) -> tuple[list[str], torch.Tensor]:

@@ -3,7 +3,8 @@
 `model.state_dict()` returns aliases of the parameters and buffers (same
 memory, no copy). Code that keeps the dict as a snapshot (`best =
 model.state_dict()`) silently sees every later optimizer step. While tracing,
-`nn.Module.state_dict` is wrapped (outermost calls only; undone on exit) and
+`nn.Module.state_dict` is wrapped (outermost calls only; undone when the last
+session ends, in any order) and
 the tensors it returns are held weakly: a dict that is dropped raises nothing.
 
 A write through the alias itself (an EMA updating its own `state_dict()`
@@ -24,6 +25,7 @@ stale.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Any
 
@@ -35,6 +37,7 @@ from .blame import call_through
 from .modules import ModulePaths
 from .ops import op_name
 from .owner import TraceOwner
+from .shared_patches import ABSENT, SharedPatch
 from .stacks import capture_frames, make_site
 from .storage import storage_key, storage_span
 
@@ -66,38 +69,16 @@ class HeldTensors:
         self.stale_ids: dict[int, _Held] = {}
         # every alias handed out, by id (a write through one is deliberate); pruned with its entry
         self._aliases: dict[int, weakref.ref[torch.Tensor]] = {}
-        self._original: Any = None
-        self._depth = 0
-        self._unwrap: list[tuple[Any, str, Any]] = []  # (owner, name, original) of the wrapped snapshot calls
         self._detached = False  # a `.detach()` of a stale alias was followed: a report looks for them too
 
     def __enter__(self) -> "HeldTensors":
-        original = torch.nn.Module.state_dict
-        self._original = original
-        held = self
-        self._wrap_snapshot_calls()
-
-        def state_dict(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-            held._depth += 1
-            try:
-                result = call_through(original, (module, *args), kwargs)
-            finally:
-                held._depth -= 1
-            if held._depth == 0 and not args and not kwargs.get("destination") and not kwargs.get("keep_vars"):
-                held._remember(module, result)
-            return result
-
-        state_dict.__wrapped__ = original  # type: ignore[attr-defined]
-        torch.nn.Module.state_dict = state_dict  # type: ignore[method-assign, assignment]
+        for patch in _PATCHES:
+            patch.acquire(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._original is not None:
-            torch.nn.Module.state_dict = self._original  # type: ignore[method-assign]
-            self._original = None
-        for owner, name, original in reversed(self._unwrap):
-            setattr(owner, name, original)
-        self._unwrap = []
+        for patch in _PATCHES:
+            patch.release(self)
         self.by_storage.clear()
         self.stale_ids.clear()
         self._aliases.clear()
@@ -221,31 +202,6 @@ class HeldTensors:
             if entry is not None and entry.ref() is item and entry.stale is not None and not entry.live[0]:
                 self._report(entry, make_site(call, *capture_frames(), self.modules.current, "forward"), _copied_by(call))
 
-    def _wrap_snapshot_calls(self) -> None:
-        """`Tensor.__deepcopy__` and `torch.save` pass their stale aliases to `_snapshot_call` first."""
-        held = self
-        deepcopy = torch.Tensor.__dict__.get("__deepcopy__")
-        if deepcopy is not None:
-
-            def __deepcopy__(tensor: torch.Tensor, memo: Any) -> Any:
-                if held.stale_ids:
-                    held._snapshot_call(tensor, "copy.deepcopy")
-                return deepcopy(tensor, memo)
-
-            __deepcopy__.__wrapped__ = deepcopy  # type: ignore[attr-defined]
-            torch.Tensor.__deepcopy__ = __deepcopy__  # type: ignore[method-assign]
-            self._unwrap.append((torch.Tensor, "__deepcopy__", deepcopy))
-        save = torch.save
-
-        def torch_save(obj: Any, *args: Any, **kwargs: Any) -> Any:
-            if held.stale_ids:
-                held._snapshot_call(obj, "torch.save")
-            return call_through(save, (obj, *args), kwargs)
-
-        torch_save.__wrapped__ = save  # type: ignore[attr-defined]
-        torch.save = torch_save
-        self._unwrap.append((torch, "save", save))
-
     def unused_stale(self) -> list[Any]:
         """The overwrites of aliases still held and stale when the session ends (never used since)."""
         found = {  # by event: an alias and its detaches share one
@@ -254,6 +210,65 @@ class HeldTensors:
             if e.ref() is not None and e.stale is not None and not e.live[0]
         }
         return list(found.values())
+
+
+# -- the wrappers, one per process for all sessions (`shared_patches.py`): each tells the sessions
+# entered on the calling thread, and is torch's own again once the last session has left
+_depth = threading.local()  # state_dict() calls running on this thread: only the outermost is held
+
+
+def _state_dict(original: Any) -> Any:
+    def state_dict(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        sessions = _STATE_DICT.here()
+        if not sessions:
+            return call_through(original, (module, *args), kwargs)
+        depth = getattr(_depth, "n", 0)
+        _depth.n = depth + 1
+        try:
+            result = call_through(original, (module, *args), kwargs)
+        finally:
+            _depth.n = depth
+        if depth == 0 and not args and not kwargs.get("destination") and not kwargs.get("keep_vars"):
+            for held in sessions:
+                held._remember(module, result)
+        return result
+
+    state_dict.__wrapped__ = original  # type: ignore[attr-defined]
+    return state_dict
+
+
+def _deepcopy(original: Any) -> Any:
+    """`Tensor.__deepcopy__` passes a stale alias to `_snapshot_call` first (it reads storages without an op)."""
+    if original is ABSENT:
+        return None
+
+    def __deepcopy__(tensor: torch.Tensor, memo: Any) -> Any:
+        for held in _DEEPCOPY.here():
+            if held.stale_ids:
+                held._snapshot_call(tensor, "copy.deepcopy")
+        return original(tensor, memo)
+
+    __deepcopy__.__wrapped__ = original  # type: ignore[attr-defined]
+    return __deepcopy__
+
+
+def _save(original: Any) -> Any:
+    """`torch.save` likewise."""
+
+    def torch_save(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        for held in _SAVE.here():
+            if held.stale_ids:
+                held._snapshot_call(obj, "torch.save")
+        return call_through(original, (obj, *args), kwargs)
+
+    torch_save.__wrapped__ = original  # type: ignore[attr-defined]
+    return torch_save
+
+
+_STATE_DICT: SharedPatch[HeldTensors] = SharedPatch(torch.nn.Module, "state_dict", _state_dict)
+_DEEPCOPY: SharedPatch[HeldTensors] = SharedPatch(torch.Tensor, "__deepcopy__", _deepcopy)
+_SAVE: SharedPatch[HeldTensors] = SharedPatch(torch, "save", _save)
+_PATCHES = (_STATE_DICT, _DEEPCOPY, _SAVE)
 
 
 def _gone() -> None:

@@ -12,6 +12,7 @@ tracer turn its per-op mode on inside them (`checkpoint_ops.RegionOps`).
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Any
 
@@ -24,6 +25,7 @@ class RegionCount:
 
     n = 0
     _users = 0
+    _lock = threading.Lock()  # tracers of several threads enter and leave
     _saved: list[tuple[type, Any, Any]] = []
     #: the RecomputeChecks told when a recompute ends (`RecomputeCheck.recompute_ended`)
     listeners: "weakref.WeakSet[Any]" = weakref.WeakSet()
@@ -41,17 +43,24 @@ class RegionCount:
 
     def __enter__(self) -> "RegionCount":
         cls = type(self)
-        cls._users += 1
-        if cls._users == 1:
-            for hook_class in _compat.CHECKPOINT_HOOK_CLASSES:
-                cls._saved.append((hook_class, hook_class.__dict__.get("__enter__"), hook_class.__dict__.get("__exit__")))
-                _count_blocks(hook_class, hook_class is _compat.CHECKPOINT_HOOK_CLASSES[1])
+        with cls._lock:
+            cls._users += 1
+            if cls._users == 1:
+                cls._install()
         return self
+
+    @classmethod
+    def _install(cls) -> None:
+        for hook_class in _compat.CHECKPOINT_HOOK_CLASSES:
+            cls._saved.append((hook_class, hook_class.__dict__.get("__enter__"), hook_class.__dict__.get("__exit__")))
+            _count_blocks(hook_class, hook_class is _compat.CHECKPOINT_HOOK_CLASSES[1])
 
     def __exit__(self, *exc: object) -> None:
         cls = type(self)
-        cls._users -= 1
-        if cls._users == 0:
+        with cls._lock:
+            cls._users -= 1
+            if cls._users > 0:
+                return
             for hook_class, enter, exit_ in cls._saved:
                 for name, original in (("__enter__", enter), ("__exit__", exit_)):
                     if original is None:

@@ -1,12 +1,14 @@
 """`torch.compile`d code runs eagerly while the tracer runs, and is counted so the report can say so.
 
 A compiled graph runs fused kernels the dispatch mode never sees op by op, and
-the compiler's meaning is the eager program's: so for the traced window the
-compiler's stance is `force_eager` (`torch.compiler.set_stance`, restored on
-exit, after which compiled code compiles as usual). Two things are undone on
-exit too: a counter around dynamo's per-call stance lookup (how many compiled
-calls ran eagerly), and a warning filter for the one warning our global module
-hooks would make `OptimizedModule.__call__` print on every call.
+the compiler's meaning is the eager program's: so while any tracer runs, the
+compiler's stance is `force_eager` (`torch.compiler.set_stance`, process-wide:
+set by the first tracer in, the stance before it put back by the last out,
+after which compiled code compiles as usual). Two more changes share that
+lifetime (`shared_patches.py`: sessions of two threads may end in any order):
+a counter around dynamo's per-call stance lookup (how many compiled calls each
+tracer's thread ran eagerly), and a warning filter for the one warning our
+global module hooks would make `OptimizedModule.__call__` print on every call.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import warnings
 from typing import Any
 
 import torch
+
+from .shared_patches import Shared, SharedPatch
 
 # What `OptimizedModule.__call__` warns when any global module hook is installed (ours are, while tracing).
 _GLOBAL_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
@@ -29,58 +33,87 @@ def _eval_frame() -> Any:
     return eval_frame if callable(getattr(eval_frame, "_callback_from_stance", None)) else None
 
 
-class EagerCompiled:
-    """Context manager: compiled functions and modules run eagerly inside; `calls` counts them."""
+class _Stance:
+    """`force_eager` and the warning filter, while at least one `EagerCompiled` is in."""
 
     def __init__(self) -> None:
-        self.calls = 0
-        self._stance: Any = None
-        self._patched: Any = None
-        self._warning_filter: Any = None
+        self.stance: Any = None
+        self.warning_filter: Any = None
 
-    def __enter__(self) -> "EagerCompiled":
-        compiler = getattr(torch, "compiler", None)
-        set_stance = getattr(compiler, "set_stance", None)
-        if set_stance is None:  # a torch before 2.6: compiled code is refused where it is met
-            return self
-        eval_frame = _eval_frame()
-        if eval_frame is not None:
-            original = eval_frame._callback_from_stance
-
-            def counted(callback: Any) -> Any:
-                # Called once per entry into a compiled function or module (its compile wrapper).
-                if callback not in (None, False):
-                    self.calls += 1
-                return original(callback)
-
-            counted.__wrapped__ = original  # type: ignore[attr-defined]
-            eval_frame._callback_from_stance = counted
-            self._patched = (eval_frame, original)
-        # One filter added and exactly that one removed on exit (not `catch_warnings`, whose exit would
+    def install(self) -> None:
+        # One filter added and exactly that one removed (not `catch_warnings`, whose exit would
         # also drop every filter the user's code added meanwhile).
         warnings.filterwarnings("ignore", message=_GLOBAL_HOOK_WARNING, category=UserWarning)
-        self._warning_filter = warnings.filters[0]
-        self._stance = set_stance("force_eager")
-        self._stance.__enter__()
-        return self
+        self.warning_filter = warnings.filters[0]
+        stance = torch.compiler.set_stance("force_eager")
+        stance.__enter__()
+        self.stance = stance
 
-    def __exit__(self, *exc: object) -> None:
-        if self._stance is not None:
-            self._stance.__exit__(None, None, None)
-            self._stance = None
-        if self._warning_filter is not None:
+    def uninstall(self) -> None:
+        if self.stance is not None:
+            self.stance.__exit__(None, None, None)
+            self.stance = None
+        if self.warning_filter is not None:
             try:
-                warnings.filters.remove(self._warning_filter)  # type: ignore[attr-defined]  # a list at run time
+                warnings.filters.remove(self.warning_filter)  # type: ignore[attr-defined]  # a list at run time
             except ValueError:  # the user's code reset the filters meanwhile
                 pass
             mutated = getattr(warnings, "_filters_mutated", None)
             if mutated is not None:
                 mutated()  # as `filterwarnings` does: the per-module "already warned" caches are stale
-            self._warning_filter = None
-        if self._patched is not None:
-            eval_frame, original = self._patched
-            eval_frame._callback_from_stance = original
-            self._patched = None
+            self.warning_filter = None
+
+
+_STANCE = _Stance()
+_EAGER: "Shared[EagerCompiled]" = Shared(_STANCE.install, _STANCE.uninstall)
+
+
+def _counting(original: Any, patch: "SharedPatch[EagerCompiled]") -> Any:
+    def counted(callback: Any) -> Any:
+        # Called once per entry into a compiled function or module (its compile wrapper), on its thread.
+        if callback not in (None, False):
+            for compiled in patch.here():
+                compiled.calls += 1
+        return original(callback)
+
+    counted.__wrapped__ = original  # type: ignore[attr-defined]
+    return counted
+
+
+_COUNTED: "SharedPatch[EagerCompiled] | None" = None
+
+
+def _counted() -> "SharedPatch[EagerCompiled] | None":
+    global _COUNTED
+    if _COUNTED is None:
+        eval_frame = _eval_frame()
+        if eval_frame is not None:
+            patch: SharedPatch[EagerCompiled] = SharedPatch(
+                eval_frame, "_callback_from_stance", lambda original: _counting(original, patch)
+            )
+            _COUNTED = patch
+    return _COUNTED
+
+
+class EagerCompiled:
+    """Context manager: compiled functions and modules run eagerly inside; `calls` counts this thread's."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._in: list[Shared[EagerCompiled]] = []
+
+    def __enter__(self) -> "EagerCompiled":
+        if getattr(getattr(torch, "compiler", None), "set_stance", None) is None:
+            return self  # a torch before 2.6: compiled code is refused where it is met
+        counted = _counted()
+        for shared in (counted, _EAGER) if counted is not None else (_EAGER,):
+            shared.acquire(self)
+            self._in.append(shared)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        while self._in:
+            self._in.pop().release(self)
 
     def note(self) -> str | None:
         """The report's line about compiled code, if any ran eagerly."""

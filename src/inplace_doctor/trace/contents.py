@@ -41,7 +41,7 @@ import torch
 from ..events import Event, SavedTensorChangedOutside, WriteLineSearch
 from ..sites import Site
 from .fingerprint import Fingerprint, fingerprint
-from .hand_outs import METHODS, HandOutMethods
+from .hand_outs import METHODS, HandOutMethods, to_dlpack_patches
 from .owner import Busy
 from .saved import SavedRecord, SavedTensors
 from .stacks import MAX_STACK, PACKAGE_DIR, TORCH_DIR, capture_stack, make_site, resolve_stack
@@ -102,7 +102,6 @@ class ContentChecks:
         self._lines: _LineChecks | None = None
         #: function frames that were traced: their locals snapshot is dropped once outside a trace call
         self.traced: list[FrameType] = []
-        self._patched: list[tuple[Any, str, Any]] = []
         #: a replay's search for the writing line (`write_lines.LineSearch`), set by the engine that replays
         self.search: Any = None
         #: changes reported without the writing line, each with the tensor's fingerprint when saved:
@@ -111,21 +110,8 @@ class ContentChecks:
 
     # -- lifecycle: `to_dlpack` is a module function no TorchFunctionMode sees -----------------
     def __enter__(self) -> "ContentChecks":
-        import torch.utils.dlpack as dlpack
-
-        original = dlpack.to_dlpack
-        checks = self
-
-        def to_dlpack(tensor: torch.Tensor) -> Any:
-            capsule = original(tensor)
-            checks.handed_out(tensor, "to_dlpack", "`to_dlpack()`")
-            return capsule
-
-        to_dlpack.__wrapped__ = original  # type: ignore[attr-defined]
-        for owner in (dlpack, torch):
-            if getattr(owner, "to_dlpack", None) is original:
-                self._patched.append((owner, "to_dlpack", original))
-                setattr(owner, "to_dlpack", to_dlpack)  # noqa: B010 (a patch of a module mypy types)
+        for patch in to_dlpack_patches():
+            patch.acquire(self)
         if self.methods is not None:
             self.methods.__enter__()
         return self
@@ -133,9 +119,8 @@ class ContentChecks:
     def __exit__(self, *exc: object) -> None:
         if self.methods is not None:
             self.methods.__exit__()
-        while self._patched:
-            owner, name, original = self._patched.pop()
-            setattr(owner, name, original)
+        for patch in to_dlpack_patches():
+            patch.release(self)
         if self._lines is not None:
             self._lines.stop()
             self._lines = None

@@ -19,6 +19,7 @@ from .per_op import PerOpMode, record_failure
 from .pytorch_errors import RaisedErrors
 from .recompute import RecomputeCheck
 from .saved import SavedTensors
+from .shared_patches import ABSENT, Shared, SharedPatch
 from .storage import storage_span
 from .writes import WriteRecorder
 
@@ -136,32 +137,89 @@ class SubclassConstruction:
     mode, and the subclass construction then fails ("the raw Tensor object is
     already associated to a python object of type Tensor"). While tracing,
     `torch.Tensor.__new__` runs with our mode off the stack (only when it is on
-    top); `alias` writes nothing, so nothing is missed. Undone on exit.
+    top); `alias` writes nothing, so nothing is missed. One `__new__` for all
+    tracers, set by the first in and deleted by the last out, in any order.
     """
 
     def __init__(self, *modes: _compat.TorchDispatchMode) -> None:
         self.modes = modes  # the tool's modes (the fast tracer has two, each pushed only at times)
-        self.installed = False
 
     def __enter__(self) -> "SubclassConstruction":
-        if "__new__" in torch.Tensor.__dict__:
-            return self  # someone else's __new__: leave it alone
-        from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode_temporarily
-
-        base_new = torch._C.TensorBase.__new__
-        modes = self.modes
-
-        def __new__(cls: Any, *args: Any, **kwargs: Any) -> Any:
-            if any(_get_current_dispatch_mode() is mode for mode in modes):
-                with _pop_mode_temporarily():
-                    return base_new(cls, *args, **kwargs)
-            return base_new(cls, *args, **kwargs)
-
-        torch.Tensor.__new__ = staticmethod(__new__)  # type: ignore[assignment]
-        self.installed = True
+        _NEW.acquire(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.installed:
-            del torch.Tensor.__new__
-            self.installed = False
+        _NEW.release(self)
+
+
+def _construction(original: Any) -> Any:
+    if original is not ABSENT:
+        return None  # someone else's __new__: leave it alone
+    from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode_temporarily
+
+    base_new = torch._C.TensorBase.__new__
+
+    def __new__(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        top = _get_current_dispatch_mode()
+        if top is not None and any(top is mode for user in _NEW.users for mode in user.modes):
+            with _pop_mode_temporarily():
+                return base_new(cls, *args, **kwargs)
+        return base_new(cls, *args, **kwargs)
+
+    return staticmethod(__new__)
+
+
+_NEW: SharedPatch[SubclassConstruction] = SharedPatch(torch.Tensor, "__new__", _construction)
+
+
+class EnteredMode:
+    """Context manager: `mode` entered as PyTorch enters a mode, which sets three process-wide flags
+    (`torch.utils._python_dispatch`: in a dispatch mode, in a non-infra one, in one that does not
+    ignore compile internals) and puts back on exit what they were at its entry: wrong when two
+    threads' modes end out of order. Here they stay set while any tracer's mode is in, and are what
+    they were before the first once the last has left."""
+
+    def __init__(self, mode: _compat.TorchDispatchMode) -> None:
+        self.mode = mode
+
+    def __enter__(self) -> "EnteredMode":
+        _FLAGS.acquire(self)
+        try:
+            self.mode.__enter__()
+        except BaseException:
+            _FLAGS.release(self)
+            raise
+        _FLAG_VALUES[1] = _read_flags()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.mode.__exit__(None, None, None)
+        if len(_FLAGS.entries) > 1:  # another tracer's mode is still in: it set them, they stay
+            _write_flags(_FLAG_VALUES[1])
+        _FLAGS.release(self)
+
+
+def _read_flags() -> dict[str, Any]:
+    import torch.utils._python_dispatch as python_dispatch
+
+    return {name: getattr(python_dispatch, name) for name in _FLAG_NAMES if hasattr(python_dispatch, name)}
+
+
+def _write_flags(values: dict[str, Any] | None) -> None:
+    import torch.utils._python_dispatch as python_dispatch
+
+    for name, value in (values or {}).items():
+        setattr(python_dispatch, name, value)
+    tell = getattr(python_dispatch, "set_is_in_mode_without_ignore_compile_internals", None)
+    if tell is not None and values and _FLAG_NAMES[2] in values:
+        tell(values[_FLAG_NAMES[2]])  # the C++ copy of the third flag
+
+
+_FLAG_NAMES = (
+    "_is_in_torch_dispatch_mode", "_is_in_non_infra_torch_dispatch_mode", "_is_in_any_mode_without_ignore_compile_internals"
+)
+#: the flags before the first tracer's mode entered, and while one is in
+_FLAG_VALUES: list[dict[str, Any] | None] = [None, None]
+_FLAGS: Shared[EnteredMode] = Shared(
+    lambda: _FLAG_VALUES.__setitem__(0, _read_flags()), lambda: _write_flags(_FLAG_VALUES[0])
+)

@@ -6,8 +6,9 @@ The deep tracer sees `t.numpy()`, `t.__dlpack__()` (what `np.from_dlpack(t)` cal
 each of these methods on `torch.Tensor`; it calls PyTorch's own method and then, as the deep
 tracer's mode does once the call returned, reports the hand-out to the `HandOutMethods` of this
 context (a context variable, as `write_kernels.py` keeps its recorder: other threads untouched).
-`torch.utils.dlpack.to_dlpack`, a module function no mode sees either, is patched by
-`ContentChecks` itself in both tracers.
+`torch.utils.dlpack.to_dlpack` (and `torch.to_dlpack`, the same function), which no mode sees
+either, is wrapped here for `ContentChecks` in both tracers (`to_dlpack_patches`): it reports to
+the checks entered on the calling thread.
 
 Reported, as in deep mode: calls from Python in the context that entered (nested sessions each see
 the call, as nested modes do), outside the tool's own work (`busy`) and outside
@@ -28,6 +29,7 @@ from typing import Any, Callable
 import torch
 
 from .owner import Busy
+from .shared_patches import SharedPatch
 
 #: the Tensor methods that hand memory out: (the method, how findings name it)
 METHODS = {"numpy": "`.numpy()`", "__dlpack__": "`__dlpack__()`", "__array__": "`__array__()`", "data_ptr": "`.data_ptr()`"}
@@ -123,4 +125,35 @@ def installed() -> bool:
     return _INSTALLED.users > 0
 
 
-__all__ = ["HandOutMethods", "METHODS", "installed"]
+def _reporting(original: Any) -> Any:
+    """`to_dlpack` that tells the content checks entered on the calling thread (each: nested sessions)."""
+
+    def to_dlpack(tensor: torch.Tensor) -> Any:
+        capsule = original(tensor)
+        for checks in _DLPACK[0].here():
+            checks.handed_out(tensor, "to_dlpack", "`to_dlpack()`")
+        return capsule
+
+    to_dlpack.__wrapped__ = original  # type: ignore[attr-defined]
+    return to_dlpack
+
+
+#: users: `ContentChecks` (what has `handed_out(tensor, method, how)`)
+_DLPACK: list[SharedPatch[Any]] = []
+
+
+def to_dlpack_patches() -> list[SharedPatch[Any]]:
+    """`torch.utils.dlpack.to_dlpack` and `torch.to_dlpack` (the same function), each wrapped once for
+    all sessions and put back by the last (sessions of two threads may end in any order)."""
+    if not _DLPACK:
+        import torch.utils.dlpack as dlpack
+
+        own = dlpack.to_dlpack
+        first: SharedPatch[Any] = SharedPatch(dlpack, "to_dlpack", _reporting)
+        _DLPACK.append(first)
+        if getattr(torch, "to_dlpack", None) is own:  # the same wrapper: it reports to the first's users
+            _DLPACK.append(SharedPatch(torch, "to_dlpack", lambda original: first.wrapper))
+    return _DLPACK
+
+
+__all__ = ["HandOutMethods", "METHODS", "installed", "to_dlpack_patches"]

@@ -47,7 +47,7 @@ from .blame import recursion_headroom
 from .compiled import EagerCompiled
 from .checkpoint_ops import RegionOps
 from .contents import ContentChecks
-from .dispatch_mode import SubclassConstruction, TracingMode
+from .dispatch_mode import EnteredMode, SubclassConstruction, TracingMode
 from .fast_writes import FastWrites
 from .graph_writes import UnrecordedWrites
 from .inplace_calls import InplaceCalls
@@ -190,7 +190,7 @@ class Tracer:
             else:
                 disable_dynamo_directly()
                 end_linger()  # the deep tracer runs where no fast session's kernels linger
-                self._enter(self._mode)
+                self._enter(EnteredMode(self._mode))
                 self._enter(SubclassConstruction(self._mode))
             if self._recompute is not None or self.checkpoint_ops is not None:
                 self._enter(RegionCount())

@@ -10,7 +10,9 @@ stack when they are its top, lets the original disable (and fail, when the
 user's own hooks are set, exactly as without the tool), and puts them back on
 exit. Inside such a transform, saved tensors are not tracked (PyTorch's own
 version check is then on again, as without the tool); `calls` counts the
-transforms so the report can say so. Undone on exit.
+transforms so the report can say so. One replacement for all tracers, set by
+the first in and undone by the last out, in any order (`shared_patches.py`);
+it sets aside the hooks of the tracers entered on the calling thread.
 """
 
 from __future__ import annotations
@@ -21,6 +23,37 @@ from typing import Any, Callable, Iterator
 import torch
 
 from .. import _compat
+from .shared_patches import SharedPatch
+
+
+def _setting_aside(original: Any) -> Any:
+    @contextlib.contextmanager
+    def disable_saved_tensors_hooks(error_message: str) -> Iterator[None]:
+        tracers = {id(t._pack): t for t in _PATCH.here()}
+        set_aside: list[FunctionalTransforms] = []
+        while tracers:  # nested tracers' hooks, innermost on top: each taken off while it is the top
+            top = _compat.top_saved_tensors_hooks(False)
+            owner = tracers.pop(id(top[0]), None) if top is not None else None
+            if owner is None:
+                break
+            _compat.pop_saved_tensors_hooks()
+            owner.calls += 1
+            set_aside.append(owner)
+        try:
+            with original(error_message):
+                yield
+        finally:
+            for owner in reversed(set_aside):
+                _compat.push_saved_tensors_hooks(owner._pack, owner._unpack)
+
+    disable_saved_tensors_hooks.__doc__ = original.__doc__
+    disable_saved_tensors_hooks.__wrapped__ = original  # type: ignore[attr-defined]
+    return disable_saved_tensors_hooks
+
+
+_PATCH: "SharedPatch[FunctionalTransforms]" = SharedPatch(
+    torch.autograd.graph, "disable_saved_tensors_hooks", _setting_aside
+)
 
 
 class FunctionalTransforms:
@@ -30,35 +63,13 @@ class FunctionalTransforms:
         self._pack = pack
         self._unpack = unpack
         self.calls = 0
-        self._original: Any = None
 
     def __enter__(self) -> "FunctionalTransforms":
-        graph = torch.autograd.graph
-        self._original = original = graph.disable_saved_tensors_hooks
-        owner = self
-
-        @contextlib.contextmanager
-        def disable_saved_tensors_hooks(error_message: str) -> Iterator[None]:
-            top = _compat.top_saved_tensors_hooks(False)
-            ours = top is not None and top[0] is owner._pack
-            if ours:
-                _compat.pop_saved_tensors_hooks()
-                owner.calls += 1
-            try:
-                with original(error_message):
-                    yield
-            finally:
-                if ours:
-                    _compat.push_saved_tensors_hooks(owner._pack, owner._unpack)
-
-        disable_saved_tensors_hooks.__doc__ = original.__doc__
-        graph.disable_saved_tensors_hooks = disable_saved_tensors_hooks
+        _PATCH.acquire(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._original is not None:
-            torch.autograd.graph.disable_saved_tensors_hooks = self._original
-            self._original = None
+        _PATCH.release(self)
 
     def note(self) -> str | None:
         """The report's line about them, if any ran."""

@@ -1,0 +1,118 @@
+"""Process-wide changes the sessions share: made by the first session in, undone by the last out, in any order.
+
+A session that saves an attribute of torch, sets its own wrapper and sets the saved value back on
+exit undoes it wrongly when sessions of two threads end out of order: A saves torch's function, B
+saves A's wrapper; A ends and sets torch's back, B ends and sets A's wrapper back, where it stays
+for good (seen as `torch.compile` running eagerly in later code, a TorchFunctionMode seeing more
+calls). So each such change is one `Shared` object per process: the first `acquire` makes it
+(`install`), each session in is one of its `users`, the `release` that leaves none undoes it
+(`uninstall`), whichever session that is. A `SharedPatch` is one attribute: its one wrapper asks at
+each call which sessions are in (`users`, or `here()`: those entered on the calling thread), and
+the attribute is torch's own again once the last has left.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Generic, TypeVar
+
+U = TypeVar("U")
+
+ABSENT: Any = object()  # an attribute the owner only inherits: deleted again, not set
+
+
+class Shared(Generic[U]):
+    """A process-wide change, made while at least one user is in (`install` / `uninstall`)."""
+
+    def __init__(self, install: Callable[[], None] | None = None, uninstall: Callable[[], None] | None = None) -> None:
+        self._install = install
+        self._uninstall = uninstall
+        self._lock = threading.Lock()
+        #: (thread ident, user) of each session in, oldest first; replaced, never changed in place,
+        #: so a wrapper reads it without the lock
+        self.entries: tuple[tuple[int, U], ...] = ()
+
+    @property
+    def users(self) -> list[U]:
+        """The sessions in, in any thread, oldest first."""
+        return [user for _, user in self.entries]
+
+    def here(self) -> list[U]:
+        """The sessions entered on the calling thread, oldest first."""
+        entries = self.entries
+        if not entries:
+            return []
+        me = threading.get_ident()
+        return [user for thread, user in entries if thread == me]
+
+    def acquire(self, user: U) -> None:
+        with self._lock:
+            first = not self.entries
+            self.entries = (*self.entries, (threading.get_ident(), user))
+            if first:
+                try:
+                    self.install()
+                except BaseException:
+                    self.entries = ()
+                    raise
+
+    def release(self, user: U) -> None:
+        """`user` leaves (a user not in is ignored); the change is undone when none is left."""
+        with self._lock:
+            kept = tuple(entry for entry in self.entries if entry[1] is not user)
+            if len(kept) == len(self.entries):
+                return
+            self.entries = kept
+            if not kept:
+                self.uninstall()
+
+    def install(self) -> None:
+        if self._install is not None:
+            self._install()
+
+    def uninstall(self) -> None:
+        if self._uninstall is not None:
+            self._uninstall()
+
+
+class SharedPatch(Shared[U]):
+    """`owner.name` replaced by `wrap(original)` while at least one user is in, then torch's own again.
+
+    `wrap` gets the value `owner` itself holds (`ABSENT` when it only inherits it) and returns what
+    to set, or None to leave the attribute alone (someone else's patch is there). The original is
+    put back only while the wrapper is still in place: a wrapper another tool set over it later is
+    not taken away (ours then passes calls through, with no user in)."""
+
+    def __init__(self, owner: Any, name: str, wrap: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self.owner = owner
+        self.name = name
+        self._wrap = wrap
+        self._original: Any = ABSENT
+        self._wrapper: Any = None
+
+    def install(self) -> None:
+        original = self.owner.__dict__.get(self.name, ABSENT)
+        wrapper = self._wrap(original)
+        if wrapper is None:
+            return
+        self._original, self._wrapper = original, wrapper
+        setattr(self.owner, self.name, wrapper)
+
+    def uninstall(self) -> None:
+        wrapper, self._wrapper = self._wrapper, None
+        original, self._original = self._original, ABSENT
+        if wrapper is None or self.owner.__dict__.get(self.name, ABSENT) is not wrapper:
+            return
+        if original is ABSENT:
+            delattr(self.owner, self.name)
+        else:
+            setattr(self.owner, self.name, original)
+
+    @property
+    def wrapper(self) -> Any:
+        """What is set while installed, else None."""
+        return self._wrapper
+
+
+__all__ = ["ABSENT", "Shared", "SharedPatch"]
