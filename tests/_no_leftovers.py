@@ -85,8 +85,15 @@ def _node_creation_hooks() -> int:
 
 
 def _state() -> dict[str, Any]:
-    """What has no attribute to snapshot: this thread's stacks, the process's trace, limit, filters."""
+    """What has no attribute to snapshot: this thread's stacks, the process's trace, limit, filters.
+
+    The fast tracer's kernels linger a second after the last session (`kernel_registration.py`):
+    that linger is ended first, so what is compared is what stays after it."""
     import torch.utils._python_dispatch as python_dispatch
+
+    kernels = sys.modules.get("inplace_doctor.trace.write_kernels")
+    if kernels is not None:
+        kernels.end_linger()
 
     hooks = torch._C._autograd._top_saved_tensors_default_hooks(False)
     return {
