@@ -35,7 +35,6 @@ the same block (without the tool it would not be).
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from .. import _compat
@@ -45,6 +44,7 @@ from .aliases import HeldTensors
 from .graph_writes import UnrecordedWrites
 from .owner import Busy
 from .per_op import OpWork, PerOpMode
+from .shared_patches import SharedPatch
 
 
 class _ReadWork(OpWork):
@@ -75,14 +75,37 @@ class _ReadWork(OpWork):
 
 
 _DETACH = torch.ops.aten.detach.default
-#: PyTorch's `Tensor.detach`, put back when the last session ends; sessions entered and not left
-_TORCH_DETACH = torch.Tensor.__dict__["detach"]
-_SESSIONS = [0]
-_SESSIONS_LOCK = threading.Lock()
 _INFERENCE_MODE = torch.autograd.grad_mode.inference_mode
-#: PyTorch's `inference_mode.__exit__`, put back when the last session ends
+#: PyTorch's `inference_mode.__exit__`, which the wrapper calls first
 _TORCH_INFERENCE_EXIT = _INFERENCE_MODE.__dict__["__exit__"]
 _PYTHON_KEYS = (torch._C.DispatchKey.Python, torch._C.DispatchKey.PythonTLSSnapshot)
+_TENSOR_DATA = torch._C.TensorBase.__dict__["data"]
+
+
+def _detach_seen(original: Any) -> Any:
+    """`Tensor.detach`, telling the sessions of the calling thread what was detached."""
+
+    def detach(t: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        for reads in _DETACH_PATCH.here():
+            if not reads.busy.on:
+                reads.graph.detached(t)
+        return original(t, *args, **kwargs)  # type: ignore[no-any-return]
+
+    detach.__wrapped__ = original  # type: ignore[attr-defined]
+    return detach
+
+
+def _data_seen(_inherited: Any) -> Any:
+    """`Tensor.data` (inherited from `TensorBase`: set on `Tensor` while a session runs, deleted
+    after), telling the sessions of the calling thread likewise. Setting `.data` is PyTorch's."""
+
+    def data(t: torch.Tensor) -> torch.Tensor:
+        for reads in _DATA_PATCH.here():
+            if not reads.busy.on:
+                reads.graph.detached(t)
+        return _TENSOR_DATA.__get__(t)  # type: ignore[no-any-return]
+
+    return property(data, _TENSOR_DATA.__set__)
 
 
 def _inference_mode_exit(self: Any, *exc: Any) -> None:
@@ -127,44 +150,19 @@ class PendingReads:
         return self.on or bool(self.held.stale_ids or graph.watching or graph.awaiting)
 
     def __enter__(self) -> "PendingReads":
-        graph, busy = self.graph, self.busy
-        detach = torch.Tensor.__dict__["detach"]  # the one of the session entered before, if any
-        data = torch._C.TensorBase.__dict__["data"]
-
-        def detach_seen(t: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-            if not busy.on:
-                graph.detached(t)
-            return detach(t, *args, **kwargs)
-
-        def data_seen(t: torch.Tensor) -> torch.Tensor:
-            if not busy.on:
-                graph.detached(t)
-            return data.__get__(t)  # type: ignore[no-any-return]
-
-        with _SESSIONS_LOCK:
-            _SESSIONS[0] += 1
-            if _SESSIONS[0] == 1:
-                _INFERENCE_MODE.__exit__ = _inference_mode_exit  # type: ignore[method-assign]
-            torch.Tensor.detach = detach_seen  # type: ignore[method-assign, assignment]
-            if "data" not in torch.Tensor.__dict__:
-                torch.Tensor.data = property(data_seen, data.__set__)  # type: ignore[method-assign, assignment]
+        for patch in _PATCHES:
+            patch.acquire(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        """Each session wraps the `detach` before it, and sessions of two threads may end in any
-        order: PyTorch's own are put back when the last session ends (a wrapper left until then
-        only tells its session, which awaits nothing any more)."""
+        """PyTorch's `detach`, `.data` and `inference_mode.__exit__` are put back when the last
+        session ends, whichever thread's it is (`shared_patches.py`)."""
         self.off()
         if self.on:  # a mode the program pushed after it is still above it: lifted off, put back
             _compat.remove_dispatch_mode(self.mode)
             self.on = False
-        with _SESSIONS_LOCK:
-            _SESSIONS[0] -= 1
-            if _SESSIONS[0] == 0:
-                torch.Tensor.detach = _TORCH_DETACH  # type: ignore[method-assign]
-                _INFERENCE_MODE.__exit__ = _TORCH_INFERENCE_EXIT  # type: ignore[method-assign]
-                if "data" in torch.Tensor.__dict__:
-                    del torch.Tensor.data
+        for patch in _PATCHES:
+            patch.release(self)
 
     def update(self) -> None:
         """Called by the write kernels' hooks: the mode on when a read is awaited, off when none is.
@@ -202,4 +200,13 @@ def _top_mode() -> Any:
     return _get_current_dispatch_mode()
 
 
+_DETACH_PATCH: SharedPatch[PendingReads] = SharedPatch(torch.Tensor, "detach", _detach_seen)
+_DATA_PATCH: SharedPatch[PendingReads] = SharedPatch(torch.Tensor, "data", _data_seen)
+_EXIT_PATCH: SharedPatch[PendingReads] = SharedPatch(
+    _INFERENCE_MODE, "__exit__", lambda _torchs: _inference_mode_exit
+)
+_PATCHES = (_DETACH_PATCH, _DATA_PATCH, _EXIT_PATCH)
+
+
 __all__ = ["PendingReads"]
+
