@@ -86,8 +86,9 @@ def _detach_seen(original: Any) -> Any:
     """`Tensor.detach`, telling the sessions of the calling thread what was detached."""
 
     def detach(t: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        for reads in _DETACH_PATCH.here():
-            if not reads.busy.on:
+        sessions = _DETACH_PATCH.here()
+        if not any(reads.busy.on for reads in sessions):  # one session's own detach is no session's
+            for reads in sessions:
                 reads.graph.detached(t)
         return original(t, *args, **kwargs)  # type: ignore[no-any-return]
 
@@ -100,8 +101,9 @@ def _data_seen(_inherited: Any) -> Any:
     after), telling the sessions of the calling thread likewise. Setting `.data` is PyTorch's."""
 
     def data(t: torch.Tensor) -> torch.Tensor:
-        for reads in _DATA_PATCH.here():
-            if not reads.busy.on:
+        sessions = _DATA_PATCH.here()
+        if not any(reads.busy.on for reads in sessions):  # one session's own detach is no session's
+            for reads in sessions:
                 reads.graph.detached(t)
         return _TENSOR_DATA.__get__(t)  # type: ignore[no-any-return]
 

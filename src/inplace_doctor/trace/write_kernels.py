@@ -176,25 +176,34 @@ _REGISTRATION = registration(_build)
 
 def _nested(inner: _Hooks, outer: _Hooks) -> _Hooks:
     """The hooks of a context entered inside another's: each write goes to both, in the order two
-    stacked dispatch modes see an op (the inner one first before it, last after it)."""
+    stacked dispatch modes see an op (the inner one first before it, last after it). While one
+    context's hook runs, the writes its own work makes go to that context alone (which knows them
+    for its own): the other is not told of a write the program did not make."""
     inner_before, inner_after, inner_failed = inner
     outer_before, outer_after, outer_failed = outer
 
+    def alone(hooks: _Hooks, hook: Callable[..., None], *args: Any) -> None:
+        token = _RECORDER.set(hooks)
+        try:
+            hook(*args)
+        finally:
+            _RECORDER.reset(token)
+
     def before(op: Any, written: list[torch.Tensor], args: Any) -> None:
         if inner_before is not None:
-            inner_before(op, written, args)
+            alone(inner, inner_before, op, written, args)
         if outer_before is not None:
-            outer_before(op, written, args)
+            alone(outer, outer_before, op, written, args)
 
     def after(op: Any, written: list[torch.Tensor]) -> None:
-        outer_after(op, written)
-        inner_after(op, written)
+        alone(outer, outer_after, op, written)
+        alone(inner, inner_after, op, written)
 
     def failed(op: Any, exc: BaseException) -> None:
         if inner_failed is not None:
-            inner_failed(op, exc)
+            alone(inner, inner_failed, op, exc)
         if outer_failed is not None:
-            outer_failed(op, exc)
+            alone(outer, outer_failed, op, exc)
 
     return before, after, failed
 
