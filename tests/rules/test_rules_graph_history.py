@@ -22,14 +22,18 @@ from inplace_doctor.causes import Unreached
 
 
 class Masked(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, through_data: bool = False) -> None:
         super().__init__()
         self.fc = nn.Linear(8, 8)
         self.head = nn.Linear(8, 1)
+        self.through_data = through_data
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.fc(x)
-        h.detach()[h < 0] = 0  # write:masked
+        if self.through_data:
+            h.data[h < 0] = 0  # write:data
+        else:
+            h.detach()[h < 0] = 0  # write:masked
         return self.head(h)  # use:masked
 
 
@@ -66,21 +70,9 @@ def test_watch_names_the_write_and_the_use_and_backward_confirms() -> None:
     assert "`h = h.masked_fill(h < 0, 0)`" in f.fix
 
 
-class MaskedThroughData(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(8, 8)
-        self.head = nn.Linear(8, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.fc(x)
-        h.data[h < 0] = 0  # write:data
-        return self.head(h)  # use:data
-
-
 def _nested_sessions(alias: str) -> tuple[list[ipd.Finding], list[ipd.Finding], int]:
     torch.manual_seed(0)
-    model, tag = (Masked(), "# write:masked") if alias == "detach" else (MaskedThroughData(), "# write:data")
+    model, tag = Masked(through_data=alias == "data"), "# write:data" if alias == "data" else "# write:masked"
     x = torch.randn(4, 8)
     with ipd.watch() as outer:
         with ipd.watch() as inner:
