@@ -25,7 +25,6 @@ import torch
 
 from .autograd_facts import BATCH_NORM_NODES
 from .nodes import record_creation, saved_attrs
-from .ops import op_name
 from .saved import SavedRecord, SavedTensors, _detach, _DisableTorchDispatch, _dispatch_modes
 from .stacks import capture_stack
 from .storage import storage_key
@@ -33,8 +32,9 @@ from .storage import storage_key
 _current_node = torch._C._current_autograd_node
 _BackwardCFunction = torch.autograd.function.BackwardCFunction
 _Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
-#: node name -> its saved fields in pack order, for node types whose fields all save one tensor
-_layouts: dict[str, tuple[str, ...]] = {}
+#: node name -> (its saved fields in pack order, the op that makes it, that op's name), for node
+#: types whose fields all save one tensor
+_layouts: dict[str, tuple[tuple[str, ...], Any, str | None]] = {}
 
 
 class FastSavedTensors(SavedTensors):
@@ -111,28 +111,39 @@ class FastSavedTensors(SavedTensors):
         if not fresh:
             record_creation(node, self._modules.current, op)
             return
-        stack = self._place()
+        if self._placed:  # a write inside the op placed some already
+            stack = self._place()
+            records = [record for ref in fresh if (record := ref()) is not None]
+        else:  # `_place` inlined: one loop places and collects them
+            stack, module, in_backward = capture_stack(), self._modules.current, _current_node() is not None
+            records = []
+            for ref in fresh:
+                record = ref()
+                if record is not None:
+                    record.stack = stack
+                    record.module = module
+                    record.in_backward = in_backward
+                    records.append(record)
         self._fresh = []
         self._placed = 0
-        if name is None or not self._name(node, op, name, fresh):
+        if name is None or not self._name(node, op, name, records):
             record_creation(node, self._modules.current, op, stack)
 
-    def _name(self, node: Any, op: Any, name: str, fresh: list[weakref.ref[SavedRecord]]) -> bool:
-        records = [record for ref in fresh if (record := ref()) is not None]
-        layout = _layouts.get(name)
-        if layout is not None and len(records) == len(layout):
-            self._nodes_seen += 1
-            serial = self._nodes_seen
-            op_called = op_name(op) if op is not None else None
-            for record, field in zip(records, layout):
+    def _name(self, node: Any, op: Any, name: str, records: list[SavedRecord]) -> bool:
+        known = _layouts.get(name)
+        if known is not None and len(records) == len(known[0]) and op is known[1]:
+            serial = self._nodes_seen = self._nodes_seen + 1
+            op_called = known[2]
+            for record, field in zip(records, known[0]):
                 record.node = name
                 record.node_serial = serial
                 record.field = field
                 record.op = op_called
             return True
         found = self.name_node(node, op, name)
-        if found and layout is None and _has_layout(node, name, records, self._nodes_seen):
-            _layouts[name] = tuple(record.field for record in records)  # type: ignore[misc]
+        if found and known is None and _has_layout(node, name, records, self._nodes_seen):
+            fields = tuple(record.field for record in records)
+            _layouts[name] = (fields, op, records[0].op)  # type: ignore[assignment]
         return found
 
 
