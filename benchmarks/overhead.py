@@ -90,6 +90,7 @@ from inplace_doctor import _compat
 from inplace_doctor.trace.fast_writes import FastWrites
 from inplace_doctor.trace.modules import ModulePaths
 from inplace_doctor.trace.saved import SavedTensors
+from inplace_doctor.trace.saved_fast import FastSavedTensors
 from inplace_doctor.trace.write_kernels import WriteKernels, registered
 
 VARIANTS = ("plain", "anomaly", "anomaly-cheap", "watch", "fast", "fast-per-step", "audit", "contents", "modules")
@@ -392,7 +393,7 @@ def details(results: list[Result]) -> str:
 
 # What enters Python per event in the fast tracer: the per-call µs `--profile fast` prints.
 _FAST_HOOKS = (
-    (SavedTensors.pack, "pack (per saved tensor)"),
+    (FastSavedTensors.pack, "pack (per saved tensor)"),
     (SavedTensors.unpack, "unpack (per saved tensor read by backward)"),
     (FastWrites.on_node, "node-creation hook (per autograd node)"),
     (ModulePaths._pre, "module pre-hook (per module call)"),

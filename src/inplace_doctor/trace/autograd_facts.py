@@ -7,7 +7,7 @@ from typing import Any
 # Batch norm saves its running statistics but, in training mode, its backward
 # uses the batch statistics only. The running-stat update writes those buffers
 # without a version bump, which must not be mistaken for corruption.
-_BATCH_NORM_NODES = frozenset(
+BATCH_NORM_NODES = frozenset(
     {
         "NativeBatchNormBackward0",
         "CudnnBatchNormBackward0",
@@ -20,6 +20,6 @@ _RUNNING_STATS = frozenset({"running_mean", "running_var"})
 
 def saved_field_is_read(node: Any, node_name: str, field: str | None) -> bool:
     """False when `node`'s backward never reads the saved `field`."""
-    if node_name in _BATCH_NORM_NODES and field in _RUNNING_STATS:
+    if node_name in BATCH_NORM_NODES and field in _RUNNING_STATS:
         return not bool(getattr(node, "_saved_training", False))
     return True

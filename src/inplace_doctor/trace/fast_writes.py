@@ -24,7 +24,8 @@ from .dispatch_mode import copies_onto_itself
 from .owner import Busy
 from .pending_reads import PendingReads
 from .pytorch_errors import RaisedErrors
-from .saved import SavedTensors, saved_attrs
+from .saved import saved_attrs
+from .saved_fast import FastSavedTensors
 from .write_kernels import WriteKernels
 from .writes import WriteRecorder
 
@@ -96,7 +97,7 @@ class FastWrites:
     """
 
     def __init__(
-        self, busy: Busy, saved: SavedTensors, writes: WriteRecorder, raised: RaisedErrors,
+        self, busy: Busy, saved: FastSavedTensors, writes: WriteRecorder, raised: RaisedErrors,
         reads: PendingReads | None = None,
     ) -> None:
         self._busy = busy

@@ -66,12 +66,13 @@ class NodeOrigin:
 _BackwardCFunction = torch.autograd.function.BackwardCFunction
 
 
-def record_creation(node: Any, module: ModuleContext | None, op: Any) -> None:
-    """Called by the node-creation hook: remember in the node where it was created. Kept as a
-    tuple: `origin_of` makes the `NodeOrigin` only for the node an error names. (The fast tracer
-    calls it only for nodes that save none of our records: `origin_of` reads the others' there.)"""
+def record_creation(node: Any, module: ModuleContext | None, op: Any, stack: Any = None) -> None:
+    """Called by the node-creation hook: remember in the node where it was created (`stack`: a
+    capture made in this hook already, else one is). Kept as a tuple: `origin_of` makes the
+    `NodeOrigin` only for the node an error names. (The fast tracer calls it only for nodes that
+    save none of our records: `origin_of` reads the others' there.)"""
     try:
-        node.metadata[NODE_KEY] = (capture_stack(), module, op)
+        node.metadata[NODE_KEY] = (capture_stack() if stack is None else stack, module, op)
     except (AttributeError, RuntimeError, TypeError):  # a node type without metadata
         pass
 

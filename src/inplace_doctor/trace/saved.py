@@ -131,7 +131,7 @@ class SavedTensors:
 
     `pack` and `unpack` are the saved-tensor hooks, `on_node` the node-creation
     hook (nodes are named lazily, by `flush_nodes`, before anything reads them;
-    the fast tracer names them at once, `name_node`).
+    the fast tracer's `saved_fast.FastSavedTensors` names them at once).
 
     Packing runs on every save, so it only makes the record: `by_storage` indexes
     records by their memory when something reads it (a write, a finding), and a
@@ -308,13 +308,6 @@ class SavedTensors:
     def on_node(self, node: Any) -> None:
         self.pending_nodes.append((node, self.last_op))
         record_creation(node, self._modules.current, self.last_op)
-
-    def on_node_now(self, node: Any, op: Any, name: str | None) -> None:
-        """The fast tracer's node-creation hook: `node`'s saved tensors named now (no node is held
-        for later; `name`: the node's, None when its type saves no tensor); where it was made is
-        what its records say (`nodes.origin_of` reads them), else recorded in it."""
-        if name is None or not self.name_node(node, op, name):
-            record_creation(node, self._modules.current, op)  # no record of ours says where it was made
 
     def flush_nodes(self) -> None:
         nodes, self.pending_nodes = self.pending_nodes, []

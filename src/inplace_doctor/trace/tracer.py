@@ -63,6 +63,7 @@ from .threads import StartedThreads
 from .write_kernels import end_linger
 from .transforms import FunctionalTransforms
 from .saved import NodeCreationHook, SavedRecord, SavedTensors
+from .saved_fast import FastSavedTensors
 from .stacks import choose_stack_capture
 from .suspect_calls import SuspectCalls
 from .writes import WriteRecorder
@@ -124,7 +125,7 @@ class Tracer:
         self.modules = ModulePaths()
         self.inplace_calls = InplaceCalls(self, self.modules)
         self.held = HeldTensors(self, self.modules)
-        self._saved = SavedTensors(sink, self.emit, self.modules, self._busy)
+        self._saved = (FastSavedTensors if fast else SavedTensors)(sink, self.emit, self.modules, self._busy)
         self.contents = ContentChecks(self._saved, self.emit, check_contents, self._busy, wrap_methods=fast)
         if self._checks_contents:
             self._saved.contents = self.contents
@@ -162,6 +163,7 @@ class Tracer:
         self.checkpoint_ops: RegionOps | None = None
         if fast:
             self.pending_reads = PendingReads(self._busy, self.held, self._graph)
+            assert isinstance(self._saved, FastSavedTensors)
             self._fast = FastWrites(self._busy, self._saved, self._writes, self._raised, self.pending_reads)
             if check or (not measuring and (wants is None or wants(SideEffectRepeated))):  # per op in regions
                 self.checkpoint_ops = RegionOps(self._busy, self._writes, self._raised, self._recompute, self._pack)
