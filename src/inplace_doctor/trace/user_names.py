@@ -121,9 +121,16 @@ def attribute_path(module: torch.nn.Module, frames: list[FrameType]) -> str | No
             if id(value) in visited or len(visited) >= _VISITS:
                 continue
             visited.add(id(value))
-            following.extend(_children(place, value))
+            if type(value) not in _BARREN:
+                following.extend(_children(place, value))
         level = following
     return None
+
+
+#: exact types whose objects `_children` finds nothing in (most of a frame's globals): not asked
+_BARREN = frozenset(
+    {types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type, str, int, float, bool, type(None)}
+)
 
 
 def _written(place: _Place) -> str:
