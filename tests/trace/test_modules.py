@@ -14,7 +14,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import inplace_doctor as ipd
 from inplace_doctor.errors import UnsupportedModuleError
-from inplace_doctor.trace.modules import ModulePaths, refuse_opaque, unique_label, variable_name
+from inplace_doctor.trace import modules as modules_module
+from inplace_doctor.trace.modules import ModulePaths, named_modules, refuse_opaque, unique_label, variable_name
 
 GLOBAL_NET = nn.Linear(2, 2)
 
@@ -568,3 +569,39 @@ def test_a_recompute_that_stops_early_leaves_no_module_on_the_stack() -> None:
             opt.step()
     [finding] = [f for f in session.findings if f.code == "IPD106"]
     assert finding.count == 2  # the second step's write is seen too
+
+
+# --- naming cost ----------------------------------------------------------------------------------
+
+
+class _OwnNames(nn.Sequential):
+    """A container whose class lists its modules itself (as some libraries' wrappers do)."""
+
+    def named_modules(self, memo: Any = None, prefix: str = "", remove_duplicate: bool = True) -> Any:
+        yield prefix, self
+        yield (f"{prefix}.only" if prefix else "only"), self[0]
+
+
+def test_named_modules_walks_as_pytorch_does_shared_and_nested_modules_once():
+    shared = nn.Linear(2, 2)
+    tree = nn.ModuleDict({"a": nn.Sequential(shared, nn.ReLU()), "b": shared, "c": nn.ModuleList([nn.Sequential(), shared])})
+    tree.c.append(tree.a)  # the same subtree twice: named at its first place only
+    own = nn.Sequential(nn.Linear(2, 2), _OwnNames(nn.Linear(2, 2), nn.Tanh()))  # its own names count
+    for root in (tree, Net(), nn.TransformerEncoderLayer(8, 2, batch_first=True), own):
+        assert [(n, id(m)) for n, m in named_modules(root)] == [(n, id(m)) for n, m in root.named_modules()]
+
+
+def test_a_watch_held_over_many_steps_names_the_model_once(monkeypatch):
+    asked: list[nn.Module] = []
+
+    def counted(module: nn.Module) -> str | None:
+        asked.append(module)
+        return variable_name(module)
+
+    monkeypatch.setattr(modules_module, "variable_name", counted)
+    model = nn.Sequential(nn.Linear(4, 4), nn.GELU(), nn.Linear(4, 1))
+    with ipd.watch() as session:
+        for _ in range(5):
+            model(torch.randn(2, 4)).sum().backward()
+    assert asked == [model]  # at its first call: its children are named from it, then known
+    assert session.findings == []

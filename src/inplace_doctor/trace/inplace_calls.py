@@ -84,21 +84,24 @@ def _augmented_target(frame: FrameType | None) -> bool | None:
     return offsets.get(frame.f_lasti)
 
 
-_augmentable_funcs: dict[Any, bool] = {}  # every torch-level call asks: one lookup per call
+#: func -> what a call of it may need beyond passing it on (`_AUGMENTABLE`, `_HANDS_OUT`): every
+#: torch-level call asks, one lookup per call
+_plans: dict[Any, int] = {}
+_AUGMENTABLE = 1  # its name says in place (`add_`, `__iadd__`): `x += y` and `x.add_(y)` may be one
+_HANDS_OUT = 2  # a method that hands the tensor's memory out (`.numpy()`, `.data_ptr()`)
 
 
-def _augmentable(func: Any) -> bool:
+def _plan_of(func: Any) -> int:
+    name = getattr(func, "__name__", "")
+    plan = _AUGMENTABLE if name.endswith("_") and not name.startswith("_") or name.startswith("__i") else 0
     try:
-        return _augmentable_funcs[func]
-    except (KeyError, TypeError):  # not asked yet, or a function that cannot be a key
-        name = getattr(func, "__name__", "")
-        augmentable = name.endswith("_") and not name.startswith("_") or name.startswith("__i")
-        if len(_augmentable_funcs) < 4096:
-            try:
-                _augmentable_funcs[func] = augmentable
-            except TypeError:
-                pass
-        return augmentable
+        if func in HAND_OUTS:
+            plan |= _HANDS_OUT
+        if len(_plans) < 4096:
+            _plans[func] = plan
+    except TypeError:  # a function that cannot be a key
+        pass
+    return plan
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -168,24 +171,53 @@ class InplaceCalls(TorchFunctionMode):
         self.on_hand_out: Any = None
         #: > 0 while a call with an `inplace=True` argument runs: its writes were asked for
         self.flag_calls = 0
-        #: the fast tracer's: the calls handed an object a read is awaited of run under a dispatch mode
-        self.suspects: SuspectCalls | None = None
+        self._suspects: SuspectCalls | None = None
+        self._awaiting: dict[int, Any] = {}
+        self.suspects = None
+        #: whether a returning call settles the writes made so far (`TraceOwner.user_call_returned`:
+        #: fail-fast only; the tracer turns it off otherwise, which spares every call a method call)
+        self.settles_writes = True
         #: set while the tool's own torch calls run (the fast tracer's write kernels see them otherwise)
         self.own_work = Busy()
         #: whether the values overwritten are measured and their reads awaited (IPD105; the fast
         #: tracer turns it off when no rule reads `OriginalValueRead`: the aliases stay, as in deep mode)
         self.measures = True
 
+    @property
+    def suspects(self) -> SuspectCalls | None:
+        """The fast tracer's: the calls handed an object a read is awaited of run under a dispatch mode."""
+        return self._suspects
+
+    @suspects.setter
+    def suspects(self, suspects: SuspectCalls | None) -> None:
+        self._suspects = suspects
+        self._awaiting = suspects.awaiting if suspects is not None else {}  # a dict its owner never replaces
+
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        # The common call (no `inplace=True`, a name not in place, nothing awaited) costs two lookups:
+        # the mode sees every torch-level call of the program.
+        try:
+            plan = _plans[func]
+        except (KeyError, TypeError):
+            plan = _plan_of(func)
+        flag = kwargs and kwargs.get("inplace") is True
+        if plan or flag or self.overwritten or self._awaiting or self.settles_writes:
+            return self._observed(func, args, kwargs or _NO_KWARGS, plan)
+        try:
+            return func(*args, **kwargs) if kwargs else func(*args)
+        except BaseException as exc:
+            passed_through(exc)  # `call_through` inlined: one frame less on every call
+            self._raised(exc, func, args)
+            raise
+
+    def _observed(self, func: Any, args: Any, kwargs: Any, plan: int) -> Any:
         owner = self.owner
-        if kwargs is None:
-            kwargs = _NO_KWARGS
         kind = None
         if args and type(args[0]) in _PLAIN and not owner.busy:
             if kwargs and kwargs.get("inplace") is True:
                 kind = "flag"
-            elif _augmentable(func):
-                caller = sys._getframe(1)
+            elif plan & _AUGMENTABLE:
+                caller = sys._getframe(2)  # the program's frame, past `__torch_function__`
                 # Only the user's own `x += y`: a library's (an optimizer's `step += 1`)
                 # keeps its state objects on purpose.
                 # Nor `x += y` on an argument of a helper (`def center(batch, mean): batch -= mean`):
@@ -194,10 +226,10 @@ class InplaceCalls(TorchFunctionMode):
                     kind = "augmented"
         if kind == "flag":
             self.flag_calls += 1
-        suspects = self.suspects
+        suspects = self._suspects
         watched = (
             suspects is not None
-            and (suspects.overwritten or suspects.awaiting)
+            and (self.overwritten or self._awaiting)
             and not owner.busy
             and suspects.handed(args, kwargs)
         )
@@ -207,19 +239,23 @@ class InplaceCalls(TorchFunctionMode):
             out = func(*args, **kwargs) if kind is None else self._inplace_call(func, args, kwargs, kind)
         except BaseException as exc:
             if kind is None:
-                passed_through(exc)  # `call_through` inlined: one frame less on every call
-            if isinstance(exc, RuntimeError) and args and isinstance(args[0], torch.Tensor) and not owner.busy:
-                owner.call_raised(exc, func, args[0])
+                passed_through(exc)
+            self._raised(exc, func, args)
             raise
         finally:
             if kind == "flag":
                 self.flag_calls -= 1
             if watched:
                 suspects.leave()  # type: ignore[union-attr]
-        if func in HAND_OUTS and self.on_hand_out is not None and args and not owner.busy:
+        if plan & _HANDS_OUT and self.on_hand_out is not None and args and not owner.busy:
             self.on_hand_out(args[0], *HAND_OUTS[func])
-        owner.user_call_returned()
+        if self.settles_writes:
+            owner.user_call_returned()
         return out
+
+    def _raised(self, exc: BaseException, func: Any, args: Any) -> None:
+        if isinstance(exc, RuntimeError) and args and isinstance(args[0], torch.Tensor) and not self.owner.busy:
+            self.owner.call_raised(exc, func, args[0])
 
     def _inplace_call(self, func: Any, args: Any, kwargs: Any, kind: str) -> Any:
         target = args[0]

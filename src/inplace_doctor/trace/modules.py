@@ -12,7 +12,7 @@ import torch
 from .. import _compat
 from ..errors import UnsupportedModuleError
 from ..sites import ROOT_LABEL, module_path
-from .compiled import uncompiled, without_compiled_wrappers
+from .compiled import COMPILED_WRAPPER, uncompiled, without_compiled_wrappers
 from .storage import storage_key
 from .user_names import variable_name
 
@@ -90,15 +90,20 @@ class ModulePaths:
         self, module: torch.nn.Module, prefix: str = "", named: list[tuple[str, torch.nn.Module]] | None = None
     ) -> None:
         """Name `module` and its submodules; `named` is `list(module.named_modules())` if the caller has it."""
-        for name, sub in named if named is not None else module.named_modules(remove_duplicate=True):
-            if self._lookup(sub) is None:
+        known, under_root, ref = self._known, self._under_root, weakref.ref
+        for name, sub in named if named is not None else named_modules(module):
+            key = id(sub)
+            entry = known.get(key)
+            if entry is not None and entry.ref() is sub:
+                continue
+            if COMPILED_WRAPPER in name:
                 name = without_compiled_wrappers(name)
-                path = f"{prefix}.{name}" if prefix and name else (prefix or name)
-                self._known[id(sub)] = _Known(weakref.ref(sub), path, type(sub).__name__)
-                if prefix:
-                    self._under_root.discard(id(sub))  # the id of a dead root module, reused
-                else:
-                    self._under_root.add(id(sub))
+            path = f"{prefix}.{name}" if prefix and name else (prefix or name)
+            known[key] = _Known(ref(sub), path, type(sub).__name__)
+            if prefix:
+                under_root.discard(key)  # the id of a dead root module, reused
+            else:
+                under_root.add(key)
         self._state_names = None
 
     def buffer_ids(self) -> set[int]:
@@ -201,21 +206,18 @@ class ModulePaths:
         return self._known[id(module)]
 
     def _pre(self, module: torch.nn.Module, args: Any) -> None:
+        # Runs at every module call: a lookup, a count and two small tuples; no frame is walked
+        # unless the module is met for the first time in this session (`_learn`).
         stack = self._stack
-        task = _current_graph_task_id()
-        if task != -1 and task not in self._backward_depths:  # a module run by backward: a recompute
-            self._backward_depths[task] = len(stack)
-            _compat.queue_backward_callback(functools.partial(self._end_of_backward, task))
+        if _current_graph_task_id() != -1:
+            self._in_backward()
         entry = self._known.get(id(module))
         if entry is not None and entry.depth >= 0:
             # Entered again while still on the stack (which holds it, so it is this module): an
             # exception unwound past its post hook (or, rarely, a module calls itself). Drop the stale part.
             self._truncate(entry.depth)
         if not stack:
-            self._epoch += 1
-            self._buffer_ids = None
-            if self.on_top_level is not None:
-                self.on_top_level(module, args, _compat.forward_call_kwargs(module, sys._getframe(1)))
+            self._top_level_call(module, args)
         if entry is None or entry.ref() is not module:
             entry = self._learn(module)
         if entry.epoch != self._epoch:
@@ -224,18 +226,44 @@ class ModulePaths:
         # __dict__, not getattr: Module.__getattr__ raises internally for most modules.
         inplace = module.__dict__.get("inplace")
         entry.depth = len(stack)
-        context = self.current = (entry.path, call, entry.cls, inplace if isinstance(inplace, bool) else None)
+        context = self.current = (entry.path, call, entry.cls, inplace if inplace is True or inplace is False else None)
         stack.append((module, entry, context))
+
+    def _in_backward(self) -> None:
+        task = _current_graph_task_id()
+        if task not in self._backward_depths:  # a module run by backward: a recompute
+            self._backward_depths[task] = len(self._stack)
+            _compat.queue_backward_callback(functools.partial(self._end_of_backward, task))
+
+    def _top_level_call(self, module: torch.nn.Module, args: Any) -> None:
+        self._epoch += 1
+        self._buffer_ids = None
+        if self.on_top_level is not None:
+            # the frame of the module's `_call_impl`, past this one and `_pre`
+            self.on_top_level(module, args, _compat.forward_call_kwargs(module, sys._getframe(2)))
 
     def _post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         entry = self._known.get(id(module))
-        if entry is None or entry.depth < 0:
+        if entry is None:
             return
         index = entry.depth
-        self._truncate(index)
-        if index == 0 and self.on_top_level_output is not None:
+        if index <= 0:
+            if index == 0:
+                self._top_level_returned(module, output)
+            return
+        stack = self._stack
+        if len(stack) == index + 1:  # the innermost module returns: the usual case
+            stack.pop()
+            entry.depth = -1
+            self.current = stack[-1][2]
+        else:
+            self._truncate(index)
+
+    def _top_level_returned(self, module: torch.nn.Module, output: Any) -> None:
+        self._truncate(0)
+        if self.on_top_level_output is not None:
             self.on_top_level_output(output)
-        if index == 0 and self.on_top_level is not None:
+        if self.on_top_level is not None:
             self.on_top_level(module, None, None)
 
     def _truncate(self, index: int) -> None:
@@ -278,6 +306,31 @@ class ModulePaths:
             handle.remove()
         self._handles = []
         self.clear()
+
+
+_NAMED_MODULES = torch.nn.Module.named_modules
+
+
+def named_modules(root: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """`list(root.named_modules())`, walked without a generator per module (a third of the time):
+    the same names in the same order, each module once. A tree with a class of its own
+    `named_modules` is asked as PyTorch would."""
+    found: list[tuple[str, torch.nn.Module]] = []
+    seen: set[torch.nn.Module] = set()
+    todo: list[tuple[str, torch.nn.Module]] = [("", root)]
+    while todo:
+        prefix, module = todo.pop()
+        if module in seen:
+            continue
+        if type(module).named_modules is not _NAMED_MODULES:
+            return list(root.named_modules())
+        seen.add(module)
+        found.append((prefix, module))
+        children = module._modules
+        if children:
+            dot = prefix + "." if prefix else ""
+            todo.extend(reversed([(dot + name, sub) for name, sub in children.items() if sub is not None]))
+    return found
 
 
 def unique_label(name: str, taken: set[str]) -> str:

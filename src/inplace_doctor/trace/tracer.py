@@ -124,6 +124,7 @@ class Tracer:
         self._busy = Busy()
         self.modules = ModulePaths()
         self.inplace_calls = InplaceCalls(self, self.modules)
+        self.inplace_calls.settles_writes = fail_fast  # `user_call_returned` settles nothing otherwise
         self.held = HeldTensors(self, self.modules)
         self._saved = (FastSavedTensors if fast else SavedTensors)(sink, self.emit, self.modules, self._busy)
         self.contents = ContentChecks(self._saved, self.emit, check_contents, self._busy, wrap_methods=fast)

@@ -96,39 +96,68 @@ def _roots(frames: list[FrameType]) -> list[tuple[str, Any]]:
     return roots + last
 
 
+# A place the search reached: (the object, the place it was reached from or None for a name in a
+# frame, how: "" a name, "." an attribute, "[" an index or key, the name, index or key). Its path is
+# written out only for the place that holds the module.
+_Place = tuple[Any, Any, str, Any]
+
+
 def attribute_path(module: torch.nn.Module, frames: list[FrameType]) -> str | None:
     """The shortest path (`trainer.critic`, `steps[0]`) from a name in `frames` to `module`,
     through submodules, lists, tuples, dicts and objects of classes the user defined."""
-    level = _roots(frames)
+    level: list[_Place] = [(value, None, "", name) for name, value in _roots(frames)]
     visited: set[int] = set()
-    for _ in range(_DEPTH + 1):
-        following: list[tuple[str, Any]] = []
-        for path, value in level:
-            if value is module and path not in _SELF_NAMES:
-                return path
+    for depth in range(_DEPTH + 1):
+        # The whole level is looked through before any of it is opened: the shortest path is
+        # found without opening what lies beside it (a list of 60 modules beside `w.model`).
+        for place in level:
+            if place[0] is module and not (place[1] is None and place[3] in _SELF_NAMES):
+                return _written(place)
+        if depth == _DEPTH:
+            break
+        following: list[_Place] = []
+        for place in level:
+            value = place[0]
             if id(value) in visited or len(visited) >= _VISITS:
                 continue
             visited.add(id(value))
-            following.extend(_children(path, value))
+            if type(value) not in _BARREN:
+                following.extend(_children(place, value))
         level = following
     return None
 
 
-def _children(path: str, value: Any) -> list[tuple[str, Any]]:
-    """What `value` holds, as paths; reads dictionaries only (no property, no `__getattr__` runs)."""
+#: exact types whose objects `_children` finds nothing in (most of a frame's globals): not asked
+_BARREN = frozenset(
+    {types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type, str, int, float, bool, type(None)}
+)
+
+
+def _written(place: _Place) -> str:
+    pieces: list[str] = []
+    while place[1] is not None:
+        _, parent, how, key = place
+        pieces.append(f".{key}" if how == "." else f"[{key!r}]")
+        place = parent
+    pieces.append(place[3])
+    return "".join(reversed(pieces))
+
+
+def _children(place: _Place, value: Any) -> list[_Place]:
+    """What `value` holds; reads dictionaries only (no property, no `__getattr__` runs)."""
     if isinstance(value, torch.nn.Module):
-        return [(f"{path}.{name}", sub) for name, sub in list(value._modules.items()) if sub is not None]
+        return [(sub, place, ".", name) for name, sub in list(value._modules.items()) if sub is not None]
     if isinstance(value, (list, tuple)):
-        return [(f"{path}[{i}]", item) for i, item in enumerate(value[:_ITEMS])]
+        return [(item, place, "[", i) for i, item in enumerate(value[:_ITEMS])]
     if isinstance(value, dict):
         items = list(value.items())[:_ITEMS]
-        return [(f"{path}[{key!r}]", item) for key, item in items if isinstance(key, (str, int))]
+        return [(item, place, "[", key) for key, item in items if isinstance(key, (str, int))]
     if _is_users_object(value):
         try:
             attrs = vars(value)
         except TypeError:  # a class with __slots__ only
             return []
-        return [(f"{path}.{name}", item) for name, item in list(attrs.items()) if isinstance(name, str)]
+        return [(item, place, ".", name) for name, item in list(attrs.items()) if isinstance(name, str)]
     return []
 
 
