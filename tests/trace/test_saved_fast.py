@@ -54,7 +54,7 @@ def test_nodes_named_by_pack_order_hold_the_fields_read_from_them() -> None:
 
 
 def test_a_record_is_saved_where_its_node_was_made() -> None:
-    """One stack capture serves a node and the records packed for it: they name the same line."""
+    """A node that saves records is placed by them: its origin is the stack its saves captured."""
     x = torch.randn(3, requires_grad=True)
     with ipd.watch(deep=False, select=sorted(FAST_MODE_RULES)) as session:
         y = x.sigmoid()
