@@ -158,6 +158,9 @@ class SavedTensors:
         self.last_op: Any = None
         # keys of saved tensors a write changed: backward reaching them, or their release, settles it
         self._overwritten_keys: set[int] = set()
+        #: the fast tracer's (`saved_fast.py`): weakrefs to the records packed since the last
+        #: node-creation hook, which names them; None where nodes are named lazily
+        self._fresh: list[weakref.ref[SavedRecord]] | None = None
         #: `contents.ContentChecks` while the tracer checks saved tensors' bytes
         self.contents: Any = None
 
@@ -177,8 +180,12 @@ class SavedTensors:
             alias, key, capture_stack(), self._modules.current, _current_node() is not None, t._version,
             t.requires_grad,
         )
+        ref = weakref.ref(record)
+        fresh = self._fresh
+        if fresh is not None:
+            fresh.append(ref)
         unindexed = self._unindexed
-        unindexed.append(weakref.ref(record))
+        unindexed.append(ref)
         if len(unindexed) > self._compact_at:
             self._compact()
         contents = self.contents
@@ -216,6 +223,8 @@ class SavedTensors:
         """Drop the freed records' weakrefs of a long run nothing asked about (no write, no finding)."""
         self._unindexed = [ref for ref in self._unindexed if ref() is not None]
         self._compact_at = max(_COMPACT_AT, 2 * len(self._unindexed))
+        if self._fresh:  # packs without a node hook after them, for long
+            self._fresh = [ref for ref in self._fresh if ref() is not None]
 
     def _release(self, ref: "weakref.ref[SavedRecord]") -> None:
         """Autograd freed a saved tensor (backward ran, or the graph was dropped)."""

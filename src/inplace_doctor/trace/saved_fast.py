@@ -1,7 +1,7 @@
 """The fast tracer's saved tensors: the node-creation hook names a node's saves by their pack order.
 
 Every save and every node enters Python (issue 26's MLP: 89 saves and 151 nodes a step), so
-each hook does the least it can. `pack` makes the record with where it was saved (the stack,
+each hook does the least it can. `pack` (`SavedTensors.pack`, shared) makes the record with where it was saved (the stack,
 captured in C, the module running, the phase): a save is not always followed by its node's hook
 (non-reentrant checkpoint's `_NoopSaveInputs` saves the region's inputs, and no node-creation
 hook runs for it before the region's first op), so where it was saved cannot wait for a hook.
@@ -17,7 +17,6 @@ all its own is named from its fields, as before.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import torch
@@ -25,9 +24,7 @@ import torch
 from .._compat import RAW_SAVED_PREFIX as _RAW_SAVED_PREFIX
 from .autograd_facts import BATCH_NORM_NODES
 from .nodes import record_creation, saved_attrs
-from .saved import SavedRecord, SavedTensors, _detach, _DisableTorchDispatch, _dispatch_modes
-from .stacks import capture_stack
-from .storage import storage_key
+from .saved import SavedRecord, SavedTensors
 
 _current_node = torch._C._current_autograd_node
 _BackwardCFunction = torch.autograd.function.BackwardCFunction
@@ -38,47 +35,14 @@ _layouts: dict[str, tuple[tuple[str, ...], Any, str | None]] = {}
 
 
 class FastSavedTensors(SavedTensors):
-    """`SavedTensors` with the fast tracer's hooks: `pack` makes the record, `on_node_now` places
-    and names the records packed since the previous node."""
+    """`SavedTensors` with the fast tracer's node-creation hook: `on_node_now` names the records
+    packed since the previous node at once (`SavedTensors.pack` keeps them in `_fresh`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        #: weakrefs to the records packed since the last node-creation hook (a record an op made
-        #: and dropped, raising before its node existed, is gone by then)
-        self._fresh: list[weakref.ref[SavedRecord]] = []
-
-    def pack(self, t: torch.Tensor) -> SavedRecord:
-        if type(t) is _Tensor or type(t) is _Parameter:
-            if _dispatch_modes():
-                with _DisableTorchDispatch():  # our own detach is not the user's op
-                    alias = _detach(t)
-            else:
-                alias = _detach(t)
-        else:  # a tensor subclass may need its own __torch_dispatch__ for detach
-            with self._busy:
-                alias = t.detach()
-        key = self.saves = self.saves + 1
-        record = SavedRecord(
-            alias, key, capture_stack(), self._modules.current, _current_node() is not None, t._version,
-            t.requires_grad,
-        )
-        ref = weakref.ref(record)
-        self._fresh.append(ref)
-        unindexed = self._unindexed
-        unindexed.append(ref)
-        if len(unindexed) > self._compact_at:
-            self._compact()
-            self._compact_fresh()
-        contents = self.contents
-        if contents is not None and (contents.check_all or contents.by_storage or contents.search is not None):
-            ptr = storage_key(alias)
-            if ptr:
-                contents.on_pack(record, ptr)
-        return record
-
-    def _compact_fresh(self) -> None:
-        """Drop the freed records' weakrefs from `_fresh` too (packs without a node, for long)."""
-        self._fresh = [ref for ref in self._fresh if ref() is not None]
+        # `pack` keeps here the records it made since the last node-creation hook (a record an op
+        # made and dropped, raising before its node existed, is gone by then)
+        self._fresh = []
 
     def on_node_now(self, node: Any, op: Any, name: str | None) -> None:
         """The node-creation hook: the records packed since the last node named (none is held for
