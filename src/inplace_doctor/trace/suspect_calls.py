@@ -24,7 +24,6 @@ attribute of an argument) is not seen.
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable
 
 import torch
@@ -34,15 +33,10 @@ from .blame import passed_through
 from .caller_reads import CallerReads
 from .owner import Busy
 from .per_op import OpWork, PerOpMode
+from .shared_patches import SharedPatch
 
 #: what runs TorchScript code when Python calls it: a scripted function, a scripted module's method
 _SCRIPTED = (torch._C.ScriptFunction, torch._C.ScriptMethod)
-
-#: the `__call__` PyTorch defined on each of `_SCRIPTED`, put back when the last session ends
-_TORCH_CALLS: dict[Any, Any] = {cls: cls.__dict__["__call__"] for cls in _SCRIPTED}
-#: sessions entered and not yet left, in any thread
-_SESSIONS = [0]
-_SESSIONS_LOCK = threading.Lock()
 
 #: (func, args, kwargs): reports reads of the objects in-place calls overwrote (`InplaceCalls.check_reads`)
 CheckReads = Callable[[Any, Any, Any], None]
@@ -72,7 +66,6 @@ class SuspectCalls:
         self.awaiting = caller.awaiting
         self.mode = PerOpMode(busy, _SuspectWork(overwritten, check_overwritten, caller), forward_only=True)
         self._depth = 0
-        self._originals: list[tuple[Any, Any]] = []
         #: calls run under the mode (the tests and the report's statistics may read it)
         self.calls = 0
 
@@ -87,45 +80,15 @@ class SuspectCalls:
         )
 
     def __enter__(self) -> "SuspectCalls":
-        thread, busy = threading.get_ident(), self.mode.busy
-        with _SESSIONS_LOCK:
-            _SESSIONS[0] += 1
-        for cls in _SCRIPTED:
-            original = cls.__dict__["__call__"]
-
-            def seen(fn: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
-                watched = (
-                    (self.overwritten or self.awaiting)
-                    and not busy.on
-                    and threading.get_ident() == thread
-                    and self.handed(args, kwargs)
-                )
-                if watched:
-                    self.enter()
-                try:
-                    return _original(fn, *args, **kwargs)
-                except BaseException as exc:
-                    passed_through(exc)
-                    raise
-                finally:
-                    if watched:
-                        self.leave()
-
-            cls.__call__ = seen  # type: ignore[method-assign, assignment]
-            self._originals.append((cls, original))
+        for patch in _PATCHES.values():
+            patch.acquire(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        """Each session wraps the wrapper before it, and sessions of two threads may end in any
-        order: the methods PyTorch defined are put back when the last session ends (a wrapper left
-        until then passes calls through: its session awaits no read any more)."""
-        with _SESSIONS_LOCK:
-            _SESSIONS[0] -= 1
-            last = _SESSIONS[0] == 0
-        originals, self._originals = self._originals, []
-        if last:
-            for cls, _ in originals:
-                cls.__call__ = _TORCH_CALLS[cls]  # type: ignore[method-assign]
+        """The methods PyTorch defined are put back when the last session ends, whichever
+        thread's it is (`shared_patches.py`)."""
+        for patch in _PATCHES.values():
+            patch.release(self)
 
     def enter(self) -> None:
         """Push the mode for one call (a call nested in it keeps the one already pushed)."""
@@ -159,5 +122,38 @@ def _holds(values: Any, first: dict[int, Any], second: dict[int, Any], depth: in
                 return True
     return False
 
+
+
+def _call_seen(cls: Any) -> Callable[[Any], Any]:
+    """`cls.__call__` (a scripted callable's): a call handed an object a session of the calling
+    thread awaits a read of runs under that session's per-op mode (each session checks its own)."""
+
+    def wrap(original: Any) -> Any:
+        def seen(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            watched = [  # the latest session's mode pushed first, as its wrapper used to be the outer one
+                session for session in reversed(_PATCHES[cls].here())
+                if (session.overwritten or session.awaiting) and not session.mode.busy.on
+                and session.handed(args, kwargs)
+            ]
+            for session in watched:
+                session.enter()
+            try:
+                return original(fn, *args, **kwargs)
+            except BaseException as exc:
+                passed_through(exc)
+                raise
+            finally:
+                for session in reversed(watched):
+                    session.leave()
+
+        seen.__wrapped__ = original  # type: ignore[attr-defined]
+        return seen
+
+    return wrap
+
+
+_PATCHES: dict[Any, SharedPatch[SuspectCalls]] = {
+    cls: SharedPatch(cls, "__call__", _call_seen(cls)) for cls in _SCRIPTED
+}
 
 __all__ = ["SuspectCalls"]
