@@ -59,6 +59,9 @@ def op_of_node(name: str) -> Any:
 
 
 _BackwardCFunction = torch.autograd.function.BackwardCFunction
+# A leaf's gradient sink, made when the leaf first enters a graph (before the saves of the op that
+# uses it): it saves nothing, and no report names where it was made (a leaf has no `grad_fn`).
+_ACCUMULATE_GRAD = getattr(getattr(torch._C, "_functions", None), "AccumulateGrad", None)
 
 
 class _NodeKind(NamedTuple):
@@ -132,6 +135,11 @@ class FastWrites:
         """The node-creation hook: the op that made the node named from it (the deep tracer's last
         op), its saved tensors named at once (a node held until later would keep a graph dropped
         without backward alive), and where it was made recorded in it."""
+        if type(node) is _ACCUMULATE_GRAD:  # one per parameter a step: nothing to record
+            self._last_write = None
+            if self._writes.pending and not self._busy.on and _awaits_its_node(self._writes.pending):
+                self._writes.settle()
+            return
         kind = _node_kinds.get(type(node)) or _kind_of(node)
         last_write = self._last_write
         if last_write is not None and not kind.after_view_write:
