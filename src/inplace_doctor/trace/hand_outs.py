@@ -15,28 +15,26 @@ the call, as nested modes do), outside the tool's own work (`busy`) and outside
 `torch._C.DisableTorchFunction()` (which sets the mode aside), and only the outermost of nested
 hand-outs (`__array__` calls `numpy`: the mode, which steps aside while it handles a call, sees only
 `__array__`). Not reported, in either mode: `t.untyped_storage().data_ptr()`, C++ code's own
-pointers, subclasses that override these methods. The wrappers are installed once while any session
-uses them (reference-counted: sessions in several threads may end in any order) and removed by the
-last, the originals put back (methods `torch.Tensor` only inherits are deleted again).
+pointers, subclasses that override these methods. Each wrapper is a `SharedPatch`: installed by the
+first session in, removed by the last out in any order (sessions of several threads), the original
+put back (a method `torch.Tensor` only inherits is deleted again).
 """
 
 from __future__ import annotations
 
 import contextvars
-import threading
 from typing import Any, Callable
 
 import torch
 
 from .owner import Busy
-from .shared_patches import SharedPatch
+from .shared_patches import ABSENT, SharedPatch
 
 #: the Tensor methods that hand memory out: (the method, how findings name it)
 METHODS = {"numpy": "`.numpy()`", "__dlpack__": "`__dlpack__()`", "__array__": "`__array__()`", "data_ptr": "`.data_ptr()`"}
 #: called with (the tensor, the method, how findings name it) after a hand-out returned
 Report = Callable[[Any, str, str], None]
 _CURRENT: contextvars.ContextVar["HandOutMethods | None"] = contextvars.ContextVar("inplace_doctor_hand_outs", default=None)
-_INHERITED = object()  # a method `torch.Tensor` had only from `TensorBase`: deleted again
 
 
 class HandOutMethods:
@@ -50,7 +48,8 @@ class HandOutMethods:
         self._token: contextvars.Token[HandOutMethods | None] | None = None
 
     def __enter__(self) -> "HandOutMethods":
-        _INSTALLED.acquire()
+        for patch in _PATCHES:
+            patch.acquire(self)
         self.outer = _CURRENT.get()
         self._token = _CURRENT.set(self)
         return self
@@ -60,7 +59,8 @@ class HandOutMethods:
             _CURRENT.reset(self._token)
             self._token = None
             self.outer = None
-            _INSTALLED.release()
+            for patch in _PATCHES:
+                patch.release(self)
 
 
 def _wrapped(original: Any, name: str, how: str) -> Callable[..., Any]:
@@ -87,42 +87,20 @@ def _wrapped(original: Any, name: str, how: str) -> Callable[..., Any]:
     return handing_out
 
 
-class _Installed:
-    """The wrappers on `torch.Tensor`, installed while at least one `HandOutMethods` is entered."""
+def _patch(name: str, how: str) -> SharedPatch["HandOutMethods"]:
+    def wrap(own: Any) -> Any:  # a method `torch.Tensor` only inherits is deleted again by the last user
+        return _wrapped(getattr(torch.Tensor, name) if own is ABSENT else own, name, how)
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.users = 0
-        self.originals: list[tuple[str, Any]] = []
-
-    def acquire(self) -> None:
-        with self.lock:
-            self.users += 1
-            if self.users > 1:
-                return
-            for name, how in METHODS.items():
-                self.originals.append((name, torch.Tensor.__dict__.get(name, _INHERITED)))
-                setattr(torch.Tensor, name, _wrapped(getattr(torch.Tensor, name), name, how))
-
-    def release(self) -> None:
-        with self.lock:
-            self.users -= 1
-            if self.users > 0:
-                return
-            while self.originals:
-                name, own = self.originals.pop()
-                if own is _INHERITED:
-                    delattr(torch.Tensor, name)
-                else:
-                    setattr(torch.Tensor, name, own)
+    return SharedPatch(torch.Tensor, name, wrap)
 
 
-_INSTALLED = _Installed()
+#: one wrapper per method, installed while at least one `HandOutMethods` is entered (any thread)
+_PATCHES = tuple(_patch(name, how) for name, how in METHODS.items())
 
 
 def installed() -> bool:
     """Whether the wrappers are on `torch.Tensor` now."""
-    return _INSTALLED.users > 0
+    return bool(_PATCHES[0].entries)
 
 
 def _reporting(original: Any) -> Any:
