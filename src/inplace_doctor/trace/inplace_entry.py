@@ -34,9 +34,11 @@ inside backward (a custom `Function`'s) pushes nothing.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import sys
+import types
 from typing import Any, Callable
 
 import torch
@@ -157,11 +159,16 @@ def _settle(sessions: list[InplaceEntries]) -> None:
 
 def _flag_entry(patch: Callable[[], SharedPatch[InplaceEntries]], index: int) -> Callable[[Any], Any]:
     """A `torch.nn.functional` function with an `inplace` parameter (at `index`): a call with
-    `inplace=True` runs under the mode of each session of the calling thread."""
+    `inplace=True` runs under the mode of each session of the calling thread.
+
+    The wrapper runs in `torch.nn.functional`'s globals and names torch's function as its
+    `__wrapped__`: `torch.jit.script` code calling it compiles torch's function's source (found
+    through `__wrapped__`) with the names that source uses, as without the tool."""
 
     def wrap(original: Any) -> Any:
         if original is ABSENT:
             return None
+        settle, through = _settle, passed_through  # the wrapper reads no global of this module
 
         def entry(*args: Any, **kwargs: Any) -> Any:
             sessions = patch().here()
@@ -172,21 +179,19 @@ def _flag_entry(patch: Callable[[], SharedPatch[InplaceEntries]], index: int) ->
                     try:
                         return original(*args, **kwargs)
                     except BaseException as exc:
-                        passed_through(exc)
+                        through(exc)
                         raise
                     finally:
-                        _settle(pushed)
-                _settle(sessions)
+                        settle(pushed)
+                settle(sessions)
             try:
                 return original(*args, **kwargs)
             except BaseException as exc:
-                passed_through(exc)
+                through(exc)
                 raise
 
-        entry.__wrapped__ = original  # type: ignore[attr-defined]
-        for name in ("__name__", "__qualname__", "__doc__", "__module__"):
-            setattr(entry, name, getattr(original, name, None))
-        return entry
+        in_torchs = types.FunctionType(entry.__code__, vars(F), original.__name__, None, entry.__closure__)
+        return functools.update_wrapper(in_torchs, original)
 
     return wrap
 
