@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import inspect
+import threading
 
 import pytest
 import torch
@@ -89,25 +91,44 @@ def test_augmented_assignment_in_a_user_file_is_seen_with_the_mode_off() -> None
     assert not _modes()
 
 
-def test_a_function_bound_before_the_session_is_not_seen_while_nothing_is_awaited() -> None:
-    """The documented loss: `from torch.nn.functional import relu` at import holds torch's own function,
-    which no wrapper sees; the deep tracer (always on) reports the read, the fast one does not."""
+@pytest.mark.parametrize("call", ["bound before", "module attribute", "nn.ReLU", "positional flag"])
+def test_a_functional_inplace_call_is_seen_however_the_function_was_reached(call: str) -> None:
+    """`from torch.nn.functional import relu` at import holds torch's function object: its code, not
+    a module attribute, is what the session swaps, so the fast tracer reports the read the deep
+    tracer does."""
     found = {}
     for fast in (False, True):
         events = Events()
         with Tracer(events, fast=fast):
             h = torch.randn(4) * 2
-            out = relu_bound_before(h, inplace=True)
+            if call == "bound before":
+                out = relu_bound_before(h, inplace=True)
+            elif call == "module attribute":
+                out = F.relu(h, inplace=True)
+            elif call == "nn.ReLU":
+                out = nn.ReLU(inplace=True)(h)
+            else:
+                out = F.hardtanh(h, -1.0, 1.0, True)
             torch.cat([h, out])
-        found[fast] = [e for e in events if isinstance(e, OriginalValueRead)]
-    assert len(found[False]) == 1 and found[True] == []
-    events = Events()
-    with Tracer(events, fast=True):
-        relu = F.relu  # looked up while the session runs: the wrapper
-        h = torch.randn(4) * 2
-        out = relu(h, inplace=True)
-        torch.cat([h, out])
-    assert len([e for e in events if isinstance(e, OriginalValueRead)]) == 1
+        found[fast] = [(e.write.site.op, e.kind) for e in events if isinstance(e, OriginalValueRead)]
+    assert len(found[False]) == 1 and found[True] == found[False]
+
+
+def test_torchs_functions_keep_their_identity_signature_and_source_and_script() -> None:
+    dropout, code = F.dropout, F.dropout.__code__
+    signature, source = inspect.signature(F.dropout), inspect.getsource(F.dropout)
+
+    class Scripted(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.dropout(F.relu(x, inplace=True), 0.0, self.training)
+
+    with Tracer(Events(), fast=True):
+        assert F.dropout is dropout and F.dropout.__code__ is not code
+        assert inspect.signature(F.dropout) == signature and inspect.getsource(F.dropout) == source
+        assert nn.TransformerEncoderLayer(8, 2).activation_relu_or_gelu == 1  # `activation is F.relu`
+        scripted = torch.jit.script(Scripted())
+        assert torch.equal(scripted(torch.ones(2)), torch.ones(2))
+    assert F.dropout.__code__ is code and not hasattr(F, "_inplace_doctor_entry")
 
 
 @pytest.mark.parametrize("fast", [True, False])
@@ -168,3 +189,48 @@ def test_a_module_flag_write_into_the_callers_tensor_pushes_the_mode_at_the_top_
         model(torch.randn(3, 4))
     assert len([e for e in events if isinstance(e, CallerInputWritten)]) == 1
     assert not _modes()
+
+
+@pytest.mark.parametrize("first_ends_first", [True, False])
+def test_sessions_of_two_threads_put_torchs_code_back_in_either_end_order(first_ends_first: bool) -> None:
+    """The swapped `__code__` is one change per process (`shared_patches.Shared`): the session left in
+    still sees its thread's in-place calls, and the last one out puts torch's code back."""
+    code = F.relu.__code__
+    entered = [threading.Event(), threading.Event()]
+    ended = [threading.Event(), threading.Event()]
+    found: list[list[object]] = [[], []]
+    errors: list[BaseException] = []
+
+    def run(me: int, waits_for_end: bool) -> None:
+        try:
+            events = Events()
+            with Tracer(events, fast=True):
+                entered[me].set()
+                assert entered[1 - me].wait(60)
+                if waits_for_end:
+                    assert ended[1 - me].wait(60)
+                    assert F.relu.__code__ is not code  # still swapped for the session left in
+                h = torch.randn(4) * 2
+                out = F.relu(h, inplace=True)
+                torch.cat([h, out])
+                del h, out
+            found[me] = [e for e in events if isinstance(e, OriginalValueRead)]
+        except BaseException as exc:  # noqa: BLE001 (re-raised in the main thread)
+            errors.append(exc)
+        finally:
+            ended[me].set()
+
+    threads = [
+        threading.Thread(target=run, args=(0, not first_ends_first)),
+        threading.Thread(target=run, args=(1, first_ends_first)),
+    ]
+    threads[0].start()
+    assert entered[0].wait(60)
+    threads[1].start()
+    for t in threads:
+        t.join(120)
+    if errors:
+        raise errors[0]
+    assert [len(f) for f in found] == [1, 1]
+    assert F.relu.__code__ is code and not hasattr(F, "_inplace_doctor_entry")
+    assert "__iadd__" not in vars(torch.Tensor)

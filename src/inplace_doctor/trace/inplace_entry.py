@@ -9,12 +9,16 @@ caller's tensor it wrote (`CallerReads.awaiting`, IPD106) is awaited. So the
 fast tracer (without fail-fast, whose mode settles writes at every call)
 pushes it only then:
 
-- the entry points of such calls are wrapped while a session runs (shared
-  patches: the first session installs, the last uninstalls; a wrapper asks the
-  sessions of the calling thread): the augmented methods of `torch.Tensor`
-  (`__iadd__`, ...) and each function of `torch.nn.functional` that takes an
-  `inplace` parameter (found by its signature). A call with `inplace=True`, or
-  an augmented assignment into a plain name in a user file, pushes the mode
+- the entry points of such calls are watched while a session runs (first
+  session in installs, last out uninstalls; the entry asks the sessions of the
+  calling thread): the augmented methods of `torch.Tensor` (`__iadd__`, ...,
+  patched attributes), and each function of `torch.nn.functional` that takes
+  an `inplace` parameter (found by its signature), whose `__code__` is swapped
+  for an entry code of the same signature: the function object stays torch's,
+  so references bound before the session (`from torch.nn.functional import
+  relu`, `self.act = F.relu`) are seen too, `activation is F.relu` holds and
+  `torch.jit.script` reads torch's source. A call with `inplace=True`, or an
+  augmented assignment into a plain name in a user file, pushes the mode
   before it runs; the mode then sees the call exactly as when it is always on;
 - the mode stays while something is awaited, and is popped at the next safe
   point where nothing is: a wrapper's entry or return, or a top-level module's
@@ -24,12 +28,12 @@ pushes it only then:
   program entered after the session began (they are lifted off and put back),
   above older sessions'.
 
-Known limitations: an `inplace=True` call through a function object bound
-before the session began (`from torch.nn.functional import relu` at import,
-`self.act = F.relu` in `__init__`) does not pass the wrapper: while nothing is
-awaited, such a call is not seen (no IPD105/IPD106 from it); `nn.ReLU(inplace=True)`
-and the other modules look up `F.relu` at each call and are seen. An in-place call
-inside backward (a custom `Function`'s) pushes nothing.
+Known limitations: a function outside `torch.nn.functional` that takes
+`inplace=True` through `__torch_function__` (none in torch) pushes nothing, and is
+seen only while something is awaited; an in-place call inside backward (a custom
+`Function`'s) pushes nothing; `torch.compile` tracing `F.relu` while a session
+runs in another thread traces the entry code (a session's own compiled code runs
+eagerly, `compiled.py`).
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ import torch.nn.functional as F
 from .. import _compat
 from .blame import passed_through
 from .inplace_calls import ENTRY_CODES, InplaceCalls, _augmented_target
-from .shared_patches import ABSENT, SharedPatch
+from .shared_patches import ABSENT, Shared, SharedPatch
 from .stacks import is_user_file
 
 _stack_length = torch._C._len_torch_function_stack
@@ -76,8 +80,8 @@ class InplaceEntries:
         self._base = sum(1 for i in range(_stack_length()) if id(_stack_at(i)) not in _ENTERED)
         _ENTERED[id(self.calls)] = self._order
         try:
-            for patch in _PATCHES:
-                patch.acquire(self)
+            for shared in _SHARED:
+                shared.acquire(self)
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -91,8 +95,8 @@ class InplaceEntries:
                 self.pushed = False
         finally:
             _ENTERED.pop(id(self.calls), None)
-            for patch in _PATCHES:
-                patch.release(self)
+            for shared in _SHARED:
+                shared.release(self)
 
     def awaited(self) -> bool:
         calls = self.calls
@@ -157,45 +161,6 @@ def _settle(sessions: list[InplaceEntries]) -> None:
             session.sync()
 
 
-def _flag_entry(patch: Callable[[], SharedPatch[InplaceEntries]], index: int) -> Callable[[Any], Any]:
-    """A `torch.nn.functional` function with an `inplace` parameter (at `index`): a call with
-    `inplace=True` runs under the mode of each session of the calling thread.
-
-    The wrapper runs in `torch.nn.functional`'s globals and names torch's function as its
-    `__wrapped__`: `torch.jit.script` code calling it compiles torch's function's source (found
-    through `__wrapped__`) with the names that source uses, as without the tool."""
-
-    def wrap(original: Any) -> Any:
-        if original is ABSENT:
-            return None
-        settle, through = _settle, passed_through  # the wrapper reads no global of this module
-
-        def entry(*args: Any, **kwargs: Any) -> Any:
-            sessions = patch().here()
-            if sessions:
-                flag = kwargs["inplace"] if "inplace" in kwargs else args[index] if len(args) > index else False
-                if flag is True:
-                    pushed = [session for session in sessions if session.want()]
-                    try:
-                        return original(*args, **kwargs)
-                    except BaseException as exc:
-                        through(exc)
-                        raise
-                    finally:
-                        settle(pushed)
-                settle(sessions)
-            try:
-                return original(*args, **kwargs)
-            except BaseException as exc:
-                through(exc)
-                raise
-
-        in_torchs = types.FunctionType(entry.__code__, vars(F), original.__name__, None, entry.__closure__)
-        return functools.update_wrapper(in_torchs, original)
-
-    return wrap
-
-
 def _augmented_entry(patch: Callable[[], SharedPatch[InplaceEntries]], name: str) -> Callable[[Any], Any]:
     """`torch.Tensor.__iadd__` and its kin: `x += y` into a plain name in a user file runs under
     the mode of each session of the calling thread, which sees it as always (the in-place method)."""
@@ -238,17 +203,6 @@ _AUGMENTED = [
 ]
 
 
-def _flag_functions() -> dict[str, int]:
-    """`torch.nn.functional`'s functions with an `inplace` parameter: name -> its position."""
-    found = {}
-    for name, value in vars(F).items():
-        if inspect.isfunction(value) and getattr(value, "__module__", "") == F.__name__:
-            parameters = list(inspect.signature(value).parameters)
-            if "inplace" in parameters:
-                found[name] = parameters.index("inplace")
-    return found
-
-
 _PATCHES: list[SharedPatch[InplaceEntries]] = []
 
 
@@ -259,8 +213,6 @@ def _add(owner: Any, name: str, make: Callable[[Callable[[], SharedPatch[Inplace
 
 for _name in _AUGMENTED:
     _add(torch.Tensor, _name, lambda patch, name=_name: _augmented_entry(patch, name))  # type: ignore[misc]
-for _name, _index in _flag_functions().items():
-    _add(F, _name, lambda patch, index=_index: _flag_entry(patch, index))  # type: ignore[misc]
 
 
 def _entry_codes() -> None:
@@ -268,5 +220,89 @@ def _entry_codes() -> None:
 
 
 _entry_codes()
+
+
+_ENTRY = "_inplace_doctor_entry"  # the name the functions' entry code calls, in `torch.nn.functional`
+
+
+class _FlagFunctions(Shared[InplaceEntries]):
+    """Each `torch.nn.functional` function with an `inplace` parameter runs, while a session is in,
+    an entry code of the same signature: `return _inplace_doctor_entry(k, inplace)(<its arguments>)`,
+    which hands back torch's code (a copy of the function) to run, under the mode of each session
+    of the calling thread when `inplace` is True.
+
+    The function object stays torch's (`activation is F.relu` holds, references bound before the
+    session see the calls, `torch.jit.script` reads its source from its file and line); only its
+    `__code__` is swapped, and put back when the last session leaves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.functions: list[Any] = []
+        self.codes: list[tuple[Any, Any]] = []  # (torch's code, the entry code)
+        self.bodies: list[Any] = []  # torch's code as a function of its own
+
+    def _prepare(self) -> None:
+        for value in {id(v): v for v in vars(F).values()}.values():
+            if not (inspect.isfunction(value) and value.__module__ == F.__name__ and value.__closure__ is None):
+                continue
+            parameters = inspect.signature(value).parameters
+            names = list(parameters)
+            if "inplace" not in names or any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in parameters.values()):
+                continue
+            key = len(self.functions)
+            arguments = ", ".join(names)
+            source = f"def {value.__name__}({arguments}):\n    return {_ENTRY}({key}, inplace)({arguments})\n"
+            namespace: dict[str, Any] = {}
+            exec(compile(source, value.__code__.co_filename, "exec"), namespace)  # noqa: S102 (our own text)
+            code = value.__code__
+            entry = namespace[value.__name__].__code__.replace(
+                co_filename=code.co_filename, co_name=code.co_name, co_firstlineno=code.co_firstlineno,
+                **({"co_qualname": code.co_qualname} if hasattr(code, "co_qualname") else {}),
+            )
+            body = types.FunctionType(code, value.__globals__, value.__name__, value.__defaults__)
+            body.__kwdefaults__ = value.__kwdefaults__
+            self.functions.append(value)
+            self.codes.append((code, entry))
+            self.bodies.append(body)
+
+    def install(self) -> None:
+        if not self.functions:
+            self._prepare()
+        setattr(F, _ENTRY, self.entry)
+        for function, (_, entry) in zip(self.functions, self.codes):
+            function.__code__ = entry
+
+    def uninstall(self) -> None:
+        for function, (code, entry) in zip(self.functions, self.codes):
+            if function.__code__ is entry:
+                function.__code__ = code
+        if F.__dict__.get(_ENTRY) == self.entry:
+            delattr(F, _ENTRY)
+
+    def entry(self, key: int, inplace: Any) -> Any:
+        """What function `key` runs: torch's code, under the sessions' modes for `inplace=True`."""
+        body = self.bodies[key]
+        sessions = self.here()
+        if not sessions:
+            return body
+        if inplace is True:
+            pushed = [session for session in sessions if session.want()]
+            return functools.partial(_run_pushed, body, pushed) if pushed else body
+        _settle(sessions)
+        return body
+
+
+def _run_pushed(body: Any, pushed: list[InplaceEntries], *args: Any) -> Any:
+    try:
+        return body(*args)
+    except BaseException as exc:
+        passed_through(exc)
+        raise
+    finally:
+        _settle(pushed)
+
+
+_FLAGS = _FlagFunctions()
+_SHARED: list[Shared[InplaceEntries]] = [*_PATCHES, _FLAGS]
 
 __all__ = ["InplaceEntries"]
