@@ -92,8 +92,10 @@ class Tracer:
             but stale `state_dict()` aliases (IPD107) and graph tensors changed
             outside autograd (IPD110), whose reads it sees through a dispatch
             mode pushed only while one is pending (`pending_reads.py`), and
-            in-place calls (IPD105, IPD106: `inplace_calls`, with a dispatch
-            mode only for a call handed what one overwrote, `suspect_calls.py`),
+            in-place calls (IPD105, IPD106: `inplace_calls`, its function mode
+            on only while an in-place call runs or a read is awaited,
+            `inplace_entry.py`, with a dispatch mode only for a call handed
+            what one overwrote, `suspect_calls.py`),
             memory handed out (IPD109), seen by wrapping the Tensor methods
             that hand it out (`hand_outs.py`); it names a saving node's op by
             the node. Inside `torch.utils.checkpoint` regions (their forward
