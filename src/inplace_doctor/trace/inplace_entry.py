@@ -43,7 +43,7 @@ import inspect
 import itertools
 import sys
 import types
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -161,16 +161,16 @@ def _settle(sessions: list[InplaceEntries]) -> None:
             session.sync()
 
 
-def _augmented_entry(patch: Callable[[], SharedPatch[InplaceEntries]], name: str) -> Callable[[Any], Any]:
+def _augmented_patch(name: str) -> SharedPatch[InplaceEntries]:
     """`torch.Tensor.__iadd__` and its kin: `x += y` into a plain name in a user file runs under
     the mode of each session of the calling thread, which sees it as always (the in-place method)."""
 
     def wrap(original: Any) -> Any:
-        if original is ABSENT:
+        if original is ABSENT:  # inherited from `TensorBase`: deleted again after
             original = getattr(torch.Tensor, name)
 
         def augmented(self: Any, other: Any) -> Any:
-            sessions = patch().here()
+            sessions = patch.here()
             pushed: list[InplaceEntries] = []
             if sessions:
                 caller = sys._getframe(1)
@@ -189,9 +189,11 @@ def _augmented_entry(patch: Callable[[], SharedPatch[InplaceEntries]], name: str
 
         augmented.__wrapped__ = original  # type: ignore[attr-defined]
         augmented.__name__ = augmented.__qualname__ = name
+        ENTRY_CODES.add(augmented.__code__)  # the mode looks past it for the program's frame
         return augmented
 
-    return wrap
+    patch: SharedPatch[InplaceEntries] = SharedPatch(torch.Tensor, name, wrap)
+    return patch
 
 
 _AUGMENTED = [
@@ -201,25 +203,7 @@ _AUGMENTED = [
         "rshift",
     )
 ]
-
-
-_PATCHES: list[SharedPatch[InplaceEntries]] = []
-
-
-def _add(owner: Any, name: str, make: Callable[[Callable[[], SharedPatch[InplaceEntries]]], Callable[[Any], Any]]) -> None:
-    at = len(_PATCHES)
-    _PATCHES.append(SharedPatch(owner, name, make(lambda: _PATCHES[at])))
-
-
-for _name in _AUGMENTED:
-    _add(torch.Tensor, _name, lambda patch, name=_name: _augmented_entry(patch, name))  # type: ignore[misc]
-
-
-def _entry_codes() -> None:
-    ENTRY_CODES.add(_augmented_entry(lambda: _PATCHES[0], "__iadd__")(torch.Tensor.__iadd__).__code__)
-
-
-_entry_codes()
+_PATCHES = [_augmented_patch(name) for name in _AUGMENTED]
 
 
 _ENTRY = "_inplace_doctor_entry"  # the name the functions' entry code calls, in `torch.nn.functional`
