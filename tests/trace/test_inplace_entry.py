@@ -176,17 +176,33 @@ def test_a_mode_the_program_enters_inside_the_watch_stays_above_ours(user_first:
     assert len([e for e in events if isinstance(e, OriginalValueRead)]) == 1
 
 
-def test_a_module_flag_write_into_the_callers_tensor_pushes_the_mode_at_the_top_level_return() -> None:
+class _ClampInPlace(nn.Module):
+    """An `inplace=True` module whose write is no `inplace=True` call: only the module's flag asks for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inplace = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.clamp_(min=0)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_module_flag_write_into_the_callers_tensor_pushes_the_mode_at_the_top_level_return(fast: bool) -> None:
     events = Events()
-    model = nn.Sequential(nn.ReLU(inplace=True), nn.Linear(4, 2))
+    model = nn.Sequential(_ClampInPlace(), nn.Linear(4, 2))
     x = torch.randn(3, 4)
-    with Tracer(events, fast=True):
+    with Tracer(events, fast=fast):
         model(x)
-        assert _ours()  # `x` awaits its read
+        assert _ours()  # `x` awaits the caller's read
         x.sum()
         del x
         gc.collect()
-        model(torch.randn(3, 4))
+        model(torch.randn(3, 4))  # its argument, written, awaits a read until it is freed
+        gc.collect()
+        F.relu(torch.ones(1))  # a safe point
+        if fast:
+            assert not _ours()  # nothing awaited: popped
     assert len([e for e in events if isinstance(e, CallerInputWritten)]) == 1
     assert not _modes()
 
@@ -234,3 +250,13 @@ def test_sessions_of_two_threads_put_torchs_code_back_in_either_end_order(first_
     assert [len(f) for f in found] == [1, 1]
     assert F.relu.__code__ is code and not hasattr(F, "_inplace_doctor_entry")
     assert "__iadd__" not in vars(torch.Tensor)
+
+
+def test_fail_fast_keeps_the_mode_on_throughout() -> None:
+    """Its mode settles the writes made so far as each call returns: on for every call, as before."""
+    probe = _Seen()
+    model = nn.Sequential(nn.Linear(8, 8), probe)
+    with Tracer(Events(), fast=True, fail_fast=True) as tracer:
+        model(torch.randn(4, 8)).sum().backward()
+        assert _ours() == [tracer.inplace_calls]
+    assert probe.seen == [True] and not _modes()
