@@ -30,7 +30,8 @@ pushes it only then:
 
 Known limitations: a function outside `torch.nn.functional` that takes
 `inplace=True` through `__torch_function__` (none in torch) pushes nothing, and is
-seen only while something is awaited; an in-place call inside backward (a custom
+seen only while something is awaited, as is `x += y` on a Tensor subclass that
+defines its own `__iadd__`; an in-place call inside backward (a custom
 `Function`'s) pushes nothing; `torch.compile` tracing `F.relu` while a session
 runs in another thread traces the entry code (a session's own compiled code runs
 eagerly, `compiled.py`).
