@@ -68,7 +68,9 @@ def inplace_changes_result(event: OriginalValueRead, ctx: RuleContext) -> Findin
     Mode: fast (the default) and deep: the fast tracer serves it (the in-place calls are seen at the torch
     level in both modes; every op enters Python only inside a call handed an object one overwrote,
     while that object is alive; TorchScript calls count as such calls). Not seen in fast mode: a
-    read by a call not handed the object itself (one reaching it through a closure or an attribute).
+    read by a call not handed the object itself (one reaching it through a closure or an attribute),
+    and, while nothing else awaits a read, an in-place call made inside backward or ``x += y`` on a
+    Tensor subclass that defines its own ``__iadd__``.
     """
     write = event.write
     cause = ChangedResultCause.FLAG if event.kind == "flag" else ChangedResultCause.AUGMENTED

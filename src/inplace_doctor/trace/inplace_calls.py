@@ -49,6 +49,8 @@ _INPLACE_OPCODES = frozenset(op for name, op in dis.opmap.items() if name.starts
 _NAME_STORES = frozenset({"STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF"})
 # code -> {offset of a `name op= value` operator: whether `name` is an argument of a helper function}
 _augmented_into_names: dict[Any, dict[int, bool]] = {}
+#: the code of the tool's wrappers between the program's `x += y` and the call the mode sees
+ENTRY_CODES: set[Any] = set()
 
 
 def _is_augmented_operator(instruction: dis.Instruction) -> bool:
@@ -218,6 +220,8 @@ class InplaceCalls(TorchFunctionMode):
                 kind = "flag"
             elif plan & _AUGMENTABLE:
                 caller = sys._getframe(2)  # the program's frame, past `__torch_function__`
+                if caller.f_code in ENTRY_CODES:  # and past the augmented method's wrapper (`inplace_entry.py`)
+                    caller = caller.f_back  # type: ignore[assignment]
                 # Only the user's own `x += y`: a library's (an optimizer's `step += 1`)
                 # keeps its state objects on purpose.
                 # Nor `x += y` on an argument of a helper (`def center(batch, mean): batch -= mean`):

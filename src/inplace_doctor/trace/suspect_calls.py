@@ -5,7 +5,8 @@ in-place call overwrote (`InplaceCalls.overwritten`, IPD105), or a caller's
 tensor an `inplace=True` wrote into (`CallerReads.awaiting`, IPD106). The
 deep tracer checks every aten op's arguments against them. The fast one keeps
 `InplaceCalls` (a `TorchFunctionMode`: Python sees each torch-level call, not
-each op) and, while a suspect is pending, looks through each call's arguments
+each op; on the stack only while it has work, `inplace_entry.py`) and, while a
+suspect is pending, looks through each call's arguments
 for it by identity (nested lists, tuples and dicts too). Only a call that is
 handed one runs under a `PerOpMode` (`per_op.py`) making
 the deep tracer's checks at each op of that call, in its order, so the read

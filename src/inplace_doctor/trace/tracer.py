@@ -51,6 +51,7 @@ from .dispatch_mode import EnteredMode, SubclassConstruction, TracingMode
 from .fast_writes import FastWrites
 from .graph_writes import UnrecordedWrites
 from .inplace_calls import InplaceCalls
+from .inplace_entry import InplaceEntries
 from .modules import ModulePaths
 from .origins import ConstructionRecorder
 from .pending_reads import PendingReads
@@ -91,8 +92,10 @@ class Tracer:
             but stale `state_dict()` aliases (IPD107) and graph tensors changed
             outside autograd (IPD110), whose reads it sees through a dispatch
             mode pushed only while one is pending (`pending_reads.py`), and
-            in-place calls (IPD105, IPD106: `inplace_calls`, with a dispatch
-            mode only for a call handed what one overwrote, `suspect_calls.py`),
+            in-place calls (IPD105, IPD106: `inplace_calls`, its function mode
+            on only while an in-place call runs or a read is awaited,
+            `inplace_entry.py`, with a dispatch mode only for a call handed
+            what one overwrote, `suspect_calls.py`),
             memory handed out (IPD109), seen by wrapping the Tensor methods
             that hand it out (`hand_outs.py`); it names a saving node's op by
             the node. Inside `torch.utils.checkpoint` regions (their forward
@@ -214,7 +217,8 @@ class Tracer:
                 if self._checks_contents:
                     self._enter(self.contents)
                 if self.inplace_calls.suspects is not None:
-                    self._enter(self.inplace_calls)
+                    # fail-fast settles writes at every call: its mode stays on (`inplace_entry.py`)
+                    self._enter(self.inplace_calls if self._fail_fast else self._entries)
                     self._enter(self.inplace_calls.suspects)
         except BaseException:
             self.__exit__(None, None, None)
@@ -229,6 +233,14 @@ class Tracer:
         calls.suspects = SuspectCalls(self._busy, calls.overwritten, calls.check_reads, self._writes.caller_reads)
         calls.own_work = self._busy  # its snapshot's copy is no write of the program's
         self._writes.in_flag_call = lambda: calls.flag_calls > 0
+        self._entries = InplaceEntries(calls)  # the mode pushed only while it has work
+        returned = self.modules.on_top_level_output
+
+        def top_level_returned(output: Any) -> None:
+            returned(output)
+            self._entries.sync()  # a safe point: what a call wrote into the caller's tensors is awaited now
+
+        self.modules.on_top_level_output = top_level_returned
 
     def _enter(self, ctx: Any) -> None:
         """Enter one context of the run; `__exit__` leaves them in reverse order."""

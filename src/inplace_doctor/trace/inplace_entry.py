@@ -1,0 +1,293 @@
+"""The fast tracer's `InplaceCalls` mode, on the stack only while it has something to do (issue 26).
+
+`InplaceCalls` is a `TorchFunctionMode`: on the stack, every torch-level call
+of the program enters Python (an empty pass-through mode alone costs about
+13 % of a small MLP's step). It has work only at an in-place call
+(`inplace=True`, or `x += y` into a plain name in the user's file) and, after
+one, while a read of what it overwrote (`overwritten`, IPD105) or of a
+caller's tensor it wrote (`CallerReads.awaiting`, IPD106) is awaited. So the
+fast tracer (without fail-fast, whose mode settles writes at every call)
+pushes it only then:
+
+- the entry points of such calls are watched while a session runs (first
+  session in installs, last out uninstalls; the entry asks the sessions of the
+  calling thread): the augmented methods of `torch.Tensor` (`__iadd__`, ...,
+  patched attributes), and each function of `torch.nn.functional` that takes
+  an `inplace` parameter (found by its signature), whose `__code__` is swapped
+  for an entry code of the same signature: the function object stays torch's,
+  so references bound before the session (`from torch.nn.functional import
+  relu`, `self.act = F.relu`) are seen too, `activation is F.relu` holds and
+  `torch.jit.script` reads torch's source. A call with `inplace=True`, or an
+  augmented assignment into a plain name in a user file, pushes the mode
+  before it runs; the mode then sees the call exactly as when it is always on;
+- the mode stays while something is awaited, and is popped at the next safe
+  point where nothing is: a wrapper's entry or return, or a top-level module's
+  return (never inside the mode's own handler, a weakref callback or backward,
+  whose end puts the thread's mode stack back as it was when it began);
+- it is pushed at the place it had when always on: below the modes the
+  program entered after the session began (they are lifted off and put back),
+  above older sessions'.
+
+Known limitations: a function outside `torch.nn.functional` that takes
+`inplace=True` through `__torch_function__` (none in torch) pushes nothing, and is
+seen only while something is awaited, as is `x += y` on a Tensor subclass that
+defines its own `__iadd__`; an in-place call inside backward (a custom
+`Function`'s) pushes nothing; `torch.compile` tracing `F.relu` while a session
+runs in another thread traces the entry code (a session's own compiled code runs
+eagerly, `compiled.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import sys
+import types
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .. import _compat
+from .blame import passed_through
+from .inplace_calls import ENTRY_CODES, InplaceCalls, _augmented_target
+from .shared_patches import ABSENT, Shared, SharedPatch
+from .stacks import is_user_file
+
+_stack_length = torch._C._len_torch_function_stack
+_stack_at = torch._C._get_function_stack_at
+_push = torch._C._push_on_torch_function_stack
+_pop = torch._C._pop_torch_function_stack
+_orders = itertools.count()
+#: id(mode) -> the order its session entered in, for each session in (`InplaceEntries`)
+_ENTERED: dict[int, int] = {}
+
+
+class InplaceEntries:
+    """Pushes `calls` while an in-place call runs or a read is awaited; pops it at a safe point after."""
+
+    def __init__(self, calls: InplaceCalls) -> None:
+        self.calls = calls
+        #: whether the mode is on this thread's stack (or, inside its own handler, set aside by torch)
+        self.pushed = False
+        #: times the mode was pushed (the tests and the report's statistics may read it)
+        self.pushes = 0
+        self._order = 0
+        self._base = 0  # the foreign modes on the stack when the session began
+
+    def __enter__(self) -> "InplaceEntries":
+        self._order = next(_orders)
+        self._base = sum(1 for i in range(_stack_length()) if id(_stack_at(i)) not in _ENTERED)
+        _ENTERED[id(self.calls)] = self._order
+        try:
+            for shared in _SHARED:
+                shared.acquire(self)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """The mode taken off wherever it is; torch's functions put back when the last session ends."""
+        try:
+            if self.pushed:
+                self._remove()
+                self.pushed = False
+        finally:
+            _ENTERED.pop(id(self.calls), None)
+            for shared in _SHARED:
+                shared.release(self)
+
+    def awaited(self) -> bool:
+        calls = self.calls
+        return bool(calls.overwritten or calls.suspects is not None and calls.suspects.awaiting)
+
+    def want(self) -> bool:
+        """Before an in-place call: push the mode; whether this call pushed it."""
+        if self.pushed or _compat.current_autograd_node() is not None:
+            return False
+        self._insert()
+        return True
+
+    def sync(self) -> None:
+        """At a safe point: the mode on while a read is awaited, off when none is."""
+        if _compat.current_autograd_node() is not None:
+            return
+        if self.awaited():
+            if not self.pushed:
+                self._insert()
+        elif self.pushed:
+            self._remove()
+
+    def _insert(self) -> None:
+        """Push the mode where it would be had it been pushed when the session began."""
+        length = _stack_length()
+        at, foreign = 0, 0
+        while at < length:
+            order = _ENTERED.get(id(_stack_at(at)))
+            if order is None:
+                if foreign == self._base:
+                    break  # a mode the program entered since the session began: ours goes below it
+                foreign += 1
+            elif order > self._order:
+                break  # a later session's
+            at += 1
+        above = [_pop() for _ in range(length - at)]
+        _push(self.calls)
+        for mode in reversed(above):
+            _push(mode)
+        self.pushed = True
+        self.pushes += 1
+
+    def _remove(self) -> None:
+        """Take the mode off, the modes above it lifted off and put back; not when it is not on the
+        stack (inside its own handler, torch has set it aside and puts it back after)."""
+        length = _stack_length()
+        for at in range(length - 1, -1, -1):
+            if _stack_at(at) is self.calls:
+                break
+        else:
+            return
+        above = [_pop() for _ in range(length - 1 - at)]
+        _pop()
+        for mode in reversed(above):
+            _push(mode)
+        self.pushed = False
+
+
+def _settle(sessions: list[InplaceEntries]) -> None:
+    for session in sessions:
+        if session.pushed and not session.awaited():
+            session.sync()
+
+
+def _augmented_patch(name: str) -> SharedPatch[InplaceEntries]:
+    """`torch.Tensor.__iadd__` and its kin: `x += y` into a plain name in a user file runs under
+    the mode of each session of the calling thread, which sees it as always (the in-place method)."""
+
+    def wrap(original: Any) -> Any:
+        if original is ABSENT:  # inherited from `TensorBase`: deleted again after
+            original = getattr(torch.Tensor, name)
+
+        def augmented(self: Any, other: Any) -> Any:
+            sessions = patch.here()
+            pushed: list[InplaceEntries] = []
+            if sessions:
+                caller = sys._getframe(1)
+                if is_user_file(caller.f_code.co_filename) and _augmented_target(caller) is False:
+                    pushed = [session for session in sessions if session.want()]
+                else:
+                    _settle(sessions)
+            try:
+                return original(self, other)
+            except BaseException as exc:
+                passed_through(exc)
+                raise
+            finally:
+                if pushed:
+                    _settle(pushed)
+
+        augmented.__wrapped__ = original  # type: ignore[attr-defined]
+        augmented.__name__ = augmented.__qualname__ = name
+        ENTRY_CODES.add(augmented.__code__)  # the mode looks past it for the program's frame
+        return augmented
+
+    patch: SharedPatch[InplaceEntries] = SharedPatch(torch.Tensor, name, wrap)
+    return patch
+
+
+_AUGMENTED = [
+    name for name in dir(torch.Tensor)
+    if name.startswith("__i") and name[3:-2] in (
+        "add", "sub", "mul", "div", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor", "lshift",
+        "rshift",
+    )
+]
+_PATCHES = [_augmented_patch(name) for name in _AUGMENTED]
+
+
+_ENTRY = "_inplace_doctor_entry"  # the name the functions' entry code calls, in `torch.nn.functional`
+
+
+class _FlagFunctions(Shared[InplaceEntries]):
+    """Each `torch.nn.functional` function with an `inplace` parameter runs, while a session is in,
+    an entry code of the same signature: `return _inplace_doctor_entry(k, inplace)(<its arguments>)`,
+    which hands back torch's code (a copy of the function) to run, under the mode of each session
+    of the calling thread when `inplace` is True.
+
+    The function object stays torch's (`activation is F.relu` holds, references bound before the
+    session see the calls, `torch.jit.script` reads its source from its file and line); only its
+    `__code__` is swapped, and put back when the last session leaves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.functions: list[Any] = []
+        self.codes: list[tuple[Any, Any]] = []  # (torch's code, the entry code)
+        self.bodies: list[Any] = []  # torch's code as a function of its own
+
+    def _prepare(self) -> None:
+        for value in {id(v): v for v in vars(F).values()}.values():
+            if not (inspect.isfunction(value) and value.__module__ == F.__name__ and value.__closure__ is None):
+                continue
+            parameters = inspect.signature(value).parameters
+            names = list(parameters)
+            if "inplace" not in names or any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in parameters.values()):
+                continue
+            key = len(self.functions)
+            arguments = ", ".join(names)
+            source = f"def {value.__name__}({arguments}):\n    return {_ENTRY}({key}, inplace)({arguments})\n"
+            namespace: dict[str, Any] = {}
+            exec(compile(source, value.__code__.co_filename, "exec"), namespace)  # noqa: S102 (our own text)
+            code = value.__code__
+            entry = namespace[value.__name__].__code__.replace(
+                co_filename=code.co_filename, co_name=code.co_name, co_firstlineno=code.co_firstlineno,
+                **({"co_qualname": code.co_qualname} if hasattr(code, "co_qualname") else {}),
+            )
+            body = types.FunctionType(code, value.__globals__, value.__name__, value.__defaults__)
+            body.__kwdefaults__ = value.__kwdefaults__
+            self.functions.append(value)
+            self.codes.append((code, entry))
+            self.bodies.append(body)
+
+    def install(self) -> None:
+        if not self.functions:
+            self._prepare()
+        setattr(F, _ENTRY, self.entry)
+        for function, (_, entry) in zip(self.functions, self.codes):
+            function.__code__ = entry
+
+    def uninstall(self) -> None:
+        for function, (code, entry) in zip(self.functions, self.codes):
+            if function.__code__ is entry:
+                function.__code__ = code
+        if F.__dict__.get(_ENTRY) == self.entry:
+            delattr(F, _ENTRY)
+
+    def entry(self, key: int, inplace: Any) -> Any:
+        """What function `key` runs: torch's code, under the sessions' modes for `inplace=True`."""
+        body = self.bodies[key]
+        sessions = self.here()
+        if not sessions:
+            return body
+        if inplace is True:
+            pushed = [session for session in sessions if session.want()]
+            return functools.partial(_run_pushed, body, pushed) if pushed else body
+        _settle(sessions)
+        return body
+
+
+def _run_pushed(body: Any, pushed: list[InplaceEntries], *args: Any) -> Any:
+    try:
+        return body(*args)
+    except BaseException as exc:
+        passed_through(exc)
+        raise
+    finally:
+        _settle(pushed)
+
+
+_FLAGS = _FlagFunctions()
+_SHARED: list[Shared[InplaceEntries]] = [*_PATCHES, _FLAGS]
+
+__all__ = ["InplaceEntries"]
