@@ -140,14 +140,19 @@ class FastWrites:
             if self._writes.pending and not self._busy.on and _awaits_its_node(self._writes.pending):
                 self._writes.settle()
             return
-        kind = _node_kinds.get(type(node)) or _kind_of(node)
+        kind = _node_kinds.get(type(node))  # a C++ node type's: never a custom Function's
+        custom = False
+        if kind is None:
+            kind = _kind_of(node)
+            custom = isinstance(node, _BackwardCFunction)
         last_write = self._last_write
         if last_write is not None and not kind.after_view_write:
             self._last_write = None
         self._saved.on_node_now(node, last_write if kind.view_write else kind.op, kind.name if kind.saves else None)
-        if isinstance(node, _BackwardCFunction):  # a custom Function: autograd may name it in an error
+        if custom:  # a custom Function: autograd may name it in an error
             self._raised.custom_nodes[kind.name] = origin_of(node)
-        if self._writes.pending and not self._busy.on and _awaits_its_node(self._writes.pending):
+        pending = self._writes.pending
+        if pending and not self._busy.on and _awaits_its_node(pending):
             self._writes.settle()
 
     def _failed(self, func: Any, exc: BaseException) -> None:

@@ -23,6 +23,7 @@ from .. import _compat
 from ..sites import Site
 from .modules import ModuleContext
 from .ops import op_name
+from . import stacks as _stacks
 from .stacks import SAVE_STACK, capture_stack, make_site, resolve_stack
 
 NODE_KEY = "inplace_doctor_created"  # the key in `node.metadata`
@@ -64,6 +65,7 @@ class NodeOrigin:
 
 
 _BackwardCFunction = torch.autograd.function.BackwardCFunction
+_gather = _compat.gather_traceback
 
 
 def record_creation(node: Any, module: ModuleContext | None, op: Any, stack: Any = None) -> None:
@@ -72,7 +74,9 @@ def record_creation(node: Any, module: ModuleContext | None, op: Any, stack: Any
     `NodeOrigin` only for the node an error names. (The fast tracer calls it only for nodes that
     save none of our records: `origin_of` reads the others' there.)"""
     try:
-        node.metadata[NODE_KEY] = (capture_stack() if stack is None else stack, module, op)
+        if stack is None:  # `capture_stack()`, inlined: this runs for every node that saves none of ours
+            stack = capture_stack() if _stacks._python_capture else _gather(True, False, False)
+        node.metadata[NODE_KEY] = (stack, module, op)
     except (AttributeError, RuntimeError, TypeError):  # a node type without metadata
         pass
 

@@ -22,7 +22,8 @@ from .owner import Busy, Sink
 from .blame import the_programs_error
 from .fingerprint import fingerprint
 from .pytorch_errors import pytorch_stale_message, written_here
-from .stacks import SAVE_STACK, RawFrame, capture_stack, make_site, resolve_stack, resolve_stacks
+from . import stacks as _stacks
+from .stacks import SAVE_STACK, RawFrame, make_site, resolve_stack, resolve_stacks
 from .storage import storage_key, storage_span
 
 _detach = torch._C.TensorBase.detach
@@ -31,6 +32,8 @@ _dispatch_modes = _compat.dispatch_mode_count
 _current_node = _compat.current_autograd_node
 _SavedTensor = _compat.SavedTensor
 _BackwardCFunction = torch.autograd.function.BackwardCFunction
+_Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
+_gather = _compat.gather_traceback  # `capture_stack()`'s C capture, called here directly: pack runs on every save
 _COMPACT_AT = 4096  # weakrefs of records packed and not yet indexed, before the freed ones are dropped
 
 
@@ -165,7 +168,8 @@ class SavedTensors:
         self.contents: Any = None
 
     def pack(self, t: torch.Tensor) -> SavedRecord:
-        if type(t) is torch.Tensor or type(t) is torch.nn.Parameter:
+        cls = type(t)
+        if cls is _Tensor or cls is _Parameter:
             # `_detach`, not `t.detach()`: the fast tracer wraps that one to see the user's detaches
             if _dispatch_modes():
                 with _DisableTorchDispatch():  # our own detach is not the user's op
@@ -176,9 +180,10 @@ class SavedTensors:
             with self._busy:
                 alias = t.detach()
         key = self.saves = self.saves + 1
+        # `capture_stack()`, inlined (one Python call less per save)
+        stack = _stacks.capture_stack() if _stacks._python_capture else _gather(True, False, False)
         record = SavedRecord(
-            alias, key, capture_stack(), self._modules.current, _current_node() is not None, t._version,
-            t.requires_grad,
+            alias, key, stack, self._modules.current, _current_node() is not None, t._version, t.requires_grad,
         )
         ref = weakref.ref(record)
         fresh = self._fresh

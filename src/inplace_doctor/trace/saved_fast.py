@@ -29,9 +29,9 @@ from .saved import SavedRecord, SavedTensors
 _current_node = torch._C._current_autograd_node
 _BackwardCFunction = torch.autograd.function.BackwardCFunction
 _Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
-#: node name -> (its saved fields in pack order, the op that makes it, that op's name), for node
-#: types whose fields all save one tensor
-_layouts: dict[str, tuple[tuple[str, ...], Any, str | None]] = {}
+#: node name -> (its saved fields in pack order, the op that makes it, that op's name, the first
+#: field's `_raw_saved_` attribute), for node types whose fields all save one tensor
+_layouts: dict[str, tuple[tuple[str, ...], Any, str | None, str]] = {}
 
 
 class FastSavedTensors(SavedTensors):
@@ -54,35 +54,37 @@ class FastSavedTensors(SavedTensors):
             record_creation(node, self._modules.current, op)
             return
         self._fresh = []
+        if name is None:
+            record_creation(node, self._modules.current, op)
+            return
         records = [record for ref in fresh if (record := ref()) is not None]
-        if name is None or not self._name(node, op, name, records):
+        # A node type of known layout (`_layouts`), inlined: it runs for every node that saves.
+        known = _layouts.get(name)
+        if known is not None and records and len(records) == len(known[0]) and op is known[1]:
+            try:  # whether the node's first field holds the first record: its own, not a save no hook followed
+                holds = getattr(node, known[3]).data is records[0]
+            except (AttributeError, RuntimeError):  # freed already, or not a field of this node
+                holds = False
+            if holds:
+                serial = self._nodes_seen = self._nodes_seen + 1
+                op_called = known[2]
+                for record, field in zip(records, known[0]):
+                    record.node = name
+                    record.node_serial = serial
+                    record.field = field
+                    record.op = op_called
+                return
+        if not self._name_from_fields(node, op, name, records, known is None):
             record_creation(node, self._modules.current, op)
 
-    def _name(self, node: Any, op: Any, name: str, records: list[SavedRecord]) -> bool:
-        known = _layouts.get(name)
-        if known is not None and len(records) == len(known[0]) and op is known[1] and _holds(node, known[0][0], records[0]):
-            serial = self._nodes_seen = self._nodes_seen + 1
-            op_called = known[2]
-            for record, field in zip(records, known[0]):
-                record.node = name
-                record.node_serial = serial
-                record.field = field
-                record.op = op_called
-            return True
+    def _name_from_fields(self, node: Any, op: Any, name: str, records: list[SavedRecord], new: bool) -> bool:
+        """Name `node`'s records from its fields; a node type not `new` to `_layouts` whose records
+        were one a field, in pack order, gives its layout."""
         found = self.name_node(node, op, name)
-        if found and known is None and _has_layout(node, name, records, self._nodes_seen):
-            fields = tuple(record.field for record in records)
-            _layouts[name] = (fields, op, records[0].op)  # type: ignore[assignment]
+        if found and new and records and _has_layout(node, name, records, self._nodes_seen):
+            fields = tuple(record.field or "" for record in records)  # all named: `_has_layout`
+            _layouts[name] = (fields, op, records[0].op, _RAW_SAVED_PREFIX + fields[0])
         return found
-
-
-def _holds(node: Any, field: str, record: SavedRecord) -> bool:
-    """Whether `node`'s `field` holds `record`: the first of the records packed since the previous
-    node's hook is its own, not a save no hook followed (those come first)."""
-    try:
-        return getattr(node, _RAW_SAVED_PREFIX + field).data is record  # type: ignore[no-any-return]
-    except (AttributeError, RuntimeError):  # freed already, or not a field of this node
-        return False
 
 
 def _has_layout(node: Any, name: str, records: list[SavedRecord], serial: int) -> bool:
