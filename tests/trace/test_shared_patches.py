@@ -136,3 +136,27 @@ def test_augmented_assignment_is_seen_after_torchs_method_changed_between_sessio
         t += 1
     assert seen == ["other tool"] and t.tolist() == [1.0, 1.0]
     assert torch.Tensor.__dict__["__iadd__"] is other_tools
+
+
+def test_torch_to_dlpack_follows_the_dlpack_modules_function_as_it_is_when_the_session_begins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`torch.to_dlpack` is set to the wrapper of `torch.utils.dlpack.to_dlpack`: when another tool
+    replaced that function between sessions, both names call the replacement in the next session."""
+    import torch.utils.dlpack as dlpack
+
+    if torch.__dict__.get("to_dlpack") is not dlpack.to_dlpack:
+        pytest.skip("torch.to_dlpack is not torch.utils.dlpack.to_dlpack on this torch")
+    with ipd.watch():
+        torch.to_dlpack(torch.zeros(2))
+    seen: list[str] = []
+    torchs = dlpack.to_dlpack
+
+    def other_tools(tensor: torch.Tensor) -> Any:
+        seen.append("other tool")
+        return torchs(tensor)
+
+    monkeypatch.setattr(dlpack, "to_dlpack", other_tools)
+    with ipd.watch():
+        torch.to_dlpack(torch.zeros(2))
+    assert seen == ["other tool"]

@@ -129,7 +129,8 @@ def to_dlpack_patches() -> list[SharedPatch[Any]]:
         first: SharedPatch[Any] = SharedPatch(dlpack, "to_dlpack", _reporting)
         _DLPACK.append(first)
         if getattr(torch, "to_dlpack", None) is own:  # the same wrapper: it reports to the first's users
-            _DLPACK.append(SharedPatch(torch, "to_dlpack", lambda original: first.wrapper))
+            # its wrapper is the first's current one, not one made from what it wraps: never reused
+            _DLPACK.append(SharedPatch(torch, "to_dlpack", lambda original: first.wrapper, reuse=False))
     return _DLPACK
 
 

@@ -85,12 +85,14 @@ class SharedPatch(Shared[U]):
     put back only while the wrapper is still in place: a wrapper another tool set over it later is
     not taken away (ours then passes calls through, with no user in).
 
-    `wrap` must depend on nothing but the value it wraps: the wrapper made for one of torch's own
-    values is set again by later sessions while the attribute (own or inherited) is that same value
-    (a wrapper holds what it wraps: another tool's function is wrapped anew, never kept)."""
+    The wrapper made for one of torch's own values is set again by later sessions while the
+    attribute (own or inherited) is that same value (a wrapper holds what it wraps: another tool's
+    function is wrapped anew, never kept); `reuse=False` for a `wrap` that depends on more than the
+    value it wraps."""
 
-    def __init__(self, owner: Any, name: str, wrap: Callable[[Any], Any]) -> None:
+    def __init__(self, owner: Any, name: str, wrap: Callable[[Any], Any], reuse: bool = True) -> None:
         super().__init__()
+        self._reuse = reuse
         self.owner = owner
         self.name = name
         self._wrap = wrap
@@ -109,7 +111,7 @@ class SharedPatch(Shared[U]):
             wrapper = self._wrap(original)
             if wrapper is None:
                 return
-            self._made = (_reference(wrapped), wrapper) if _torchs(wrapped) else None
+            self._made = (_reference(wrapped), wrapper) if self._reuse and _torchs(wrapped) else None
         self._original, self._wrapper = original, wrapper
         setattr(self.owner, self.name, wrapper)
 
