@@ -183,6 +183,19 @@ def test_a_model_on_the_meta_device_is_a_usage_error_in_the_api(job):
         job(model, torch.randn(2, 8, device="meta"))
 
 
+def test_audit_names_the_one_meta_tensor_a_real_model_or_its_input_holds():
+    model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))
+    model[1].register_buffer("extra", torch.zeros(2, device="meta"))
+    with pytest.raises(UsageError, match=r"but Sequential\.1\.extra is on the meta device"):
+        ipd.audit(model, torch.randn(2, 8))
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
+    model[1].weight = nn.Parameter(torch.zeros(8, 8, device="meta"))
+    with pytest.raises(UsageError, match=r"but Sequential\.1\.weight is on the meta device"):
+        ipd.audit(model, torch.randn(2, 8))
+    with pytest.raises(UsageError, match="but an input is on the meta device"):
+        ipd.audit(nn.Linear(8, 8), torch.randn(2, 8, device="meta"))
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_an_inference_mode_input_is_the_models_error_not_an_inplace_finding(capsys, factories, command):
     """PyTorch refuses to save an inference tensor for backward: no in-place op is involved."""

@@ -25,3 +25,22 @@ def test_reading_the_callers_names_keeps_none_of_its_locals_alive() -> None:
         return freed() is None
 
     assert train()
+
+
+def test_a_watch_per_step_names_the_modules_as_the_program_holds_them_at_each_session() -> None:
+    """Nothing learned in one session names a module in the next: a renamed attribute and a new
+    submodule are named as they are when the next session meets them."""
+    import types
+
+    holder = types.SimpleNamespace(model=torch.nn.Sequential(torch.nn.Linear(2, 2)))
+    first = holder.model[0]
+    with ipd.watch() as session:
+        holder.model(torch.randn(1, 2))
+    assert session.tracer.modules.path_of(first) == "holder.model.0"
+    holder.net = holder.model
+    del holder.model
+    holder.net.append(torch.nn.Linear(2, 2))
+    with ipd.watch() as session:
+        holder.net(torch.randn(1, 2))
+    assert session.tracer.modules.path_of(first) == "holder.net.0"
+    assert session.tracer.modules.path_of(holder.net[1]) == "holder.net.1"

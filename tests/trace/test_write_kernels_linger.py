@@ -262,3 +262,30 @@ def test_the_process_exits_at_once_and_the_kernels_are_gone_at_exit() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["lingering: True", "at exit: 0"]
     assert time.monotonic() - started < 60  # the daemon timer did not hold the process for its linger
+
+
+
+def test_a_watch_per_step_wakes_the_linger_timer_at_most_once(long_linger: None) -> None:
+    from inplace_doctor.trace.write_kernels import _REGISTRATION
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(inplace=True), nn.Linear(4, 1))
+    _step(model)
+    _step(model)  # the timer waits for a deadline at most this exit's
+    before = _REGISTRATION.wake_ups
+    for _ in range(5):
+        _step(model)
+    assert _REGISTRATION.wake_ups - before <= 1
+    end_linger()
+
+def test_a_timer_parked_while_a_session_outlasted_the_linger_removes_the_kernels_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(kernel_registration, "LINGER_SECONDS", 0.2)
+    with WriteKernels(Recorded()):
+        pass
+    with WriteKernels(Recorded()):
+        time.sleep(0.5)  # the earlier deadline passes with this session in: the timer parks
+    deadline = time.monotonic() + 30
+    while registered() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert registered() == 0 and ours_in_dispatcher() == 0

@@ -82,7 +82,7 @@ def audit(
     named = list(model.named_modules())  # one walk of the tree, shared below
     modules = [m for _, m in named]
     refuse_lazy(model, modules)
-    refuse_meta(model, tensors_in((args, kwargs)), "audit")
+    refuse_meta(model, tensors_in((args, kwargs)), "audit", modules)
     root_label, prefix = ROOT_LABEL, ""
     if names:
         labels = {id(m): label for label, m in names.items() if isinstance(m, torch.nn.Module)}

@@ -62,10 +62,24 @@ def clone_keeping_inference(t: torch.Tensor) -> torch.Tensor:
     return t.detach().clone()
 
 
-def refuse_meta(model: torch.nn.Module, inputs: Iterable[torch.Tensor], job: str) -> None:
+def refuse_meta(
+    model: torch.nn.Module, inputs: Iterable[torch.Tensor], job: str, modules: list[torch.nn.Module] | None = None
+) -> None:
     """Raise `UsageError` when the model or an input is on the meta device: no values to
     compare or measure, and no memory (every meta tensor reports address 0, so the overlap
-    checks would see one storage)."""
+    checks would see one storage). `modules`: `list(model.modules())` if the caller has it."""
+    inputs = list(inputs)
+    if (
+        modules is not None
+        and type(model).named_parameters is _NAMED_PARAMETERS
+        and type(model).named_buffers is _NAMED_BUFFERS
+        and not any(t.is_meta for t in inputs)
+        and not any(
+            t is not None and t.is_meta
+            for module in modules for table in (module._parameters, module._buffers) for t in table.values()
+        )
+    ):
+        return  # the usual case, without the two walks of the tree that name a meta tensor
     for name, t in [*model.named_parameters(), *model.named_buffers(), *(("an input", t) for t in inputs)]:
         if t.is_meta:
             what = name if name == "an input" else f"{type(model).__name__}.{name}"
@@ -73,6 +87,9 @@ def refuse_meta(model: torch.nn.Module, inputs: Iterable[torch.Tensor], job: str
                 f"{job} needs real tensors, but {what} is on the meta device (shapes only: no values, no memory); "
                 "build the model on cpu, e.g. `model.to_empty(device='cpu')` and initialise it, with a small input"
             )
+
+
+_NAMED_PARAMETERS, _NAMED_BUFFERS = torch.nn.Module.named_parameters, torch.nn.Module.named_buffers
 
 
 def map_tensors(value: Any, fn: Any) -> Any:

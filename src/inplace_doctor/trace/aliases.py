@@ -37,7 +37,7 @@ from .blame import call_through
 from .modules import ModulePaths
 from .ops import op_name
 from .owner import TraceOwner
-from .shared_patches import ABSENT, SharedPatch
+from .shared_patches import ABSENT, SharedGroup, SharedPatch
 from .stacks import capture_frames, make_site
 from .storage import storage_key, storage_span
 
@@ -72,13 +72,11 @@ class HeldTensors:
         self._detached = False  # a `.detach()` of a stale alias was followed: a report looks for them too
 
     def __enter__(self) -> "HeldTensors":
-        for patch in _PATCHES:
-            patch.acquire(self)
+        _GROUP.acquire(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for patch in _PATCHES:
-            patch.release(self)
+        _GROUP.release(self)
         self.by_storage.clear()
         self.stale_ids.clear()
         self._aliases.clear()
@@ -269,6 +267,7 @@ _STATE_DICT: SharedPatch[HeldTensors] = SharedPatch(torch.nn.Module, "state_dict
 _DEEPCOPY: SharedPatch[HeldTensors] = SharedPatch(torch.Tensor, "__deepcopy__", _deepcopy)
 _SAVE: SharedPatch[HeldTensors] = SharedPatch(torch, "save", _save)
 _PATCHES = (_STATE_DICT, _DEEPCOPY, _SAVE)
+_GROUP: SharedGroup[HeldTensors] = SharedGroup(list(_PATCHES))  # made and undone together
 
 
 def _gone() -> None:

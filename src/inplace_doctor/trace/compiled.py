@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .shared_patches import Shared, SharedPatch
+from .shared_patches import Shared, SharedGroup, SharedPatch
 
 # What `OptimizedModule.__call__` warns when any global module hook is installed (ours are, while tracing).
 _GLOBAL_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
@@ -95,6 +95,17 @@ def _counted() -> "SharedPatch[EagerCompiled] | None":
     return _COUNTED
 
 
+_GROUP: "list[Shared[EagerCompiled]]" = []
+
+
+def _shared() -> "Shared[EagerCompiled]":
+    """The counter and the stance, made and undone together (`SharedGroup`), built at first use."""
+    if not _GROUP:
+        counted = _counted()
+        _GROUP.append(SharedGroup([counted, _EAGER]) if counted is not None else _EAGER)
+    return _GROUP[0]
+
+
 class EagerCompiled:
     """Context manager: compiled functions and modules run eagerly inside; `calls` counts this thread's."""
 
@@ -105,10 +116,9 @@ class EagerCompiled:
     def __enter__(self) -> "EagerCompiled":
         if getattr(getattr(torch, "compiler", None), "set_stance", None) is None:
             return self  # a torch before 2.6: compiled code is refused where it is met
-        counted = _counted()
-        for shared in (counted, _EAGER) if counted is not None else (_EAGER,):
-            shared.acquire(self)
-            self._in.append(shared)
+        shared = _shared()
+        shared.acquire(self)
+        self._in.append(shared)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import torch
 
 from .owner import Busy
-from .shared_patches import ABSENT, SharedPatch
+from .shared_patches import ABSENT, SharedGroup, SharedPatch
 
 #: the Tensor methods that hand memory out: (the method, how findings name it)
 METHODS = {"numpy": "`.numpy()`", "__dlpack__": "`__dlpack__()`", "__array__": "`__array__()`", "data_ptr": "`.data_ptr()`"}
@@ -48,8 +48,7 @@ class HandOutMethods:
         self._token: contextvars.Token[HandOutMethods | None] | None = None
 
     def __enter__(self) -> "HandOutMethods":
-        for patch in _PATCHES:
-            patch.acquire(self)
+        _GROUP.acquire(self)
         self.outer = _CURRENT.get()
         self._token = _CURRENT.set(self)
         return self
@@ -59,8 +58,7 @@ class HandOutMethods:
             _CURRENT.reset(self._token)
             self._token = None
             self.outer = None
-            for patch in _PATCHES:
-                patch.release(self)
+            _GROUP.release(self)
 
 
 def _wrapped(original: Any, name: str, how: str) -> Callable[..., Any]:
@@ -96,6 +94,7 @@ def _patch(name: str, how: str) -> SharedPatch["HandOutMethods"]:
 
 #: one wrapper per method, installed while at least one `HandOutMethods` is entered (any thread)
 _PATCHES = tuple(_patch(name, how) for name, how in METHODS.items())
+_GROUP: SharedGroup[HandOutMethods] = SharedGroup(list(_PATCHES))  # made and undone together
 
 
 def installed() -> bool:
@@ -130,7 +129,8 @@ def to_dlpack_patches() -> list[SharedPatch[Any]]:
         first: SharedPatch[Any] = SharedPatch(dlpack, "to_dlpack", _reporting)
         _DLPACK.append(first)
         if getattr(torch, "to_dlpack", None) is own:  # the same wrapper: it reports to the first's users
-            _DLPACK.append(SharedPatch(torch, "to_dlpack", lambda original: first.wrapper))
+            # its wrapper is the first's current one, not one made from what it wraps: never reused
+            _DLPACK.append(SharedPatch(torch, "to_dlpack", lambda original: first.wrapper, reuse=False))
     return _DLPACK
 
 

@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from .. import _compat
 from .blame import passed_through
 from .inplace_calls import ENTRY_CODES, InplaceCalls, _augmented_target
-from .shared_patches import ABSENT, Shared, SharedPatch
+from .shared_patches import ABSENT, Shared, SharedGroup, SharedPatch
 from .stacks import is_user_file
 
 _stack_length = torch._C._len_torch_function_stack
@@ -81,8 +81,7 @@ class InplaceEntries:
         self._base = sum(1 for i in range(_stack_length()) if id(_stack_at(i)) not in _ENTERED)
         _ENTERED[id(self.calls)] = self._order
         try:
-            for shared in _SHARED:
-                shared.acquire(self)
+            _SHARED.acquire(self)
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -96,8 +95,7 @@ class InplaceEntries:
                 self.pushed = False
         finally:
             _ENTERED.pop(id(self.calls), None)
-            for shared in _SHARED:
-                shared.release(self)
+            _SHARED.release(self)
 
     def awaited(self) -> bool:
         calls = self.calls
@@ -288,6 +286,7 @@ def _run_pushed(body: Any, pushed: list[InplaceEntries], *args: Any) -> Any:
 
 
 _FLAGS = _FlagFunctions()
-_SHARED: list[Shared[InplaceEntries]] = [*_PATCHES, _FLAGS]
+#: all the entry points, made and undone together (each part's wrapper asks its own `here()`)
+_SHARED: SharedGroup[InplaceEntries] = SharedGroup([*_PATCHES, _FLAGS])
 
 __all__ = ["InplaceEntries"]

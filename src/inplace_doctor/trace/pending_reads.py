@@ -44,7 +44,7 @@ from .aliases import HeldTensors
 from .graph_writes import UnrecordedWrites
 from .owner import Busy
 from .per_op import OpWork, PerOpMode
-from .shared_patches import SharedPatch
+from .shared_patches import SharedGroup, SharedPatch
 
 
 class _ReadWork(OpWork):
@@ -152,8 +152,7 @@ class PendingReads:
         return self.on or bool(self.held.stale_ids or graph.watching or graph.awaiting)
 
     def __enter__(self) -> "PendingReads":
-        for patch in _PATCHES:
-            patch.acquire(self)
+        _GROUP.acquire(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -163,8 +162,7 @@ class PendingReads:
         if self.on:  # a mode the program pushed after it is still above it: lifted off, put back
             _compat.remove_dispatch_mode(self.mode)
             self.on = False
-        for patch in _PATCHES:
-            patch.release(self)
+        _GROUP.release(self)
 
     def update(self) -> None:
         """Called by the write kernels' hooks: the mode on when a read is awaited, off when none is.
@@ -208,6 +206,7 @@ _EXIT_PATCH: SharedPatch[PendingReads] = SharedPatch(
     _INFERENCE_MODE, "__exit__", lambda _torchs: _inference_mode_exit
 )
 _PATCHES = (_DETACH_PATCH, _DATA_PATCH, _EXIT_PATCH)
+_GROUP: SharedGroup[PendingReads] = SharedGroup(list(_PATCHES))  # made and undone together
 
 
 __all__ = ["PendingReads"]

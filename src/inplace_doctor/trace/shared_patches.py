@@ -14,6 +14,8 @@ the attribute is torch's own again once the last has left.
 from __future__ import annotations
 
 import threading
+import types
+import weakref
 from typing import Any, Callable, Generic, TypeVar
 
 U = TypeVar("U")
@@ -81,21 +83,35 @@ class SharedPatch(Shared[U]):
     `wrap` gets the value `owner` itself holds (`ABSENT` when it only inherits it) and returns what
     to set, or None to leave the attribute alone (someone else's patch is there). The original is
     put back only while the wrapper is still in place: a wrapper another tool set over it later is
-    not taken away (ours then passes calls through, with no user in)."""
+    not taken away (ours then passes calls through, with no user in).
 
-    def __init__(self, owner: Any, name: str, wrap: Callable[[Any], Any]) -> None:
+    The wrapper made for one of torch's own values is set again by later sessions while the
+    attribute (own or inherited) is that same value (a wrapper holds what it wraps: another tool's
+    function is wrapped anew, never kept); `reuse=False` for a `wrap` that depends on more than the
+    value it wraps."""
+
+    def __init__(self, owner: Any, name: str, wrap: Callable[[Any], Any], reuse: bool = True) -> None:
         super().__init__()
+        self._reuse = reuse
         self.owner = owner
         self.name = name
         self._wrap = wrap
         self._original: Any = ABSENT
         self._wrapper: Any = None
+        #: (a reference to the value last wrapped, own or inherited; its wrapper)
+        self._made: tuple[Callable[[], Any], Any] | None = None
 
     def install(self) -> None:
         original = self.owner.__dict__.get(self.name, ABSENT)
-        wrapper = self._wrap(original)
-        if wrapper is None:
-            return
+        wrapped = getattr(self.owner, self.name, ABSENT) if original is ABSENT else original
+        made = self._made
+        if made is not None and made[0]() is wrapped and wrapped is not ABSENT:
+            wrapper = made[1]
+        else:
+            wrapper = self._wrap(original)
+            if wrapper is None:
+                return
+            self._made = (_reference(wrapped), wrapper) if self._reuse and _torchs(wrapped) else None
         self._original, self._wrapper = original, wrapper
         setattr(self.owner, self.name, wrapper)
 
@@ -115,4 +131,64 @@ class SharedPatch(Shared[U]):
         return self._wrapper
 
 
-__all__ = ["ABSENT", "Shared", "SharedPatch"]
+def _torchs(value: Any) -> bool:
+    """Whether `value` is torch's own (kept alive by torch anyway): a C-level descriptor of its classes
+    (`wrapper_descriptor`, `getset_descriptor`, no `__module__`) or a function of its modules."""
+    module = getattr(value, "__module__", None)
+    if module is None:
+        return isinstance(value, _DESCRIPTORS)
+    return isinstance(module, str) and (module == "torch" or module.startswith("torch."))
+
+
+_DESCRIPTORS = (
+    types.WrapperDescriptorType, types.MethodDescriptorType, types.GetSetDescriptorType,
+    types.MemberDescriptorType, types.BuiltinFunctionType,
+)
+
+
+def _reference(value: Any) -> Callable[[], Any]:
+    """A weak reference where `value` takes one, else `value` itself (torch's C descriptors)."""
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return lambda: value
+
+
+class SharedGroup(Shared[U]):
+    """Several changes one kind of session always makes together (`parts`), made by the first session
+    in and undone by the last out: one lock and one list of sessions for all of them, where a part
+    each would cost a session an acquire and a release per part (about 2 µs each, besides the
+    change itself). Each part's `entries` is kept the group's, so its wrapper's `here()` and
+    `users` answer as if the session had entered it alone."""
+
+    def __init__(self, parts: list[Shared[U]]) -> None:
+        self.parts = parts
+        super().__init__()
+
+    @property  # type: ignore[override]
+    def entries(self) -> tuple[tuple[int, U], ...]:
+        return self._entries
+
+    @entries.setter
+    def entries(self, entries: tuple[tuple[int, U], ...]) -> None:
+        self._entries = entries
+        for part in self.parts:
+            part.entries = entries
+
+    def install(self) -> None:
+        done: list[Shared[U]] = []
+        try:
+            for part in self.parts:
+                part.install()
+                done.append(part)
+        except BaseException:
+            for part in reversed(done):
+                part.uninstall()
+            raise
+
+    def uninstall(self) -> None:
+        for part in self.parts:
+            part.uninstall()
+
+
+__all__ = ["ABSENT", "Shared", "SharedGroup", "SharedPatch"]

@@ -34,7 +34,7 @@ from .blame import passed_through
 from .caller_reads import CallerReads
 from .owner import Busy
 from .per_op import OpWork, PerOpMode
-from .shared_patches import SharedPatch
+from .shared_patches import SharedGroup, SharedPatch
 
 #: what runs TorchScript code when Python calls it: a scripted function, a scripted module's method
 _SCRIPTED = (torch._C.ScriptFunction, torch._C.ScriptMethod)
@@ -81,15 +81,13 @@ class SuspectCalls:
         )
 
     def __enter__(self) -> "SuspectCalls":
-        for patch in _PATCHES.values():
-            patch.acquire(self)
+        _GROUP.acquire(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
         """The methods PyTorch defined are put back when the last session ends, whichever
         thread's it is (`shared_patches.py`)."""
-        for patch in _PATCHES.values():
-            patch.release(self)
+        _GROUP.release(self)
 
     def enter(self) -> None:
         """Push the mode for one call (a call nested in it keeps the one already pushed)."""
@@ -156,5 +154,6 @@ def _call_seen(cls: Any) -> Callable[[Any], Any]:
 _PATCHES: dict[Any, SharedPatch[SuspectCalls]] = {
     cls: SharedPatch(cls, "__call__", _call_seen(cls)) for cls in _SCRIPTED
 }
+_GROUP: SharedGroup[SuspectCalls] = SharedGroup(list(_PATCHES.values()))  # made and undone together
 
 __all__ = ["SuspectCalls"]
