@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import sys
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import torch
 
@@ -69,24 +70,25 @@ def refuse_meta(
     compare or measure, and no memory (every meta tensor reports address 0, so the overlap
     checks would see one storage). `modules`: `list(model.modules())` if the caller has it."""
     inputs = list(inputs)
-    if (
-        modules is not None
-        and type(model).named_parameters is _NAMED_PARAMETERS
-        and type(model).named_buffers is _NAMED_BUFFERS
-        and not any(t.is_meta for t in inputs)
-        and not any(
-            t is not None and t.is_meta
-            for module in modules for table in (module._parameters, module._buffers) for t in table.values()
-        )
-    ):
-        return  # the usual case, without the two walks of the tree that name a meta tensor
-    for name, t in [*model.named_parameters(), *model.named_buffers(), *(("an input", t) for t in inputs)]:
-        if t.is_meta:
-            what = name if name == "an input" else f"{type(model).__name__}.{name}"
-            raise UsageError(
-                f"{job} needs real tensors, but {what} is on the meta device (shapes only: no values, no memory); "
-                "build the model on cpu, e.g. `model.to_empty(device='cpu')` and initialise it, with a small input"
-            )
+    meta = next((t for t in itertools.chain(_own_tensors(model, modules), inputs) if t.is_meta), None)
+    if meta is None:
+        return
+    # named only now: naming walks the tree again
+    named = itertools.chain(model.named_parameters(), model.named_buffers())
+    what = next((f"{type(model).__name__}.{name}" for name, t in named if t is meta), "an input")
+    raise UsageError(
+        f"{job} needs real tensors, but {what} is on the meta device (shapes only: no values, no memory); "
+        "build the model on cpu, e.g. `model.to_empty(device='cpu')` and initialise it, with a small input"
+    )
+
+
+def _own_tensors(model: torch.nn.Module, modules: list[torch.nn.Module] | None) -> Iterator[torch.Tensor]:
+    """The model's parameters and buffers: read from `modules`' tables where the model names them
+    the usual way (no walk of the tree), else as the model lists them."""
+    cls = type(model)
+    if modules is None or cls.named_parameters is not _NAMED_PARAMETERS or cls.named_buffers is not _NAMED_BUFFERS:
+        return itertools.chain(model.parameters(), model.buffers())
+    return (t for module in modules for table in (module._parameters, module._buffers) for t in table.values() if t is not None)
 
 
 _NAMED_PARAMETERS, _NAMED_BUFFERS = torch.nn.Module.named_parameters, torch.nn.Module.named_buffers

@@ -24,7 +24,7 @@ from ..sites import Site
 from .modules import ModuleContext
 from .ops import op_name
 from . import stacks as _stacks
-from .stacks import SAVE_STACK, capture_stack, make_site, resolve_stack
+from .stacks import SAVE_STACK, make_site, resolve_stack
 
 NODE_KEY = "inplace_doctor_created"  # the key in `node.metadata`
 _FUNCTION_FILE = os.path.join("torch", "autograd", "function.py")
@@ -65,7 +65,6 @@ class NodeOrigin:
 
 
 _BackwardCFunction = torch.autograd.function.BackwardCFunction
-_gather = _compat.gather_traceback
 
 
 def record_creation(node: Any, module: ModuleContext | None, op: Any, stack: Any = None) -> None:
@@ -75,7 +74,7 @@ def record_creation(node: Any, module: ModuleContext | None, op: Any, stack: Any
     save none of our records: `origin_of` reads the others' there.)"""
     try:
         if stack is None:  # `capture_stack()`, inlined: this runs for every node that saves none of ours
-            stack = capture_stack() if _stacks._python_capture else _gather(True, False, False)
+            stack = _stacks.capture()
         node.metadata[NODE_KEY] = (stack, module, op)
     except (AttributeError, RuntimeError, TypeError):  # a node type without metadata
         pass

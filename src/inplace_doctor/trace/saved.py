@@ -33,7 +33,6 @@ _current_node = _compat.current_autograd_node
 _SavedTensor = _compat.SavedTensor
 _BackwardCFunction = torch.autograd.function.BackwardCFunction
 _Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
-_gather = _compat.gather_traceback  # `capture_stack()`'s C capture, called here directly: pack runs on every save
 _COMPACT_AT = 4096  # weakrefs of records packed and not yet indexed, before the freed ones are dropped
 
 
@@ -180,8 +179,7 @@ class SavedTensors:
             with self._busy:
                 alias = t.detach()
         key = self.saves = self.saves + 1
-        # `capture_stack()`, inlined (one Python call less per save)
-        stack = _stacks.capture_stack() if _stacks._python_capture else _gather(True, False, False)
+        stack = _stacks.capture()  # `capture_stack()`, inlined (one Python call less per save)
         record = SavedRecord(
             alias, key, stack, self._modules.current, _current_node() is not None, t._version, t.requires_grad,
         )

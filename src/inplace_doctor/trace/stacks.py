@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import re
 import sys
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -64,29 +65,31 @@ def capture_stack() -> Any:
 
     Runs on every saved tensor. About three times cheaper than walking the
     frames in Python, and it keeps no frame (so no local tensor) alive;
-    `resolve_stack` reads it only when a finding needs the location.
+    `resolve_stack` reads it only when a finding needs the location. (Hot hooks call
+    `stacks.capture` itself, one Python call less.)
     """
-    if _python_capture:
-        return _python_stack()
-    return _compat.gather_traceback(True, False, False)
+    return capture()
 
 
 class _PythonStack(list):  # type: ignore[type-arg]
     """A stack walked in Python, in the symbolizer's format (innermost first)."""
 
 
-# torch's symbolizer cannot pass a file name that is not valid UTF-8 (a folder named in another
-# encoding) to C++: where the program's paths hold one, stacks are walked in Python instead.
-_python_capture = False
-
-
 def _python_stack() -> _PythonStack:
+    """The stack from this walk's caller out (the tool's own frames are never a user's line)."""
     entries = _PythonStack()
-    frame: FrameType | None = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         entries.append({"filename": frame.f_code.co_filename, "line": frame.f_lineno, "name": frame.f_code.co_name})
         frame = frame.f_back
     return entries
+
+
+_native_capture: Callable[[], Any] = functools.partial(_compat.gather_traceback, True, False, False)
+#: How a stack is captured: torch's C capture, or, where the program's paths hold a name that
+#: is not UTF-8 (torch's symbolizer cannot pass it to C++), the walk in Python.
+#: `choose_stack_capture` rebinds it; every capture, inlined or not, calls this one name.
+capture: Callable[[], Any] = _native_capture
 
 
 def _is_utf8(path: object) -> bool:
@@ -100,14 +103,14 @@ def _is_utf8(path: object) -> bool:
 def choose_stack_capture() -> None:
     """Walk stacks in Python when the working folder, the import path or the script's path
     holds a name that is not UTF-8 (their files' frames would fail torch's symbolizer)."""
-    global _python_capture
+    global capture
     main = sys.modules.get("__main__")
     try:
         cwd = os.getcwd()
     except OSError:  # the working folder was removed
         cwd = ""
     paths = [cwd, *sys.path, *sys.argv[:1], getattr(main, "__file__", "") or ""]
-    _python_capture = not all(_is_utf8(p) for p in paths)
+    capture = _native_capture if all(_is_utf8(p) for p in paths) else _python_stack
 
 
 def resolve_stack(captured: Any, limit: int) -> tuple[tuple[RawFrame, ...], str | None, bool]:
