@@ -195,6 +195,22 @@ def test_a_write_in_the_inner_block_to_a_tensor_saved_before_it_is_the_outers() 
     assert [(f.code, f.mutation.line) for f in outer.findings] == [("IPD101", line_of(__file__, "# <saved outside>"))]
 
 
+def test_entering_an_open_watch_again_is_a_usage_error_and_the_watch_goes_on() -> None:
+    """`with w:` inside `with w:` is the program's mistake, said in one line; the open session is intact."""
+    import inplace_doctor as ipd
+
+    w = torch.randn(3, requires_grad=True)
+    session = ipd.watch()
+    with pytest.raises(ipd.InplaceError):
+        with session:
+            with pytest.raises(ipd.UsageError, match="this watch is already open"):
+                with session:
+                    pass
+            _stale_exp(w).sum().backward()
+    assert [(f.code, f.mutation.line) for f in session.findings] == [("IPD101", line_of(__file__, "# <stale exp>"))]
+    assert torch._C._len_torch_function_stack() == 0 and torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+
+
 def test_what_the_inner_session_confirms_after_its_block_reaches_the_outer() -> None:
     import inplace_doctor as ipd
 

@@ -313,6 +313,11 @@ class watch:
         return any(f.severity.rank >= fail_on.rank for f in self._all_findings())
 
     def __enter__(self) -> "watch":
+        if self._tracer.active:  # before `nesting.enter`, which would replace the open session's place
+            raise UsageError(
+                "this watch is already open: a `with` on the same `ipd.watch()` object inside itself; "
+                "open a new `ipd.watch()` for a nested session"
+            )
         self._parent, self._sessions = nesting.enter(self)
         try:
             self._tracer.__enter__()

@@ -177,6 +177,11 @@ class Tracer:
         self._active = False
 
     # -- lifecycle -------------------------------------------------------
+    @property
+    def active(self) -> bool:
+        """Whether the tracer is entered and not yet left."""
+        return self._active
+
     def __enter__(self) -> "Tracer":
         if self._active:
             raise RuntimeError("this Tracer is already active")
