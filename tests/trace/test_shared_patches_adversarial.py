@@ -297,10 +297,12 @@ def test_a_child_forked_while_another_thread_makes_a_shared_change_can_enter() -
     threading.Timer(0.2, go_on.set).start()  # the fork waits for the change to be made
 
     def enters() -> bool:
+        left = owner.f() == "own"  # the other thread's session is not the child's
         user = object()
         patch.acquire(user)
+        inside = owner.f() == "wrapped"
         patch.release(user)
-        return owner.f() == "wrapped"  # the other thread's session stays in, in the child's copy
+        return left and inside and owner.f() == "own"
 
     assert _in_child(enters) == 0
     installer.join(20)
@@ -364,3 +366,38 @@ def test_a_watch_never_exited_leaves_the_program_computing_as_plain_torch() -> N
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "True", out.stderr[-2000:]
+
+
+def test_a_child_forked_while_another_thread_watches_has_torchs_methods_and_no_session() -> None:
+    """The other thread's session stays out of a forked child: torch's methods, no session on its threads."""
+    before = _torchs()
+    entered, leave = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with ipd.watch():
+            entered.set()
+            leave.wait(20)
+
+    watcher = threading.Thread(target=other)
+    watcher.start()
+    assert entered.wait(20)
+
+    def child() -> bool:
+        seen: list[bool] = []
+
+        def new_thread() -> None:  # may reuse the watching thread's id
+            t = torch.ones(3)
+            t += 1
+            seen.append(hand_outs._GROUP.here() == [] and t.tolist() == [2.0, 2.0, 2.0])
+
+        thread = threading.Thread(target=new_thread)
+        thread.start()
+        thread.join(10)
+        return seen == [True] and _same(before) == [] and not hand_outs.installed() and _child_computes()
+
+    try:
+        status = _in_child(child)
+    finally:
+        leave.set()
+        watcher.join(20)
+    assert status == 0 and _same(before) == []

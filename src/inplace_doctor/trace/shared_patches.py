@@ -12,7 +12,8 @@ the attribute is torch's own again once the last has left.
 
 Forks: each `Shared`'s lock is taken across `os.fork()`, as `kernel_registration.py` takes its own,
 so a child (a DataLoader worker) never starts with the lock of a change another thread was making
-held for good; the child finds each change made or not, and its sessions enter as usual.
+held for good. The child runs only the thread that forked: the sessions of the other threads leave
+its copy (a change none is left in is undone), as their thread's later ids may be its new threads'.
 """
 
 from __future__ import annotations
@@ -227,8 +228,18 @@ def _after_fork_in_parent() -> None:
 
 
 def _after_fork_in_child() -> None:
+    """The child runs the forking thread alone: the sessions of the others (which can never end in
+    it, and whose thread ids its new threads may reuse) leave, and a change none is left in is undone."""
     for shared in _HELD:
         shared._lock = threading.Lock()  # the copy is held by the thread that forked
+    parts = {id(part) for shared in _HELD if isinstance(shared, SharedGroup) for part in shared.parts}
+    me = threading.get_ident()
+    for shared in _HELD:
+        kept = tuple(entry for entry in shared.entries if entry[0] == me)
+        if id(shared) not in parts and len(kept) != len(shared.entries):
+            shared.entries = kept
+            if not kept:
+                shared.uninstall()
     _HELD.clear()
 
 
