@@ -229,6 +229,29 @@ def test_pickle_copy_save_and_numpy_round_trips_inside_a_watch_are_plain_torchs(
     assert watched == plain
 
 
+def test_torchs_patched_functions_pickle_by_reference_inside_a_watch() -> None:
+    """`torch.save`, `Tensor.numpy` and kin pickle in a watch (a pool's task) as they do without one."""
+    import torch.utils.dlpack as dlpack
+
+    def functions() -> list[Any]:
+        return [
+            torch.Tensor.numpy, torch.Tensor.data_ptr, torch.Tensor.__array__, torch.Tensor.__dlpack__,
+            torch.Tensor.__iadd__, torch.Tensor.detach, torch.Tensor.__deepcopy__, torch.save,
+            torch.nn.Module.state_dict, dlpack.to_dlpack, F.relu,
+        ]
+
+    def round_trip(function: Any) -> Any:
+        try:
+            return pickle.loads(pickle.dumps(function)) is function
+        except Exception as exc:  # noqa: BLE001 (what pickle raised is the result)
+            return type(exc).__name__
+
+    plain = [round_trip(f) for f in functions()]
+    with ipd.watch(check_contents=True):
+        watched = [round_trip(f) for f in functions()]
+    assert watched == plain == [True] * len(plain)
+
+
 def test_a_subclass_overriding_numpy_runs_its_own_inside_a_watch(tensor_methods: dict[str, Any]) -> None:
     """A Tensor subclass's own `numpy` is what its instances call in a watch; torch's is back after."""
 

@@ -125,6 +125,7 @@ class SharedPatch(Shared[U]):
             wrapper = self._wrap(original)
             if wrapper is None:
                 return
+            _name_as_set(wrapper, self.owner, self.name)
             self._made = (_reference(wrapped), wrapper) if self._reuse and _torchs(wrapped) else None
         self._original, self._wrapper = original, wrapper
         try:
@@ -147,6 +148,18 @@ class SharedPatch(Shared[U]):
     def wrapper(self) -> Any:
         """What is set while installed, else None."""
         return self._wrapper
+
+
+def _name_as_set(wrapper: Any, owner: Any, name: str) -> None:
+    """A wrapper function named by where it is set (`torch.save`, `torch._tensor.Tensor.numpy`), so
+    pickle finds it there by reference, as it finds torch's own (`pool.apply_async(torch.save, ...)`
+    in a watch)."""
+    if not isinstance(wrapper, types.FunctionType):
+        return
+    if isinstance(owner, types.ModuleType):
+        wrapper.__module__, wrapper.__qualname__ = owner.__name__, name
+    elif isinstance(owner, type):
+        wrapper.__module__, wrapper.__qualname__ = owner.__module__, f"{owner.__qualname__}.{name}"
 
 
 def _torchs(value: Any) -> bool:
