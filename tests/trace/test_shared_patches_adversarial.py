@@ -252,6 +252,31 @@ def test_torchs_patched_functions_pickle_by_reference_inside_a_watch() -> None:
     assert watched == plain == [True] * len(plain)
 
 
+def test_a_hand_out_pytorch_refuses_raises_pytorchs_error_inside_a_watch() -> None:
+    """`.numpy()`, `np.asarray`, `__dlpack__` PyTorch refuses raise the same error in a watch."""
+
+    def outcomes() -> list[tuple[str, str]]:
+        calls: list[Callable[[], Any]] = [
+            lambda: torch.ones(2, requires_grad=True).numpy(),
+            lambda: np.asarray(torch.ones(2, requires_grad=True)),
+            lambda: torch.ones(2, requires_grad=True).__dlpack__(),
+            lambda: torch.ones(2, dtype=torch.bfloat16).numpy(),
+            lambda: torch.ones(2, requires_grad=True).numpy(force=True),
+        ]
+        out = []
+        for call in calls:
+            try:
+                out.append(("returned", str(call())))
+            except Exception as exc:  # noqa: BLE001 (the error is the result)
+                out.append((type(exc).__name__, str(exc)))
+        return out
+
+    plain = outcomes()
+    with ipd.watch():
+        watched = outcomes()
+    assert watched == plain and [kind for kind, _ in plain].count("returned") == 1
+
+
 def test_a_subclass_overriding_numpy_runs_its_own_inside_a_watch(tensor_methods: dict[str, Any]) -> None:
     """A Tensor subclass's own `numpy` is what its instances call in a watch; torch's is back after."""
 
