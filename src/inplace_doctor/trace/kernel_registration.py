@@ -23,8 +23,10 @@ dispatcher does not synchronise a registration change with a thread reading
 the same table entry in that instant.
 
 Forks: a child (a DataLoader worker) has no linger thread and removes a
-lingering registration at once, so its writes run PyTorch's kernels; the
-lock is taken across the fork so the child's is in a known state.
+lingering registration at once, so its writes run PyTorch's kernels, as it
+does one held only by sessions of threads other than the one that forked
+(the child does not run them); the lock is taken across the fork so the
+child's is in a known state.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class Registration:
         self.count = 0  # kernels registered now
         self.registrations = 0  # times registered in this process: a watch per step registers once
         self.users = 0
+        self._threads: list[int] = []  # the thread each user entered on (a fork keeps the forking one's)
         self._deadline: float | None = None  # while lingering: when to remove (time.monotonic)
         self._timer: threading.Thread | None = None
         #: when the timer wakes by itself (None: it waits with no deadline, for `release`); woken at an
@@ -72,6 +75,7 @@ class Registration:
     def acquire(self) -> None:
         with self.lock:
             self.users += 1
+            self._threads.append(threading.get_ident())
             self._deadline = None
             if self.library is not None:
                 return
@@ -88,6 +92,9 @@ class Registration:
     def release(self) -> None:
         with self.lock:
             self.users -= 1
+            me = threading.get_ident()
+            if self._threads:  # a user may leave from another thread than it entered on
+                self._threads.remove(me if me in self._threads else self._threads[0])
             if self.users or self.library is None:
                 return
             if LINGER_SECONDS <= 0:
@@ -146,6 +153,9 @@ class Registration:
         self._reset_lock()  # the child's copy is held by the thread that forked, as the parent's was
         self._timer = None  # not carried over the fork
         self._wakes_at = None
+        me = threading.get_ident()
+        self._threads = [thread for thread in self._threads if thread == me]
+        self.users = len(self._threads)  # the other threads' sessions never end in the child
         if self.users == 0 and self.library is not None:
             self._remove(other_threads=False)  # the child runs one thread: nothing can be in a kernel
 

@@ -9,10 +9,16 @@ calls). So each such change is one `Shared` object per process: the first `acqui
 (`uninstall`), whichever session that is. A `SharedPatch` is one attribute: its one wrapper asks at
 each call which sessions are in (`users`, or `here()`: those entered on the calling thread), and
 the attribute is torch's own again once the last has left.
+
+Forks: each `Shared`'s lock is taken across `os.fork()`, as `kernel_registration.py` takes its own,
+so a child (a DataLoader worker) never starts with the lock of a change another thread was making
+held for good. The child runs only the thread that forked: the sessions of the other threads leave
+its copy (a change none is left in is undone), as their thread's later ids may be its new threads'.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import types
 import weakref
@@ -30,6 +36,7 @@ class Shared(Generic[U]):
         self._install = install
         self._uninstall = uninstall
         self._lock = threading.Lock()
+        _LOCKED.add(self)
         #: (thread ident, user) of each session in, oldest first; replaced, never changed in place,
         #: so a wrapper reads it without the lock
         self.entries: tuple[tuple[int, U], ...] = ()
@@ -98,11 +105,18 @@ class SharedPatch(Shared[U]):
         self._wrap = wrap
         self._original: Any = ABSENT
         self._wrapper: Any = None
+        #: (a weak reference to the wrapper last set; a reference to the value it replaced): found in
+        #: place when the first session enters, the program set it back (saved while a session ran,
+        #: restored after, as pytest's `monkeypatch` undone after the watch): it stands for that value
+        self._set: tuple[Callable[[], Any], Callable[[], Any]] | None = None
         #: (a reference to the value last wrapped, own or inherited; its wrapper)
         self._made: tuple[Callable[[], Any], Any] | None = None
 
     def install(self) -> None:
         original = self.owner.__dict__.get(self.name, ABSENT)
+        if self._set is not None and original is not ABSENT and self._set[0]() is original:
+            replaced = self._set[1]()  # our own wrapper, restored by the program: what it replaced
+            original = original if replaced is None else replaced
         wrapped = getattr(self.owner, self.name, ABSENT) if original is ABSENT else original
         made = self._made
         if made is not None and made[0]() is wrapped and wrapped is not ABSENT:
@@ -111,8 +125,13 @@ class SharedPatch(Shared[U]):
             wrapper = self._wrap(original)
             if wrapper is None:
                 return
+            _name_as_set(wrapper, self.owner, self.name)
             self._made = (_reference(wrapped), wrapper) if self._reuse and _torchs(wrapped) else None
         self._original, self._wrapper = original, wrapper
+        try:
+            self._set = (weakref.ref(wrapper), _reference(original))
+        except TypeError:  # a property, a staticmethod: not recognised when set back
+            self._set = None
         setattr(self.owner, self.name, wrapper)
 
     def uninstall(self) -> None:
@@ -129,6 +148,18 @@ class SharedPatch(Shared[U]):
     def wrapper(self) -> Any:
         """What is set while installed, else None."""
         return self._wrapper
+
+
+def _name_as_set(wrapper: Any, owner: Any, name: str) -> None:
+    """A wrapper function named by where it is set (`torch.save`, `torch._tensor.Tensor.numpy`), so
+    pickle finds it there by reference, as it finds torch's own (`pool.apply_async(torch.save, ...)`
+    in a watch)."""
+    if not isinstance(wrapper, types.FunctionType):
+        return
+    if isinstance(owner, types.ModuleType):
+        wrapper.__module__, wrapper.__qualname__ = owner.__name__, name
+    elif isinstance(owner, type):
+        wrapper.__module__, wrapper.__qualname__ = owner.__module__, f"{owner.__qualname__}.{name}"
 
 
 def _torchs(value: Any) -> bool:
@@ -189,6 +220,43 @@ class SharedGroup(Shared[U]):
     def uninstall(self) -> None:
         for part in self.parts:
             part.uninstall()
+
+
+#: each `Shared` (a group's parts too, whose locks are never held: taking them costs nothing)
+_LOCKED: "weakref.WeakSet[Shared[Any]]" = weakref.WeakSet()
+_HELD: list[Shared[Any]] = []  # the locks taken before a fork, released after it in the parent
+
+
+def _before_fork() -> None:
+    # one lock at a time is all any thread holds (an `install` takes no other): no order to keep
+    _HELD[:] = list(_LOCKED)
+    for shared in _HELD:
+        shared._lock.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    for shared in _HELD:
+        shared._lock.release()
+    _HELD.clear()
+
+
+def _after_fork_in_child() -> None:
+    """The child runs the forking thread alone: the sessions of the others (which can never end in
+    it, and whose thread ids its new threads may reuse) leave, and a change none is left in is undone."""
+    for shared in _HELD:
+        shared._lock = threading.Lock()  # the copy is held by the thread that forked
+    parts = {id(part) for shared in _HELD if isinstance(shared, SharedGroup) for part in shared.parts}
+    me = threading.get_ident()
+    for shared in _HELD:
+        kept = tuple(entry for entry in shared.entries if entry[0] == me)
+        if id(shared) not in parts and len(kept) != len(shared.entries):
+            shared.entries = kept
+            if not kept:
+                shared.uninstall()
+    _HELD.clear()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
 __all__ = ["ABSENT", "Shared", "SharedGroup", "SharedPatch"]
