@@ -187,7 +187,8 @@ def _augmented_patch(name: str) -> SharedPatch[InplaceEntries]:
                     _settle(pushed)
 
         augmented.__wrapped__ = original  # type: ignore[attr-defined]
-        augmented.__name__ = augmented.__qualname__ = name
+        # named where it is found, so `pickle` finds it there (by reference, as torch's own)
+        augmented.__name__, augmented.__qualname__, augmented.__module__ = name, f"Tensor.{name}", torch.Tensor.__module__
         ENTRY_CODES.add(augmented.__code__)  # the mode looks past it for the program's frame
         return augmented
 
@@ -208,9 +209,15 @@ _PATCHES = [_augmented_patch(name) for name in _AUGMENTED]
 _ENTRY = "_inplace_doctor_entry"  # the name the functions' entry code calls, in `torch.nn.functional`
 
 
+def _named(function: Any) -> bool:
+    """Whether `torch.nn.functional` holds `function` under its own name."""
+    return vars(F).get(function.__name__) is function
+
+
 class _FlagFunctions(Shared[InplaceEntries]):
     """Each `torch.nn.functional` function with an `inplace` parameter runs, while a session is in,
-    an entry code of the same signature: `return _inplace_doctor_entry(k, inplace)(<its arguments>)`,
+    an entry code of the same signature: `return _inplace_doctor_entry(k, inplace)(<its arguments>)`
+    (torch's function called by its name instead, where a call began just as the last session left),
     which hands back torch's code (a copy of the function) to run, under the mode of each session
     of the calling thread when `inplace` is True.
 
@@ -228,13 +235,21 @@ class _FlagFunctions(Shared[InplaceEntries]):
         for value in {id(v): v for v in vars(F).values()}.values():
             if not (inspect.isfunction(value) and value.__module__ == F.__name__ and value.__closure__ is None):
                 continue
+            if not _named(value):  # the name its entry code falls back on
+                continue
             parameters = inspect.signature(value).parameters
             names = list(parameters)
             if "inplace" not in names or any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in parameters.values()):
                 continue
             key = len(self.functions)
             arguments = ", ".join(names)
-            source = f"def {value.__name__}({arguments}):\n    return {_ENTRY}({key}, inplace)({arguments})\n"
+            # A call of another thread that began just before the last session left finds torch's
+            # code back and the name gone: it runs torch's code (the function, by its own name).
+            source = (
+                f"def {value.__name__}({arguments}):\n    try:\n        entered = {_ENTRY}\n"
+                f"    except NameError:\n        return {value.__name__}({arguments})\n"
+                f"    return entered({key}, inplace)({arguments})\n"
+            )
             namespace: dict[str, Any] = {}
             exec(compile(source, value.__code__.co_filename, "exec"), namespace)  # noqa: S102 (our own text)
             code = value.__code__
