@@ -418,9 +418,9 @@ def test_a_program_mode_entered_before_and_exited_inside_the_watch_is_gone_after
             torch._C._pop_torch_function_stack()
 
 
-def _program_under_a_mode_entered_before() -> list[str]:
+def _program_under_a_mode_entered_before(watched: bool) -> list[str]:
     mode = _Counting()
-    with mode:
+    with mode, ipd.watch() if watched else _nothing():
         h = torch.ones(4) * 2
         out = F.relu(h, inplace=True)
         torch.cat([h, out])
@@ -433,9 +433,8 @@ def _program_under_a_mode_entered_before() -> list[str]:
 ))
 def test_a_program_mode_entered_before_the_watch_sees_only_the_programs_calls() -> None:
     """A mode the program entered before the watch sees the calls it sees without the tool, no more."""
-    plain = _program_under_a_mode_entered_before()
-    with ipd.watch():
-        watched = _program_under_a_mode_entered_before()
+    plain = _program_under_a_mode_entered_before(False)
+    watched = _program_under_a_mode_entered_before(True)
     assert plain == ["ones", "mul", "relu", "cat"] and watched == plain
 
 
