@@ -455,3 +455,35 @@ def test_jit_trace_of_an_inplace_module_under_the_watch_traces_the_programs_grap
     with ipd.watch():
         watched = torch.jit.trace(model, x)
     assert ops(watched) == ops(plain)
+
+
+_WRAPPED_BEFORE_THE_FIRST_WATCH = """
+import functools, torch, torch.nn.functional as F
+import inplace_doctor as ipd
+torch_relu = F.relu
+@functools.wraps(torch_relu)
+def relu(*args, **kwargs):
+    return torch_relu(*args, **kwargs)
+F.relu = relu  # a program's patch, made before the process's first watch
+found = []
+for deep in (False, True):
+    with ipd.watch(deep=deep) as session:
+        assert torch.equal(F.relu(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 2.0]))
+        h = torch.randn(4) * 2
+        out = F.relu(h, inplace=True)
+        torch.cat([h, out])
+    found.append(sorted(f.code for f in session.findings))
+assert F.relu is relu and torch_relu.__code__.co_name == "relu"
+print(found)
+"""
+
+
+def test_a_programs_wrapper_set_on_F_before_the_first_watch_keeps_working_and_is_seen_through() -> None:
+    """A `functools.wraps` wrapper the program set on `F.relu` before the process's first watch: its calls work, its in-place call is reported as under deep."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", _WRAPPED_BEFORE_THE_FIRST_WATCH], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[['IPD105'], ['IPD105']]"

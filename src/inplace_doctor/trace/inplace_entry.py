@@ -210,8 +210,19 @@ _ENTRY = "_inplace_doctor_entry"  # the name the functions' entry code calls, in
 
 
 def _named(function: Any) -> bool:
-    """Whether `torch.nn.functional` holds `function` under its own name."""
-    return vars(F).get(function.__name__) is function
+    """Whether `torch.nn.functional` holds `function` under its own name, itself or as what a
+    program's wrapper there wraps (`functools.wraps`, set before the first session)."""
+    held = vars(F).get(function.__name__)
+    return held is function or _unwrapped(held) is function
+
+
+def _unwrapped(value: Any) -> Any:
+    if not inspect.isfunction(value):
+        return value
+    try:
+        return inspect.unwrap(value)
+    except ValueError:  # a cycle of `__wrapped__`
+        return value
 
 
 class _FlagFunctions(Shared[InplaceEntries]):
@@ -232,12 +243,15 @@ class _FlagFunctions(Shared[InplaceEntries]):
         self.bodies: list[Any] = []  # torch's code as a function of its own
 
     def _prepare(self) -> None:
-        for value in {id(v): v for v in vars(F).values()}.values():
+        found = [_unwrapped(v) for v in vars(F).values()]
+        for value in {id(v): v for v in found}.values():
             if not (inspect.isfunction(value) and value.__module__ == F.__name__ and value.__closure__ is None):
                 continue
-            if not _named(value):  # the name its entry code falls back on
+            if not _named(value) or hasattr(value, "__wrapped__"):  # torch's own, by its own name
                 continue
-            parameters = inspect.signature(value).parameters
+            # the code's own signature (a program's `functools.wraps` wrapper set on `F` before the
+            # first session would report torch's, and its code be swapped for one that cannot call it)
+            parameters = inspect.signature(value, follow_wrapped=False).parameters
             names = list(parameters)
             if "inplace" not in names or any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in parameters.values()):
                 continue
