@@ -460,30 +460,75 @@ def test_jit_trace_of_an_inplace_module_under_the_watch_traces_the_programs_grap
 _WRAPPED_BEFORE_THE_FIRST_WATCH = """
 import functools, torch, torch.nn.functional as F
 import inplace_doctor as ipd
-torch_relu = F.relu
+torch_relu, torch_hardtanh = F.relu, F.hardtanh
 @functools.wraps(torch_relu)
 def relu(*args, **kwargs):
     return torch_relu(*args, **kwargs)
-F.relu = relu  # a program's patch, made before the process's first watch
-found = []
+F.relu = relu  # a program's patches, made before the process's first watch
+F.hardtanh = lambda input, min_val=-1.0, max_val=1.0, inplace=False: torch_hardtanh(input, min_val, max_val, inplace)
+found = {}
 for deep in (False, True):
-    with ipd.watch(deep=deep) as session:
-        assert torch.equal(F.relu(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 2.0]))
-        h = torch.randn(4) * 2
-        out = F.relu(h, inplace=True)
-        torch.cat([h, out])
-    found.append(sorted(f.code for f in session.findings))
+    for name in ("relu", "hardtanh"):
+        with ipd.watch(deep=deep) as session:
+            x = torch.tensor([-2.0, 0.5])
+            assert torch.equal(getattr(F, name)(x), {"relu": torch_relu, "hardtanh": torch_hardtanh}[name](x))
+            h = torch.randn(4) * 2
+            out = getattr(F, name)(h, inplace=True)
+            torch.cat([h, out])
+        found[name, deep] = sorted(f.code for f in session.findings)
 assert F.relu is relu and torch_relu.__code__.co_name == "relu"
 print(found)
 """
 
 
-def test_a_programs_wrapper_set_on_F_before_the_first_watch_keeps_working_and_is_seen_through() -> None:
-    """A `functools.wraps` wrapper the program set on `F.relu` before the process's first watch: its calls work, its in-place call is reported as under deep."""
+@functools.lru_cache(maxsize=None)
+def _wrapped_before_the_first_watch() -> dict[tuple[str, bool], list[str]]:
+    """The findings of the script above, run once in a fresh process (its first watch comes after the patches)."""
+    import ast
     import subprocess
 
     done = subprocess.run(
         [sys.executable, "-c", _WRAPPED_BEFORE_THE_FIRST_WATCH], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "[['IPD105'], ['IPD105']]"
+    return ast.literal_eval(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_a_programs_functools_wraps_wrapper_set_on_F_before_the_first_watch_keeps_working_and_is_seen_through() -> None:
+    """A `functools.wraps` wrapper the program set on `F.relu` before the process's first watch: its calls work, its in-place call is reported as under deep."""
+    found = _wrapped_before_the_first_watch()
+    assert found["relu", False] == found["relu", True] == ["IPD105"]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "torch's F.hardtanh is found only in torch.nn.functional's namespace, at the first session: replaced there "
+    "by a plain wrapper (no __wrapped__) before it, its code is never swapped and its inplace=True calls push nothing"
+))
+def test_a_programs_plain_wrapper_set_on_F_before_the_first_watch_is_seen_through() -> None:
+    """A wrapper without `__wrapped__` set on `F.hardtanh` before the first watch: its in-place call is reported as under deep."""
+    found = _wrapped_before_the_first_watch()
+    assert found["hardtanh", True] == ["IPD105"]
+    assert found["hardtanh", False] == found["hardtanh", True]
+
+
+def test_wrong_calls_of_the_swapped_functions_raise_torchs_errors() -> None:
+    """A bad call of a swapped function raises the same error, with the same message, as without the watch."""
+    calls = [
+        lambda: F.relu(torch.ones(1), True, 3),
+        lambda: F.relu(),
+        lambda: F.relu(torch.ones(1), foo=1),
+        lambda: F.dropout(torch.ones(1), p=2.0, inplace=True),
+    ]
+
+    def errors() -> list[tuple[str, str]]:
+        seen = []
+        for call in calls:
+            with pytest.raises(Exception) as raised:  # noqa: PT011 (compared below)
+                call()
+            seen.append((type(raised.value).__name__, str(raised.value)))
+        return seen
+
+    plain = errors()
+    with ipd.watch():
+        watched = errors()
+    assert watched == plain and plain[0] == ("TypeError", "relu() takes from 1 to 2 positional arguments but 3 were given")
