@@ -32,7 +32,10 @@ Known limitations: a function outside `torch.nn.functional` that takes
 `inplace=True` through `__torch_function__` (none in torch) pushes nothing, and is
 seen only while something is awaited, as is `x += y` on a Tensor subclass that
 defines its own `__iadd__`; an in-place call inside backward (a custom
-`Function`'s) pushes nothing; `torch.compile` tracing `F.relu` while a session
+`Function`'s) pushes nothing, nor one of a `torch.nn.functional` function the
+program replaced in the module, before the process's first session, by a wrapper
+without `__wrapped__` (torch's function is found there only; one with
+`functools.wraps` is seen through); `torch.compile` tracing `F.relu` while a session
 runs in another thread traces the entry code (a session's own compiled code runs
 eagerly, `compiled.py`).
 """
