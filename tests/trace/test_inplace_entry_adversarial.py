@@ -532,3 +532,29 @@ def test_wrong_calls_of_the_swapped_functions_raise_torchs_errors() -> None:
     with ipd.watch():
         watched = errors()
     assert watched == plain and plain[0] == ("TypeError", "relu() takes from 1 to 2 positional arguments but 3 were given")
+
+
+def _augmented_method_calls() -> list[object]:
+    seen: list[object] = []
+    for name, args, kwargs in [
+        ("__iadd__", (2,), {"alpha": 2}),
+        ("__isub__", (2, 3), {}),
+        ("__iadd__", (), {}),
+        ("__ipow__", (), {"other": 2}),
+        ("__imul__", (3,), {}),
+    ]:
+        x = torch.ones(2)
+        try:
+            out = getattr(x, name)(*args, **kwargs)
+            seen.append(out.tolist() if isinstance(out, torch.Tensor) else out)
+        except TypeError as exc:
+            seen.append(str(exc))
+    return seen
+
+
+def test_tensors_augmented_methods_called_directly_take_what_torchs_take() -> None:
+    """`x.__iadd__(y, alpha=2)`, `x.__isub__(y, 3)` and odd calls answer under the watch as torch's methods do."""
+    plain = _augmented_method_calls()
+    with ipd.watch():
+        watched = _augmented_method_calls()
+    assert watched == plain and plain[:2] == [[5.0, 5.0], [-5.0, -5.0]]

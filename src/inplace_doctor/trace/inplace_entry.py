@@ -171,7 +171,7 @@ def _augmented_patch(name: str) -> SharedPatch[InplaceEntries]:
         if original is ABSENT:  # inherited from `TensorBase`: deleted again after
             original = getattr(torch.Tensor, name)
 
-        def augmented(self: Any, other: Any) -> Any:
+        def augmented(self: Any, *args: Any, **kwargs: Any) -> Any:  # torch's take `alpha` too
             sessions = patch.here()
             pushed: list[InplaceEntries] = []
             if sessions:
@@ -181,7 +181,7 @@ def _augmented_patch(name: str) -> SharedPatch[InplaceEntries]:
                 else:
                     _settle(sessions)
             try:
-                return original(self, other)
+                return original(self, *args, **kwargs)
             except BaseException as exc:
                 passed_through(exc)
                 raise
