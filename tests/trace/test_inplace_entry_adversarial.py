@@ -558,3 +558,37 @@ def test_tensors_augmented_methods_called_directly_take_what_torchs_take() -> No
     with ipd.watch():
         watched = _augmented_method_calls()
     assert watched == plain and plain[:2] == [[5.0, 5.0], [-5.0, -5.0]]
+
+
+_counted: list[int] = []
+
+
+def _programs_relu6(input: torch.Tensor, inplace: bool = False) -> torch.Tensor:  # noqa: A002 (torch's name)
+    """A program's code for `F.relu6` (it runs with `F`'s globals): clamps at 5."""
+    return hardtanh(input, 0.0, 5.0, inplace)  # type: ignore[name-defined]  # noqa: F821 (`F`'s)
+
+
+def test_the_programs_own_patches_made_before_or_during_the_watch_are_left_in_place() -> None:
+    """A program's `Tensor.__iadd__` set before the watch and a `__code__` it swaps in during it are what stays after."""
+    torch_iadd, torch_code = torch.Tensor.__iadd__, F.relu6.__code__
+    _counted.clear()
+
+    def iadd(self: torch.Tensor, other: Any) -> Any:
+        _counted.append(1)
+        return torch_iadd(self, other)
+
+    torch.Tensor.__iadd__ = iadd  # type: ignore[method-assign,assignment]
+    try:
+        with ipd.watch():
+            x = torch.ones(2)
+            x += 1
+            F.relu6.__code__ = _programs_relu6.__code__
+        assert vars(torch.Tensor)["__iadd__"] is iadd and F.relu6.__code__ is _programs_relu6.__code__
+        y = torch.ones(2)
+        y += 1
+        assert torch.equal(F.relu6(torch.full((2,), 9.0)), torch.full((2,), 5.0))
+        assert _counted == [1, 1] and torch.equal(x, y)
+    finally:
+        del torch.Tensor.__iadd__
+        F.relu6.__code__ = torch_code
+    assert _torchs_state() == _PLAIN
