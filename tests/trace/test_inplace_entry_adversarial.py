@@ -592,3 +592,17 @@ def test_the_programs_own_patches_made_before_or_during_the_watch_are_left_in_pl
         del torch.Tensor.__iadd__
         F.relu6.__code__ = torch_code
     assert _torchs_state() == _PLAIN
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_an_error_of_an_inplace_call_that_ends_the_watch_leaves_nothing_behind(deep: bool) -> None:
+    """An in-place call's error raised out of the watch (and out of a program mode inside it) unwinds every mode and patch."""
+    h = torch.randn(4) * 2
+    with pytest.raises(RuntimeError, match="must match"):
+        with ipd.watch(deep=deep) as session:
+            out = F.relu(h, inplace=True)  # the tool's mode pushed: `h` awaits its read
+            with _Counting():
+                torch.cat([h, out])
+                h += torch.ones(3)
+    assert _stack() == [] and _torchs_state() == _PLAIN
+    assert _codes(session) == ["IPD105"]
