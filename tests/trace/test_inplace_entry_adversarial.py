@@ -606,3 +606,19 @@ def test_an_error_of_an_inplace_call_that_ends_the_watch_leaves_nothing_behind(d
                 h += torch.ones(3)
     assert _stack() == [] and _torchs_state() == _PLAIN
     assert _codes(session) == ["IPD105"]
+
+
+def test_a_copy_of_the_entry_code_another_tool_swaps_in_during_the_watch_still_runs_torchs_code_after() -> None:
+    """A code another tool swaps in over the entry (a copy, as line profilers make) is left there, and still computes."""
+    torch_code = F.relu6.__code__
+    x = torch.tensor([-1.0, 3.0, 9.0])
+    try:
+        with ipd.watch():
+            copied = F.relu6.__code__.replace(co_name=F.relu6.__code__.co_name)
+            assert copied is not torch_code and copied is not F.relu6.__code__
+            F.relu6.__code__ = copied
+        assert F.relu6.__code__ is copied  # another tool's, not taken away
+        assert torch.equal(F.relu6(x), torch.tensor([0.0, 3.0, 6.0]))
+        assert torch.equal(F.relu6(x.clone(), inplace=True), torch.tensor([0.0, 3.0, 6.0]))
+    finally:
+        F.relu6.__code__ = torch_code

@@ -231,7 +231,7 @@ def _unwrapped(value: Any) -> Any:
 class _FlagFunctions(Shared[InplaceEntries]):
     """Each `torch.nn.functional` function with an `inplace` parameter runs, while a session is in,
     an entry code of the same signature: `return _inplace_doctor_entry(k, inplace)(<its arguments>)`
-    (torch's function called by its name instead, where a call began just as the last session left),
+    (torch's code run directly, where a call began just as the last session left),
     which hands back torch's code (a copy of the function) to run, under the mode of each session
     of the calling thread when `inplace` is True.
 
@@ -250,7 +250,7 @@ class _FlagFunctions(Shared[InplaceEntries]):
         for value in {id(v): v for v in found}.values():
             if not (inspect.isfunction(value) and value.__module__ == F.__name__ and value.__closure__ is None):
                 continue
-            if not _named(value) or hasattr(value, "__wrapped__"):  # torch's own, by its own name
+            if not _named(value) or hasattr(value, "__wrapped__"):  # torch's own, held by the module
                 continue
             # the code's own signature (a program's `functools.wraps` wrapper set on `F` before the
             # first session would report torch's, and its code be swapped for one that cannot call it)
@@ -260,11 +260,12 @@ class _FlagFunctions(Shared[InplaceEntries]):
                 continue
             key = len(self.functions)
             arguments = ", ".join(names)
-            # A call of another thread that began just before the last session left finds torch's
-            # code back and the name gone: it runs torch's code (the function, by its own name).
+            # A call of another thread that began just before the last session left finds the name
+            # gone: it runs torch's code (not the function again: a code another tool swapped in over
+            # the entry, a copy of it, stays after the session and would call itself).
             source = (
                 f"def {value.__name__}({arguments}):\n    try:\n        entered = {_ENTRY}\n"
-                f"    except NameError:\n        return {value.__name__}({arguments})\n"
+                f"    except NameError:\n        entered = __import__({__name__!r}, fromlist=['_FLAGS'])._FLAGS.body\n"
                 f"    return entered({key}, inplace)({arguments})\n"
             )
             namespace: dict[str, Any] = {}
@@ -293,6 +294,10 @@ class _FlagFunctions(Shared[InplaceEntries]):
                 function.__code__ = code
         if F.__dict__.get(_ENTRY) == self.entry:
             delattr(F, _ENTRY)
+
+    def body(self, key: int, inplace: Any) -> Any:
+        """Torch's code of function `key`, whatever the sessions."""
+        return self.bodies[key]
 
     def entry(self, key: int, inplace: Any) -> Any:
         """What function `key` runs: torch's code, under the sessions' modes for `inplace=True`."""
