@@ -212,14 +212,9 @@ _PATCHES = [_augmented_patch(name) for name in _AUGMENTED]
 _ENTRY = "_inplace_doctor_entry"  # the name the functions' entry code calls, in `torch.nn.functional`
 
 
-def _named(function: Any) -> bool:
-    """Whether `torch.nn.functional` holds `function` under its own name, itself or as what a
-    program's wrapper there wraps (`functools.wraps`, set before the first session)."""
-    held = vars(F).get(function.__name__)
-    return held is function or _unwrapped(held) is function
-
-
 def _unwrapped(value: Any) -> Any:
+    """What a function wraps (`functools.wraps`: a program's wrapper set on `F` before the first
+    session wraps torch's function, whose code is then the one swapped)."""
     if not inspect.isfunction(value):
         return value
     try:
@@ -250,10 +245,7 @@ class _FlagFunctions(Shared[InplaceEntries]):
         for value in {id(v): v for v in found}.values():
             if not (inspect.isfunction(value) and value.__module__ == F.__name__ and value.__closure__ is None):
                 continue
-            if not _named(value) or hasattr(value, "__wrapped__"):  # torch's own, held by the module
-                continue
-            # the code's own signature (a program's `functools.wraps` wrapper set on `F` before the
-            # first session would report torch's, and its code be swapped for one that cannot call it)
+            # the code's own signature: a wrapper's entry code could not call the wrapper's code
             parameters = inspect.signature(value, follow_wrapped=False).parameters
             names = list(parameters)
             if "inplace" not in names or any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in parameters.values()):
