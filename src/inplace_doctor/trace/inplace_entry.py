@@ -32,7 +32,10 @@ Known limitations: a function outside `torch.nn.functional` that takes
 `inplace=True` through `__torch_function__` (none in torch) pushes nothing, and is
 seen only while something is awaited, as is `x += y` on a Tensor subclass that
 defines its own `__iadd__`; an in-place call inside backward (a custom
-`Function`'s) pushes nothing; `torch.compile` tracing `F.relu` while a session
+`Function`'s) pushes nothing, nor one of a `torch.nn.functional` function the
+program replaced in the module, before the process's first session, by a wrapper
+without `__wrapped__` (torch's function is found there only; one with
+`functools.wraps` is seen through); `torch.compile` tracing `F.relu` while a session
 runs in another thread traces the entry code (a session's own compiled code runs
 eagerly, `compiled.py`).
 """
@@ -168,7 +171,7 @@ def _augmented_patch(name: str) -> SharedPatch[InplaceEntries]:
         if original is ABSENT:  # inherited from `TensorBase`: deleted again after
             original = getattr(torch.Tensor, name)
 
-        def augmented(self: Any, other: Any) -> Any:
+        def augmented(self: Any, *args: Any, **kwargs: Any) -> Any:  # torch's take `alpha` too
             sessions = patch.here()
             pushed: list[InplaceEntries] = []
             if sessions:
@@ -178,7 +181,7 @@ def _augmented_patch(name: str) -> SharedPatch[InplaceEntries]:
                 else:
                     _settle(sessions)
             try:
-                return original(self, other)
+                return original(self, *args, **kwargs)
             except BaseException as exc:
                 passed_through(exc)
                 raise
@@ -187,7 +190,8 @@ def _augmented_patch(name: str) -> SharedPatch[InplaceEntries]:
                     _settle(pushed)
 
         augmented.__wrapped__ = original  # type: ignore[attr-defined]
-        augmented.__name__ = augmented.__qualname__ = name
+        # named where it is found, so `pickle` finds it there (by reference, as torch's own)
+        augmented.__name__, augmented.__qualname__, augmented.__module__ = name, f"Tensor.{name}", torch.Tensor.__module__
         ENTRY_CODES.add(augmented.__code__)  # the mode looks past it for the program's frame
         return augmented
 
@@ -208,9 +212,21 @@ _PATCHES = [_augmented_patch(name) for name in _AUGMENTED]
 _ENTRY = "_inplace_doctor_entry"  # the name the functions' entry code calls, in `torch.nn.functional`
 
 
+def _unwrapped(value: Any) -> Any:
+    """What a function wraps (`functools.wraps`: a program's wrapper set on `F` before the first
+    session wraps torch's function, whose code is then the one swapped)."""
+    if not inspect.isfunction(value):
+        return value
+    try:
+        return inspect.unwrap(value)
+    except ValueError:  # a cycle of `__wrapped__`
+        return value
+
+
 class _FlagFunctions(Shared[InplaceEntries]):
     """Each `torch.nn.functional` function with an `inplace` parameter runs, while a session is in,
-    an entry code of the same signature: `return _inplace_doctor_entry(k, inplace)(<its arguments>)`,
+    an entry code of the same signature: `return _inplace_doctor_entry(k, inplace)(<its arguments>)`
+    (torch's code run directly, where a call began just as the last session left),
     which hands back torch's code (a copy of the function) to run, under the mode of each session
     of the calling thread when `inplace` is True.
 
@@ -225,16 +241,25 @@ class _FlagFunctions(Shared[InplaceEntries]):
         self.bodies: list[Any] = []  # torch's code as a function of its own
 
     def _prepare(self) -> None:
-        for value in {id(v): v for v in vars(F).values()}.values():
+        found = [_unwrapped(v) for v in vars(F).values()]
+        for value in {id(v): v for v in found}.values():
             if not (inspect.isfunction(value) and value.__module__ == F.__name__ and value.__closure__ is None):
                 continue
-            parameters = inspect.signature(value).parameters
+            # the code's own signature: a wrapper's entry code could not call the wrapper's code
+            parameters = inspect.signature(value, follow_wrapped=False).parameters
             names = list(parameters)
             if "inplace" not in names or any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in parameters.values()):
                 continue
             key = len(self.functions)
             arguments = ", ".join(names)
-            source = f"def {value.__name__}({arguments}):\n    return {_ENTRY}({key}, inplace)({arguments})\n"
+            # A call of another thread that began just before the last session left finds the name
+            # gone: it runs torch's code (not the function again: a code another tool swapped in over
+            # the entry, a copy of it, stays after the session and would call itself).
+            source = (
+                f"def {value.__name__}({arguments}):\n    try:\n        entered = {_ENTRY}\n"
+                f"    except NameError:\n        entered = __import__({__name__!r}, fromlist=['_FLAGS'])._FLAGS.body\n"
+                f"    return entered({key}, inplace)({arguments})\n"
+            )
             namespace: dict[str, Any] = {}
             exec(compile(source, value.__code__.co_filename, "exec"), namespace)  # noqa: S102 (our own text)
             code = value.__code__
@@ -261,6 +286,10 @@ class _FlagFunctions(Shared[InplaceEntries]):
                 function.__code__ = code
         if F.__dict__.get(_ENTRY) == self.entry:
             delattr(F, _ENTRY)
+
+    def body(self, key: int, inplace: Any) -> Any:
+        """Torch's code of function `key`, whatever the sessions."""
+        return self.bodies[key]
 
     def entry(self, key: int, inplace: Any) -> Any:
         """What function `key` runs: torch's code, under the sessions' modes for `inplace=True`."""
