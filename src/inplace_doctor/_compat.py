@@ -59,6 +59,9 @@ _require(SavedTensor, "unpack_hook", "SavedTensor.unpack_hook")
 #: Context manager: ops inside skip every Python dispatch mode (the tool's own
 #: bookkeeping ops must not be recorded, and re-entering the mode is costly).
 DisableTorchDispatch: Any = _require(torch._C, "_DisableTorchDispatch", "the dispatch-mode guard")
+#: The `torch.jit.trace` recording now running on this thread, or None.
+jit_tracing_state: Callable[[], Any] = _require(torch._C, "_get_tracing_state", "the jit tracing-state query")
+set_jit_tracing_state: Callable[[Any], None] = _require(torch._C, "_set_tracing_state", "the jit tracing-state switch")
 #: How many Python dispatch modes this thread has on (0: none would see an op, no guard needed).
 dispatch_mode_count: Callable[[], int] = _require(torch._C, "_len_torch_dispatch_stack", "the dispatch-mode stack")
 
@@ -225,6 +228,8 @@ __all__ = [
     "current_graph_task_id",
     "queue_backward_callback",
     "DisableTorchDispatch",
+    "jit_tracing_state",
+    "set_jit_tracing_state",
     "dispatch_mode_count",
     "pop_node_creation_hook",
     "push_node_creation_hook",

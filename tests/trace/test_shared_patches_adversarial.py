@@ -135,7 +135,6 @@ def test_a_functional_the_program_replaces_inside_a_watch_is_kept() -> None:
         torchs.__code__ = code
 
 
-@pytest.mark.xfail(strict=True, reason="the entry code calls F._inplace_doctor_entry, deleted by the last session")
 def test_a_functionals_code_saved_inside_a_watch_and_restored_after_still_runs() -> None:
     """`F.relu.__code__` saved in a watch (the entry code) and set back after still computes relu."""
     code = F.relu.__code__

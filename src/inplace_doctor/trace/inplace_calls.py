@@ -16,7 +16,10 @@ it, so autograd keeps the in-place history exactly: gradients are those of the
 program as written. A later in-place call on that alias (`out += identity`
 then `relu(out, inplace=True)`) runs on the tensor it views, as plain PyTorch
 would, rather than on the view, which would cost a CopySlices node (full-size
-copies at backward).
+copies at backward). Nor is anything aliased while `torch.jit.trace` records (the
+trace would hold the alias, and its check fail): in-place calls traced are not followed.
+The tool's own reads here run with torch-function handling off, so a mode the
+program entered below this one sees the program's calls only.
 """
 
 from __future__ import annotations
@@ -107,6 +110,8 @@ def _plan_of(func: Any) -> int:
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_DisableTorchFunction = torch._C.DisableTorchFunction
+_tracing_state = _compat.jit_tracing_state
 _NO_KWARGS: Any = MappingProxyType({})  # shared, read-only: no dict made per call
 
 
@@ -122,16 +127,8 @@ class _Overwritten:
     __slots__ = ("ref", "snapshot", "change", "op", "stack", "module", "shape", "dtype", "kind", "find_origin")
 
     def __init__(
-        self,
-        ref: Any,
-        snapshot: torch.Tensor | None,
-        change: float | None,
-        op: str,
-        stack: Any,
-        module: ModuleContext | None,
-        target: torch.Tensor,
-        kind: str,
-        origin: Any = None,
+        self, ref: Any, snapshot: torch.Tensor | None, change: float | None, op: str, stack: Any,
+        module: ModuleContext | None, target: torch.Tensor, kind: str, origin: Any = None,
     ) -> None:
         self.ref = ref
         self.snapshot = snapshot
@@ -262,23 +259,29 @@ class InplaceCalls(TorchFunctionMode):
             self.owner.call_raised(exc, func, args[0])
 
     def _inplace_call(self, func: Any, args: Any, kwargs: Any, kind: str) -> Any:
+        # The tool's own reads and tensors here run with torch-function handling off: a mode the
+        # program entered below this one sees the program's calls only (`target` is a plain tensor).
         target = args[0]
-        keep_meaning = not (target.requires_grad and not torch.is_grad_enabled())
-        if (
-            not keep_meaning
-            or isinstance(target, torch.nn.Parameter)
-            or id(target) in self.modules.buffer_ids()
-            or target.is_inference()
-            or target.numel() == 0
-            # inside torch.func's vmap/grad: a batched or grad-tracking wrapper, whose values
-            # cannot be read (`.item()`, `min()`) to measure the change
-            or _compat.is_functorch_wrapped(target)
-        ):
+        with _DisableTorchFunction():
+            skip = (
+                # `torch.jit.trace` would record the alias handed back, and its check would fail
+                _tracing_state() is not None
+                or (target.requires_grad and not torch.is_grad_enabled())
+                or isinstance(target, torch.nn.Parameter)
+                or id(target) in self.modules.buffer_ids()
+                or target.is_inference()
+                or target.numel() == 0
+                # inside torch.func's vmap/grad: a batched or grad-tracking wrapper, whose values
+                # cannot be read (`.item()`, `min()`) to measure the change
+                or _compat.is_functorch_wrapped(target)
+            )
+            real = target if skip else self._viewed_by_alias(target)
+        if skip:
             return call_through(func, args, kwargs)
         snapshot: torch.Tensor | None = None
         change: float | None = None
         if self.measures:
-            with _compat.DisableTorchDispatch(), torch.no_grad(), self.own_work:
+            with _DisableTorchFunction(), _compat.DisableTorchDispatch(), torch.no_grad(), self.own_work:
                 change = largest_change(func, args, kwargs)
                 if change is None:
                     spare = self._pool.get((target.shape, target.dtype, target.device))
@@ -288,7 +291,6 @@ class InplaceCalls(TorchFunctionMode):
                     else:
                         snapshot = target.clone(memory_format=torch.contiguous_format)
         stack = capture_stack() if self.measures else None
-        real = self._viewed_by_alias(target)
         if real is target:
             out = call_through(func, args, kwargs)
         else:
@@ -304,7 +306,7 @@ class InplaceCalls(TorchFunctionMode):
                     self.overwritten[id(real)] = hidden
         if out is not real:
             return out
-        with _compat.DisableTorchDispatch(), self.own_work:
+        with _DisableTorchFunction(), _compat.DisableTorchDispatch(), self.own_work:
             if real.requires_grad:
                 alias = real.view_as(real)
                 if len(self._aliases) > 4096:
@@ -323,9 +325,10 @@ class InplaceCalls(TorchFunctionMode):
             running = self.modules.current_module()
             if running is not None:
                 origin = functools.partial(self.modules.origin_for, running, module[0])
-        self.overwritten[key] = _Overwritten(
-            weakref.ref(target, self._forget(key)), snapshot, change, op, stack, module, target, kind, origin
-        )
+        with _DisableTorchFunction():  # it reads the target's shape and dtype
+            self.overwritten[key] = _Overwritten(
+                weakref.ref(target, self._forget(key)), snapshot, change, op, stack, module, target, kind, origin
+            )
         return alias
 
     def _viewed_by_alias(self, t: torch.Tensor) -> torch.Tensor:

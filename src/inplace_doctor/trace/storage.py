@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import torch
 
+from .._compat import jit_tracing_state as _tracing_state
+from .._compat import set_jit_tracing_state as _set_tracing_state
+
 
 def storage_span(t: torch.Tensor) -> tuple[int, int, int] | None:
     """(storage key, first byte, end byte) of the memory a tensor covers, or None."""
+    state = _tracing_state()
+    if state is not None:  # inside `torch.jit.trace`, sizes read are traced values (and warn): not ours
+        _set_tracing_state(None)
+        try:
+            return storage_span(t)
+        finally:
+            _set_tracing_state(state)
     inner = _wrapped(t)
     if inner is not t:
         return None if inner is None else storage_span(inner)
