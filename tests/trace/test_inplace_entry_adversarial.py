@@ -20,6 +20,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from conftest import line_of
 from torch.overrides import TorchFunctionMode
 
 import inplace_doctor as ipd
@@ -398,11 +399,6 @@ def test_nested_watches_of_either_tracer_report_as_nested_deep_watches(outer_dee
     assert found[(outer_deep, inner_deep)] == found[(True, True)]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a mode entered before the watch and exited inside it while the fast tracer's mode is pushed pops the "
-    "tool's mode instead (TorchFunctionMode.__exit__ pops the top): the program's mode stays on the stack "
-    "after the watch; the deep tracer's exit pops the top and ends clean"
-))
 def test_a_program_mode_entered_before_and_exited_inside_the_watch_is_gone_after_it() -> None:
     """Out of order the other way: the program's mode, exited inside the watch, is not on the stack after it."""
     mode = _Counting()
@@ -414,6 +410,28 @@ def test_a_program_mode_entered_before_and_exited_inside_the_watch_is_gone_after
             mode.__exit__(None, None, None)
             torch.cat([h, out])
         assert _stack() == []
+    finally:
+        while _stack():
+            torch._C._pop_torch_function_stack()
+
+
+def test_a_program_mode_that_popped_the_tools_is_gone_after_the_watch_and_reads_are_still_seen() -> None:
+    """After the program's exit popped the tool's mode, IPD105 still sees reads and the program's mode is off by the watch's end."""
+    mode = _Counting()
+    mode.__enter__()
+    try:
+        with ipd.watch() as session:
+            h = torch.randn(4) * 2
+            F.relu(h, inplace=True)  # pushes the tool's mode, above the program's
+            mode.__exit__(None, None, None)  # torch pops the top: the tool's
+            g = torch.randn(4) * 2
+            out = F.relu(g, inplace=True)
+            both = torch.cat([g, out])  # <reads the original>
+        assert _stack() == [] and both.shape == (8,)
+        seen = list(mode.calls)
+        torch.ones(2).add(1)
+        assert mode.calls == seen
+        assert [(f.code, f.read.line) for f in session.findings] == [("IPD105", line_of(__file__, "# <reads the original>"))]
     finally:
         while _stack():
             torch._C._pop_torch_function_stack()

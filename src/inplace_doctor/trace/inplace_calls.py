@@ -16,10 +16,8 @@ it, so autograd keeps the in-place history exactly: gradients are those of the
 program as written. A later in-place call on that alias (`out += identity`
 then `relu(out, inplace=True)`) runs on the tensor it views, as plain PyTorch
 would, rather than on the view, which would cost a CopySlices node (full-size
-copies at backward). Nor is anything aliased while `torch.jit.trace` records (the
-trace would hold the alias, and its check fail): in-place calls traced are not followed.
-The tool's own reads here run with torch-function handling off, so a mode the
-program entered below this one sees the program's calls only.
+copies at backward). Nothing is aliased while `torch.jit.trace` records (the trace would
+hold it). The tool's own reads run with torch-function handling off: a program's mode below sees its calls only.
 """
 
 from __future__ import annotations
@@ -67,12 +65,10 @@ def _augmented_target(frame: FrameType | None) -> bool | None:
     now; then whether `x` is an argument of a helper function (not a module's `forward`), whose
     caller may rely on the mutation.
 
-    Not `x[i] += y` or `self.n += 1`: Python writes a subscript or attribute
-    target back with `__setitem__` / `__setattr__` after the operator; handing
-    that write-back a different object than the operator returned changes what
-    PyTorch does (an in-place copy of a tensor onto an alias of itself raises a
-    memory-overlap error).
-    """
+    Not `x[i] += y` or `self.n += 1`: Python writes a subscript or attribute target back with
+    `__setitem__` / `__setattr__` after the operator; handing that write-back a different object
+    than the operator returned changes what PyTorch does (an in-place copy of a tensor onto an
+    alias of itself raises a memory-overlap error)."""
     if frame is None:
         return None
     code = frame.f_code
@@ -89,8 +85,7 @@ def _augmented_target(frame: FrameType | None) -> bool | None:
     return offsets.get(frame.f_lasti)
 
 
-#: func -> what a call of it may need beyond passing it on (`_AUGMENTABLE`, `_HANDS_OUT`): every
-#: torch-level call asks, one lookup per call
+#: func -> what a call of it may need beyond passing it on (`_AUGMENTABLE`, `_HANDS_OUT`): one lookup per call
 _plans: dict[Any, int] = {}
 _AUGMENTABLE = 1  # its name says in place (`add_`, `__iadd__`): `x += y` and `x.add_(y)` may be one
 _HANDS_OUT = 2  # a method that hands the tensor's memory out (`.numpy()`, `.data_ptr()`)
@@ -110,8 +105,7 @@ def _plan_of(func: Any) -> int:
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
-_DisableTorchFunction = torch._C.DisableTorchFunction
-_tracing_state = _compat.jit_tracing_state
+_DisableTorchFunction, _tracing_state = torch._C.DisableTorchFunction, _compat.jit_tracing_state
 _NO_KWARGS: Any = MappingProxyType({})  # shared, read-only: no dict made per call
 
 
@@ -181,6 +175,7 @@ class InplaceCalls(TorchFunctionMode):
         #: whether the values overwritten are measured and their reads awaited (IPD105; the fast
         #: tracer turns it off when no rule reads `OriginalValueRead`: the aliases stay, as in deep mode)
         self.measures = True
+        self.handling = 0  # calls of this mode's handler running now (on the thread of its session)
 
     @property
     def suspects(self) -> SuspectCalls | None:
@@ -200,14 +195,19 @@ class InplaceCalls(TorchFunctionMode):
         except (KeyError, TypeError):
             plan = _plan_of(func)
         flag = kwargs and kwargs.get("inplace") is True
-        if plan or flag or self.overwritten or self._awaiting or self.settles_writes:
-            return self._observed(func, args, kwargs or _NO_KWARGS, plan)
+        observed = plan or flag or self.overwritten or self._awaiting or self.settles_writes
+        self.handling += 1  # torch has set this mode aside meanwhile (`InplaceEntries._remove`)
         try:
-            return func(*args, **kwargs) if kwargs else func(*args)
-        except BaseException as exc:
-            passed_through(exc)  # `call_through` inlined: one frame less on every call
-            self._raised(exc, func, args)
-            raise
+            if observed:
+                return self._observed(func, args, kwargs or _NO_KWARGS, plan)
+            try:
+                return func(*args, **kwargs) if kwargs else func(*args)
+            except BaseException as exc:
+                passed_through(exc)  # `call_through` inlined: one frame less on every call
+                self._raised(exc, func, args)
+                raise
+        finally:
+            self.handling -= 1
 
     def _observed(self, func: Any, args: Any, kwargs: Any, plan: int) -> Any:
         owner = self.owner

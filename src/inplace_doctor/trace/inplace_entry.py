@@ -78,6 +78,10 @@ class InplaceEntries:
         self.pushes = 0
         self._order = 0
         self._base = 0  # the foreign modes on the stack when the session began
+        #: the program's mode right below ours while ours is on the stack (none can leave before ours),
+        #: and one the program exited while ours was above it, not yet off the stack (`_mend`)
+        self._below: Any = None
+        self._exited: Any = None
 
     def __enter__(self) -> "InplaceEntries":
         self._order = next(_orders)
@@ -93,6 +97,7 @@ class InplaceEntries:
     def __exit__(self, *exc: object) -> None:
         """The mode taken off wherever it is; torch's functions put back when the last session ends."""
         try:
+            self._mend()
             if self.pushed:
                 self._remove()
                 self.pushed = False
@@ -106,7 +111,11 @@ class InplaceEntries:
 
     def want(self) -> bool:
         """Before an in-place call: push the mode; whether this call pushed it."""
-        if self.pushed or _compat.current_autograd_node() is not None:
+        if _compat.current_autograd_node() is not None:
+            return False
+        if self.pushed or self._exited is not None:
+            self._mend()
+        if self.pushed:
             return False
         self._insert()
         return True
@@ -115,6 +124,8 @@ class InplaceEntries:
         """At a safe point: the mode on while a read is awaited, off when none is."""
         if _compat.current_autograd_node() is not None:
             return
+        if self.pushed or self._exited is not None:
+            self._mend()
         if self.awaited():
             if not self.pushed:
                 self._insert()
@@ -135,26 +146,46 @@ class InplaceEntries:
                 break  # a later session's
             at += 1
         above = [_pop() for _ in range(length - at)]
+        below = _stack_at(at - 1) if at else None
+        self._below = below if below is not None and id(below) not in _ENTERED else None
         _push(self.calls)
         for mode in reversed(above):
             _push(mode)
         self.pushed = True
         self.pushes += 1
 
+    def _mend(self) -> None:
+        """A mode the program entered before ours and exited while ours was above it popped ours
+        (torch's `__exit__` pops the top): ours, pushed but off the stack outside its own handler,
+        is taken as off, and the mode the program meant to exit goes at the first safe point it is
+        on the stack (not while its own handler runs: torch has set it aside then)."""
+        calls = self.calls
+        if self.pushed and not calls.handling and not any(_stack_at(i) is calls for i in range(_stack_length())):
+            self.pushed, self._exited, self._below = False, self._below, None
+        if self._exited is not None and _take_off(self._exited):
+            self._exited = None
+
     def _remove(self) -> None:
         """Take the mode off, the modes above it lifted off and put back; not when it is not on the
         stack (inside its own handler, torch has set it aside and puts it back after)."""
-        length = _stack_length()
-        for at in range(length - 1, -1, -1):
-            if _stack_at(at) is self.calls:
-                break
-        else:
-            return
-        above = [_pop() for _ in range(length - 1 - at)]
-        _pop()
-        for mode in reversed(above):
-            _push(mode)
-        self.pushed = False
+        if _take_off(self.calls):
+            self.pushed = False
+            self._below = None
+
+
+def _take_off(mode: Any) -> bool:
+    """`mode` off this thread's stack, the modes above it lifted off and put back; whether it was on."""
+    length = _stack_length()
+    for at in range(length - 1, -1, -1):
+        if _stack_at(at) is mode:
+            break
+    else:
+        return False
+    above = [_pop() for _ in range(length - 1 - at)]
+    _pop()
+    for above_mode in reversed(above):
+        _push(above_mode)
+    return True
 
 
 def _settle(sessions: list[InplaceEntries]) -> None:
