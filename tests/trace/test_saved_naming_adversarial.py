@@ -275,6 +275,8 @@ def _custom_functions() -> list[torch.Tensor]:
 
 def _batch_norm_per_call() -> list[torch.Tensor]:
     bn = torch.nn.BatchNorm1d(3)
+    mean, var = bn.running_mean, bn.running_var
+    assert mean is not None and var is not None
     x = torch.randn(4, 3, requires_grad=True)
     a = x * 1
     y = bn(a)
@@ -283,23 +285,25 @@ def _batch_norm_per_call() -> list[torch.Tensor]:
     b = x * 1
     y2 = bn(b)  # eval: the running stats are saved and read
     b.add_(1)
-    bn.running_mean.add_(1)
+    mean.add_(1)
     bn.train()
     c = x * 1
     y3 = bn(c)
-    bn.running_var.add_(1)
+    var.add_(1)
     c.add_(1)
     return [y, y2, y3]
 
 
 def _batch_norm_data_writes() -> list[torch.Tensor]:
     bn = torch.nn.BatchNorm1d(3)
+    mean, var = bn.running_mean, bn.running_var
+    assert mean is not None and var is not None
     x = torch.randn(4, 3, requires_grad=True)
     y1, y2 = bn(x * 1), bn(x * 1)  # training: the running stats saved, never read by backward
-    bn.running_mean.data.add_(1)  # no version bump: a finding only where backward reads the field
+    mean.data.add_(1)  # no version bump: a finding only where backward reads the field
     bn.eval()
     y3 = bn(x * 1)  # eval: they are read
-    bn.running_var.data.mul_(2)
+    var.data.mul_(2)
     return [y1, y2, y3]
 
 
