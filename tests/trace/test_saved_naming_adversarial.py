@@ -189,11 +189,13 @@ _OUT_OF_PLACE_AND_INPLACE: dict[str, tuple[Callable[..., torch.Tensor], Callable
 def _writes_to_operands(op: Callable[..., torch.Tensor]) -> Program:
     def program() -> list[torch.Tensor]:
         x = [torch.randn(3, requires_grad=True) for _ in range(3)]
-        a, b, c = x[0] * 1, x[1] * 1, x[2] * 1
-        out = op(a, b) if op in (torch.div, torch.Tensor.div_) else op(a, b, c)
+        outs = []
+        for _ in range(2):  # the second node named by the layout the first gave (when it has one)
+            a, b, c = x[0] * 1, x[1] * 1, x[2] * 1
+            outs.append(op(a, b) if op in (torch.div, torch.Tensor.div_) else op(a, b, c))
         b.add_(1)
         c.mul_(2)
-        return [out]
+        return outs
     return program
 
 
