@@ -492,12 +492,6 @@ def _ops_not_named_like_their_node() -> list[torch.Tensor]:
     return outs
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "fast_writes.op_of_node guesses the op from the node's name: MaxPool2DWithIndicesBackward0 and "
-    "AvgPool2DBackward0 find none (snake case `max_pool2_d...`), CdistBackward0, LogSigmoidBackward0 "
-    "NllLossBackward0 and EmbeddingBagBackward0 find the public op, not the one that makes the node "
-    "(`_cdist_forward`, `log_sigmoid_forward`, `nll_loss_forward`, `_embedding_bag`)"
-))
 def test_saves_of_ops_not_named_like_their_node_name_the_op_that_made_it(fresh_layouts: None) -> None:
     """Pooling, cdist, logsigmoid, cross-entropy and embedding_bag's saves name the op deep names."""
     _assert_same(_ops_not_named_like_their_node, 6)

@@ -32,7 +32,8 @@ from .writes import WriteRecorder
 
 
 _COPY = torch.ops.aten.copy_.default
-_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+_CAMEL = re.compile(r"(?<!^)(?<![0-9])(?=[A-Z])")  # `MaxPool2DWithIndices`: max_pool2d_with_indices
+_has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
 # Nodes whose name is not their op's (the op that creates them is a private one).
 _RENAMED = {"Softmax": "_softmax", "LogSoftmax": "_log_softmax", "UnsafeView": "_unsafe_view"}
 _op_of_node: dict[str, Any] = {}
@@ -47,13 +48,15 @@ def op_of_node(name: str) -> Any:
         return op
     base = re.sub(r"Backward\d*$", "", name.rsplit("::", 1)[-1])
     snake = _RENAMED.get(base) or _CAMEL.sub("_", base).lower()
-    op = None
-    for candidate in (snake, "_" + snake):
+    # The op with an autograd kernel of its own makes the node (`_cdist_forward`, not the composite
+    # `cdist` calling it: the deep tracer sees that one last); else the first op of the name found.
+    found = []
+    for candidate in (snake, "_" + snake, snake + "_forward", "_" + snake + "_forward"):
         packet = getattr(torch.ops.aten, candidate, None) if candidate.isidentifier() else None
         overloads = packet.overloads() if packet is not None else []
         if overloads:
-            op = getattr(packet, overloads[0])
-            break
+            found.append(getattr(packet, overloads[0]))
+    op = next((op for op in found if _has_kernel(op.name(), "Autograd")), found[0] if found else None)
     _op_of_node[name] = op
     return op
 
