@@ -34,6 +34,7 @@ from .writes import WriteRecorder
 _COPY = torch.ops.aten.copy_.default
 _CAMEL = re.compile(r"(?<!^)(?<![0-9])(?=[A-Z])")  # `MaxPool2DWithIndices`: max_pool2d_with_indices
 _has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+_grad_enabled = torch.is_grad_enabled
 # Nodes whose name is not their op's (the op that creates them is a private one).
 _RENAMED = {"Softmax": "_softmax", "LogSoftmax": "_log_softmax", "UnsafeView": "_unsafe_view"}
 _op_of_node: dict[str, Any] = {}
@@ -75,6 +76,7 @@ class _NodeKind(NamedTuple):
     view_write: bool  # CopySlices: made by the write whose kernel returned last, that write is its op
     after_view_write: bool  # AsStridedBackward: CopySlices makes one first, the write stays the op
     saves: bool  # it has fields that save tensors
+    inplace: str | None  # the in-place variant of its op (`relu_`): made by that write, it is the op
 
 
 _node_kinds: dict[type, _NodeKind] = {}  # C++ node types: a type of their own per node name
@@ -83,9 +85,10 @@ _node_kinds: dict[type, _NodeKind] = {}  # C++ node types: a type of their own p
 def _kind_of(node: Any) -> _NodeKind:
     name = node.name()
     custom = isinstance(node, _BackwardCFunction)
+    op = None if custom else op_of_node(name)
     kind = _NodeKind(
-        name, None if custom else op_of_node(name), name.endswith("CopySlices"),
-        name.startswith("AsStridedBackward"), bool(saved_attrs(node)),
+        name, op, name.endswith("CopySlices"), name.startswith("AsStridedBackward"), bool(saved_attrs(node)),
+        op._overloadpacket.__name__ + "_" if op is not None else None,
     )
     if not custom and type(node).__name__ == name.rsplit("::", 1)[-1]:
         _node_kinds[type(node)] = kind  # not a custom Function's type: those may be made per call
@@ -148,10 +151,15 @@ class FastWrites:
         if kind is None:
             kind = _kind_of(node)
             custom = isinstance(node, _BackwardCFunction)
-        last_write = self._last_write
-        if last_write is not None and not kind.after_view_write:
-            self._last_write = None
-        self._saved.on_node_now(node, last_write if kind.view_write else kind.op, kind.name if kind.saves else None)
+        last_write, op = self._last_write, kind.op
+        if last_write is not None:
+            if not kind.after_view_write:
+                self._last_write = None
+            # a node of the write's own op made by it (`relu_`'s ReluBackward0), as the deep tracer names
+            # it (a write in grad mode that made none, its tensors needing no grad, may still pass this)
+            if kind.view_write or kind.inplace == last_write._overloadpacket.__name__:
+                op = last_write
+        self._saved.on_node_now(node, op, kind.name if kind.saves else None)
         if custom:  # a custom Function: autograd may name it in an error
             self._raised.custom_nodes[kind.name] = origin_of(node)
         pending = self._writes.pending
@@ -167,7 +175,7 @@ class FastWrites:
             self._raised.failed_node = (id(exc), origin_of(node))
 
     def _after(self, func: Any, written: list[torch.Tensor]) -> None:
-        self._last_write = func
+        self._last_write = func if _grad_enabled() else None  # no node follows a write in no-grad mode
         pending = self._writes.pending
         if pending and not self._busy.on and not _awaits_its_node(pending):
             self._writes.settle()
