@@ -41,7 +41,7 @@ def test_stdout_on_a_full_disk_is_one_line_and_exit_2() -> None:
     assert done.stderr == "inplace-doctor: error: cannot write to stdout: No space left on device\n"
 
 
-@pytest.mark.parametrize("args", [("rules",), ("rule", "IPD101")])
+@pytest.mark.parametrize("args", [("rules",), ("rule", "IPD101"), ("audit", "inplace_doctor.examples:sigmoid_then_relu")])
 def test_a_closed_pipe_ends_quietly_with_141_as_git_does(args: tuple[str, ...]) -> None:
     # `inplace-doctor rules | head -1` with head already gone: the read end is closed before the
     # tool writes, so the write fails every time (not only when the output outgrows the pipe).

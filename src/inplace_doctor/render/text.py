@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import html
 import os
 from typing import TextIO
@@ -107,11 +108,18 @@ def _lines(report: Report) -> list[tuple[str, str]]:
     return lines
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """The reader went away (`inplace-doctor audit ... | head`): the error goes on to the command
+        line, which ends quietly with 141 (rich's own answer, `SystemExit(1)`, read as the model's exit)."""
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
 def render(report: Report, stream: TextIO, *, color: bool | None = None) -> None:
     """Write the text report; colour when `stream` is a terminal and NO_COLOR is unset."""
     if color is None:
         color = stream.isatty() and not os.environ.get("NO_COLOR")
-    console = Console(
+    console = _Console(
         file=stream, force_terminal=color, no_color=not color, highlight=False, soft_wrap=True,
         emoji=False, color_system="auto" if color else None,
     )
