@@ -196,7 +196,7 @@ class InplaceCalls(TorchFunctionMode):
             plan = _plan_of(func)
         flag = kwargs and kwargs.get("inplace") is True
         observed = plan or flag or self.overwritten or self._awaiting or self.settles_writes
-        self.handling += 1  # torch has set this mode aside meanwhile (`InplaceEntries._remove`)
+        self.handling += 1  # torch has set this mode aside meanwhile (`InplaceEntries._mend`)
         try:
             if observed:
                 return self._observed(func, args, kwargs or _NO_KWARGS, plan)
@@ -314,19 +314,17 @@ class InplaceCalls(TorchFunctionMode):
                 self._aliases[id(alias)] = weakref.ref(alias)
             else:
                 alias = real.detach()
-        if not self.measures:
-            return alias
-        name = getattr(func, "__name__", "in-place call")
-        op = name  # the form (flag or augmented assignment) is the site's own field
-        key = id(target)
-        module = self.modules.current
-        origin = None
-        if module is not None and module[3]:  # resolved later, only if a read is reported
-            running = self.modules.current_module()
-            if running is not None:
-                origin = functools.partial(self.modules.origin_for, running, module[0])
-        with _DisableTorchFunction():  # it reads the target's shape and dtype
-            self.overwritten[key] = _Overwritten(
+            if not self.measures:
+                return alias
+            op = getattr(func, "__name__", "in-place call")  # the form (flag or `+=`) is the site's own field
+            key = id(target)
+            module = self.modules.current
+            origin = None
+            if module is not None and module[3]:  # resolved later, only if a read is reported
+                running = self.modules.current_module()
+                if running is not None:
+                    origin = functools.partial(self.modules.origin_for, running, module[0])
+            self.overwritten[key] = _Overwritten(  # it reads the target's shape and dtype
                 weakref.ref(target, self._forget(key)), snapshot, change, op, stack, module, target, kind, origin
             )
         return alias

@@ -57,7 +57,6 @@ class Registration:
         self.library: Any = None
         self.count = 0  # kernels registered now
         self.registrations = 0  # times registered in this process: a watch per step registers once
-        self.users = 0
         self._threads: list[int] = []  # the thread each user entered on (a fork keeps the forking one's)
         self._deadline: float | None = None  # while lingering: when to remove (time.monotonic)
         self._timer: threading.Thread | None = None
@@ -68,13 +67,17 @@ class Registration:
         self._retired: list[Any] = []  # the last removed registration's holders, kept alive
         self._reset_lock()
 
+    @property
+    def users(self) -> int:
+        """The sessions holding the registration now."""
+        return len(self._threads)
+
     def _reset_lock(self) -> None:
         self.lock = threading.Lock()
         self._wake = threading.Condition(self.lock)
 
     def acquire(self) -> None:
         with self.lock:
-            self.users += 1
             self._threads.append(threading.get_ident())
             self._deadline = None
             if self.library is not None:
@@ -91,7 +94,6 @@ class Registration:
 
     def release(self) -> None:
         with self.lock:
-            self.users -= 1
             me = threading.get_ident()
             if self._threads:  # a user may leave from another thread than it entered on
                 self._threads.remove(me if me in self._threads else self._threads[0])
@@ -154,8 +156,7 @@ class Registration:
         self._timer = None  # not carried over the fork
         self._wakes_at = None
         me = threading.get_ident()
-        self._threads = [thread for thread in self._threads if thread == me]
-        self.users = len(self._threads)  # the other threads' sessions never end in the child
+        self._threads = [thread for thread in self._threads if thread == me]  # the others' never end here
         if self.users == 0 and self.library is not None:
             self._remove(other_threads=False)  # the child runs one thread: nothing can be in a kernel
 
