@@ -133,6 +133,28 @@ def saved_attrs(node: Any) -> tuple[tuple[str, str], ...]:
     return attrs
 
 
+def packed_under(node: Any, limit: int = 100_000) -> list[Any]:
+    """What the saved-tensor hooks packed for `node` and every node under it (`next_functions`,
+    transitively; at most `limit` nodes): what a backward that stopped at `node` did not reach
+    because it stopped. Nothing under a node runs before it, so none of it was freed by backward."""
+    seen: dict[int, Any] = {}  # id -> node, held while walking: no id is reused meanwhile
+    todo, packed = [node], []
+    while todo and len(seen) < limit:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen[id(current)] = current
+        for attr, _ in saved_attrs(current):
+            try:
+                raw = getattr(current, attr)
+            except RuntimeError:  # freed
+                continue
+            for saved in raw if isinstance(raw, (tuple, list)) else (raw,):
+                if isinstance(saved, _compat.SavedTensor):
+                    packed.append(saved.data)
+        todo.extend(next_node for next_node, _ in getattr(current, "next_functions", ()))
+    return packed
+
 def custom_backward_in_traceback(tb: TracebackType | None) -> NodeOrigin | None:
     """The custom Function node whose Python `backward` the traceback ran through (innermost)."""
     found = None

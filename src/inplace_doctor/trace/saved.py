@@ -16,7 +16,7 @@ from .. import _compat
 from ..events import Event, SavedInfo, SavedTensorFreed, SavedTensorReached, StaleSavedTensorUsed
 from .autograd_facts import saved_field_is_read
 from .modules import ModuleContext, ModulePaths
-from .nodes import MadeAt, record_creation, saved_attrs
+from .nodes import MadeAt, packed_under, record_creation, saved_attrs
 from .ops import op_name
 from .owner import Busy, Sink
 from .blame import the_programs_error
@@ -160,6 +160,9 @@ class SavedTensors:
         self.last_op: Any = None
         # keys of saved tensors a write changed: backward reaching them, or their release, settles it
         self._overwritten_keys: set[int] = set()
+        #: those of them under a node where a backward raised: not reached for that error, and
+        #: their release after it (the graph dropped) does not say their graph was never backpropagated
+        self._stopped_above: set[int] = set()
         #: the fast tracer's (`saved_fast.py`): weakrefs to the records packed since the last
         #: node-creation hook, which names them; None where nodes are named lazily
         self._fresh: list[weakref.ref[SavedRecord]] | None = None
@@ -238,9 +241,12 @@ class SavedTensors:
             if not bucket:
                 del self._by_storage[ptr]
         if key in self._overwritten_keys:
-            # Freed without backward reading it: whatever was predicted for it cannot happen.
+            # Freed without backward reading it: whatever was predicted for it cannot happen ...
             self._overwritten_keys.discard(key)
-            self._sink(SavedTensorFreed(key))
+            if key in self._stopped_above:  # ... unless a backward stopped at an error above it first
+                self._stopped_above.discard(key)
+            else:
+                self._sink(SavedTensorFreed(key))
 
     def unpack(self, record: SavedRecord) -> torch.Tensor:
         t = record.tensor
@@ -261,6 +267,11 @@ class SavedTensors:
             node_name = node.name() if node is not None else record.node
             original = RuntimeError(pytorch_stale_message(t, node_name, version, record.version))
             the_programs_error(original)  # PyTorch's own check, which the hooks switched off: not the tool's crash
+            if node is not None:
+                self._stopped_above.update(
+                    held.key for held in packed_under(node)
+                    if type(held) is SavedRecord and held.key in self._overwritten_keys
+                )
             error = self._sink(StaleSavedTensorUsed(record.info(), node_name, version))
             # The traceback keeps this frame alive (autograd may hold the error
             # for a while): it must not keep the saved tensor alive too.
