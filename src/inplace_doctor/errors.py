@@ -20,6 +20,10 @@ class InplaceError(InplaceDoctorError, RuntimeError):
     `__cause__`. A `RuntimeError` too, so code that catches PyTorch's error catches this one.
     """
 
+    #: raised by a backward at a changed saved tensor it reached: the predictions pending in that
+    #: backward's graph are the ones it stopped before (the analyzer marked them there)
+    in_backward = False
+
     def __init__(self, message: str, findings: Sequence[Any] = ()) -> None:
         super().__init__(message)
         self.findings = list(findings)

@@ -74,6 +74,9 @@ class StaleSavedTensorUsed:
     saved: SavedInfo
     node: str | None
     version_now: int
+    #: keys of the predicted saved tensors in the graph of the backward that raised, not reached
+    #: because it stopped here; None when its graph was not found (all pending ones may be)
+    stopped_before: frozenset[int] | None = None
 
 
 @dataclass(frozen=True)

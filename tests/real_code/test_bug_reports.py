@@ -366,16 +366,12 @@ def test_singan_generator_steps_names_both_lines():
     assert finding.places and all(p.startswith("netG.") for p in finding.places), finding.places
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="besides the error, an unconfirmed IPD101 warning blames `optimizerD.step()` "
-    "(singan_generator_steps.py:36) for the weights saved by `output = netD(real)` (:27), a graph that "
-    "`errD_real` merely keeps alive and no backward of the program reaches, with the reason 'backward stopped "
-    "at an earlier in-place error before reaching this tensor' (the failing backward is errG's, whose graph does "
-    "not contain it) and the fix 'move `Adam.step` at :36 after the later backward' (there is none); the fixed "
-    "program shows that graph is harmless (no finding at all)",
-)
 def test_singan_generator_steps_reports_only_the_generator_step():
+    """Besides the error, `optimizerD.step()` (:36) overwrote the weights `output = netD(real)` (:27)
+    saved, a graph `errD_real` merely keeps alive: not in the graph of errG's backward that raised, so
+    it is info ('no backward reached this tensor while watch() was active'), not a warning that
+    'backward stopped at an earlier in-place error before reaching this tensor' with the fix 'move
+    `Adam.step` after the later backward' (there is none): the fixed program shows that graph harmless."""
     path = program("singan_generator_steps")
     findings = diagnose(path)
     assert [(f.code, f.mutation.location) for f in findings] == [("IPD101", f"{path.name}:{marker(path, 'write')}")], describe(findings)

@@ -87,3 +87,31 @@ def test_a_graph_freed_without_backward_still_drops_its_prediction(deep: bool) -
         del target, c, z, a
         gc.collect()
     assert set(_write_lines(session.findings)) == {raised}, session.findings
+
+
+@pytest.mark.parametrize("deep", [False, True], ids=["fast", "deep"])
+def test_predictions_beside_the_raising_node_in_its_graph_and_outside_it(deep: bool) -> None:
+    """The backward that raised stopped before a sibling branch of its own graph (a warning, kept when
+    the graph is freed), not before another graph the program keeps alive (info: no backward reached it)."""
+    x = torch.randn(5, requires_grad=True)
+    with ipd.watch(deep=deep) as session:
+        kept = x * 1
+        other = kept.sin()  # another graph, alive and never backpropagated
+        kept.add_(1); outside = _line()  # noqa: E702
+        a, b = x * 1, x * 1
+        loss = a.exp().sum() + b.cos().sum()  # CosBackward0 saves b
+        b.add_(1); sibling = _line()  # noqa: E702
+        y = a.exp()  # ExpBackward0 saves its result
+        loss = loss + y.sum()
+        y.add_(1); raised = _line()  # noqa: E702
+        with pytest.raises(ipd.InplaceError):
+            loss.backward()  # reaches y's ExpBackward0 or CosBackward0 first: one raises
+        del loss, y, a, b
+        gc.collect()  # the graph is freed inside the session
+    found = _write_lines(session.findings)
+    confirmed = {line for line, (ok, _, _) in found.items() if ok}
+    assert len(confirmed) == 1 and confirmed <= {sibling, raised}, found
+    (cut,) = {sibling, raised} - confirmed
+    assert found[cut] == (False, Unreached.STOPPED_AT_INPLACE_ERROR, Severity.WARNING)
+    assert found[outside] == (False, Unreached.NOT_REACHED_IN_WATCH, Severity.INFO)
+    assert other is not None

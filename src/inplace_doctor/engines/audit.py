@@ -342,7 +342,7 @@ class watch:
     ) -> Literal[False]:
         self._tracer.__exit__(exc_type, exc, tb)
         described = self._described(exc)
-        if isinstance(exc, InplaceError):
+        if isinstance(exc, InplaceError) and not exc.in_backward:  # a backward's: marked where it stopped
             self._analyzer.finish(Unreached.STOPPED_AT_INPLACE_ERROR, Severity.WARNING)
         elif described is not None and described.node is not None:  # raised inside backward, in that node
             self._analyzer.finish(Unreached.STOPPED_AT_ERROR, Severity.WARNING)

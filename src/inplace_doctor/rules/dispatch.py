@@ -11,14 +11,16 @@ tensor. The prediction is kept, not reported, until one of:
   into that finding;
 - autograd frees the tensor unread (`SavedTensorFreed`): its graph was never
   backpropagated through that node (an RL target computed with grad and used
-  detached), so nothing can happen; counted in `dropped`, never reported;
+  detached), so nothing can happen; counted in `dropped`, never reported (not
+  sent for one a backward that raised in its graph stopped before: `saved.py`);
 - IPD110 only: backward sends exactly zero gradient to every position the
   write changed (`ChangedGraphTensorHarmless`): the gradients are the
   out-of-place program's; counted in `harmless`, never reported;
 - the run ends (`finish`): still pending, reported unconfirmed with the
   reason. One policy for its severity: a prediction backward would have
   reached but did not, because backward (or forward) stopped at an earlier
-  error first, is a warning (`Unreached.STOPPED_AT_INPLACE_ERROR`,
+  error first, is a warning (`Unreached.STOPPED_AT_INPLACE_ERROR`: the
+  predictions in the graph of the backward that raised, `stopped_before`;
   `STOPPED_AT_ERROR`, `FORWARD_STOPPED`, `NO_BACKWARD`), wherever the
   run ended (`audit`, `watch`, a script under `run` that raised, an error the
   program caught); one with no backward run through its graph while the
@@ -126,9 +128,14 @@ class Analyzer:
             return None  # a prediction: nothing is certain until backward reaches the tensor
         if isinstance(event, StaleSavedTensorUsed):
             stale = [f for f in produced if f.code == "IPD101"]
-            if stale:  # raised inside backward: it stops there, before what is still pending
-                self._cut_short.update(self.pending)
-            return self._error(stale, event.saved.key) if stale else None
+            if stale:  # raised inside backward: it stops there, before what is still pending in its graph
+                cut = event.stopped_before
+                self._cut_short.update(self.pending if cut is None else (key for key in self.pending if key in cut))
+            if not stale:
+                return None
+            error = self._error(stale, event.saved.key)
+            error.in_backward = True
+            return error
         if self.fail_fast:
             errors = [f for f in produced if f.severity is Severity.ERROR]
             if errors:

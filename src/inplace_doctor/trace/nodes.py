@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from types import TracebackType
 from typing import Any
 
@@ -133,12 +134,35 @@ def saved_attrs(node: Any) -> tuple[tuple[str, str], ...]:
     return attrs
 
 
-def packed_under(node: Any, limit: int = 100_000) -> list[Any]:
-    """What the saved-tensor hooks packed for `node` and every node under it (`next_functions`,
-    transitively; at most `limit` nodes): what a backward that stopped at `node` did not reach
-    because it stopped. Nothing under a node runs before it, so none of it was freed by backward."""
+_ENGINE_FILE = os.path.join("torch", "autograd", "graph.py")
+
+
+def packed_in_backward(node: Any, limit: int = 100_000) -> tuple[list[Any], bool]:
+    """What the saved-tensor hooks packed for the nodes a backward that stopped at `node` had not
+    run: those of its whole graph (from the roots `backward`/`grad` was called with, found in this
+    thread's frames), or, when they are not found (a device thread runs it), those under `node`
+    (nothing under a node runs before it); and whether the whole graph was found."""
+    roots = _backward_roots()
+    packed = _packed_under(roots if roots is not None else [node], limit)
+    return packed, roots is not None
+
+
+def _backward_roots() -> list[Any] | None:
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "_engine_run_backward" and code.co_filename.endswith(_ENGINE_FILE):
+            outputs = _compat.frame_locals(frame).get("t_outputs")
+            if not isinstance(outputs, (tuple, list)):
+                return None
+            return [getattr(o, "grad_fn", None) if isinstance(o, torch.Tensor) else getattr(o, "node", None) for o in outputs]
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+def _packed_under(nodes: list[Any], limit: int) -> list[Any]:
     seen: dict[int, Any] = {}  # id -> node, held while walking: no id is reused meanwhile
-    todo, packed = [node], []
+    todo, packed = list(nodes), []
     while todo and len(seen) < limit:
         current = todo.pop()
         if current is None or id(current) in seen:

@@ -16,7 +16,7 @@ from .. import _compat
 from ..events import Event, SavedInfo, SavedTensorFreed, SavedTensorReached, StaleSavedTensorUsed
 from .autograd_facts import saved_field_is_read
 from .modules import ModuleContext, ModulePaths
-from .nodes import MadeAt, packed_under, record_creation, saved_attrs
+from .nodes import MadeAt, packed_in_backward, record_creation, saved_attrs
 from .ops import op_name
 from .owner import Busy, Sink
 from .blame import the_programs_error
@@ -160,8 +160,8 @@ class SavedTensors:
         self.last_op: Any = None
         # keys of saved tensors a write changed: backward reaching them, or their release, settles it
         self._overwritten_keys: set[int] = set()
-        #: those of them under a node where a backward raised: not reached for that error, and
-        #: their release after it (the graph dropped) does not say their graph was never backpropagated
+        #: those of them a backward that raised had not reached (`packed_in_backward`): their
+        #: release after it (the graph dropped) does not say their graph was never backpropagated
         self._stopped_above: set[int] = set()
         #: the fast tracer's (`saved_fast.py`): weakrefs to the records packed since the last
         #: node-creation hook, which names them; None where nodes are named lazily
@@ -267,12 +267,11 @@ class SavedTensors:
             node_name = node.name() if node is not None else record.node
             original = RuntimeError(pytorch_stale_message(t, node_name, version, record.version))
             the_programs_error(original)  # PyTorch's own check, which the hooks switched off: not the tool's crash
-            if node is not None:
-                self._stopped_above.update(
-                    held.key for held in packed_under(node)
-                    if type(held) is SavedRecord and held.key in self._overwritten_keys
-                )
-            error = self._sink(StaleSavedTensorUsed(record.info(), node_name, version))
+            packed, whole = packed_in_backward(node) if node is not None else ([], False)
+            stopped = {held.key for held in packed if type(held) is SavedRecord and held.key in self._overwritten_keys}
+            self._stopped_above |= stopped
+            del packed
+            error = self._sink(StaleSavedTensorUsed(record.info(), node_name, version, frozenset(stopped) if whole else None))
             # The traceback keeps this frame alive (autograd may hold the error
             # for a while): it must not keep the saved tensor alive too.
             del t, record
