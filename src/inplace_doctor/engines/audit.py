@@ -44,8 +44,10 @@ def audit(
 
     The model's state is left exactly as found: parameters, buffers (running stats,
     `num_batches_tracked`), `.grad` (None stays None), `requires_grad` of parameters
-    and leaf inputs, train/eval flags, the global RNG state and the caller's inputs.
-    Not its structure: submodules, hooks or attributes forward adds stay.
+    and leaf inputs, train/eval flags, the global RNG state, the `torch.Generator`s the
+    model's modules or the inputs hold, plain module attributes that hold tensors, and the
+    caller's inputs (inside lists, tuples, dicts and dataclasses).
+    Not its structure: submodules, hooks or attributes holding no tensor that forward adds stay.
 
     Args:
         model: an `nn.Module`; a `torch.compile`d one runs eagerly for the audit (not TorchScript).

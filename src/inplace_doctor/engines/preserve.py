@@ -11,6 +11,7 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
+from .._compat import set_versions
 from ..errors import UsageError
 from ..trace.storage import storage_span
 from .attributes import PlainAttributes
@@ -254,8 +255,9 @@ class Preserved:
         self._modules = modules  # model.modules(), when the caller has walked the tree already
         self.inputs = list(inputs)
         self._generators = list(generators)
-        self._protected: dict[int, torch.Tensor] | None = None  # storage pointer -> a tensor on it
-        self._snapshots: dict[int, tuple[Any, Any]] = {}  # storage pointer -> (storage, its bytes)
+        self._protected: dict[int, list[torch.Tensor]] | None = None  # storage pointer -> the tensors on it
+        # storage pointer -> (storage, its bytes, the version of each protected tensor on it before the write)
+        self._snapshots: dict[int, tuple[Any, Any, list[tuple[torch.Tensor, int]]]] = {}
 
     def __enter__(self) -> "Preserved":
         model = self.model
@@ -299,13 +301,16 @@ class Preserved:
         self._protected = None  # built at the first write (many runs write nothing protected)
         return self
 
-    def _protected_storages(self) -> dict[int, torch.Tensor]:
-        """Storage pointer -> a tensor on it, for the leaves' original bindings and the inputs."""
-        protected: dict[int, torch.Tensor] = {}
-        for t in [data for _, data in self._bindings] + self.inputs + self._attributes.tensors:
-            span = storage_span(t)
+    def _protected_storages(self) -> dict[int, list[torch.Tensor]]:
+        """Storage pointer -> the tensors on it whose bytes and versions are given back: the
+        leaves (found by their original binding: forward may rebind `.data`, and `.data` has a
+        version counter of its own), the inputs and the attribute tensors."""
+        protected: dict[int, list[torch.Tensor]] = {}
+        found = [(data, leaf) for leaf, data in self._bindings] + [(t, t) for t in self.inputs + self._attributes.tensors]
+        for where, t in found:
+            span = storage_span(where)
             if span is not None:
-                protected[span[0]] = t
+                protected.setdefault(span[0], []).append(t)
         return protected
 
     def before_write(self, t: torch.Tensor) -> None:
@@ -315,11 +320,11 @@ class Preserved:
             return
         if self._protected is None:
             self._protected = self._protected_storages()
-        owner = self._protected.get(span[0])
-        if owner is not None and span[0] not in self._snapshots:
+        owners = self._protected.get(span[0])
+        if owners is not None and span[0] not in self._snapshots:
             # The whole storage: parameters or inputs may be views of one buffer.
-            storage = owner.untyped_storage()
-            self._snapshots[span[0]] = (storage, storage.clone())
+            storage = t.untyped_storage()
+            self._snapshots[span[0]] = (storage, storage.clone(), [(o, o._version) for o in owners])
 
     def __exit__(self, *exc: object) -> None:
         for module, name, param in self._parameters:  # `self.w = nn.Parameter(...)` in forward
@@ -329,8 +334,12 @@ class Preserved:
             if t.dtype is not data.dtype or not t.is_set_to(data):
                 t.data = data
         self._bindings = []
-        for storage, snapshot in self._snapshots.values():
+        versions: list[tuple[torch.Tensor, int]] = []
+        for storage, snapshot, before in self._snapshots.values():
             storage.copy_(snapshot)  # bytes only: no tensor's version moves
+            versions += before
+        if versions:  # the bytes are as they were: so are the versions (a caller's graph that saved them still runs)
+            set_versions([t for t, _ in versions], [v for _, v in versions])
         self._snapshots.clear()
         for module, name, buf in self._buffers:
             module._buffers[name] = buf
