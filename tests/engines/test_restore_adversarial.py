@@ -571,3 +571,47 @@ def test_audit_runs_backward_through_an_output_in_a_dataclass() -> None:
     [finding] = [f for f in report.findings if f.code == "IPD101"]
     assert finding.confirmed is True
     assert all(p.grad is None for p in model.parameters())
+
+
+# --------------------------------------------------------------------------
+# the caller's optimizer and scheduler
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("verb", ["verify", "optimize", "memory"])
+def test_the_caller_s_optimizer_and_scheduler_are_not_stepped(verb: str) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(inplace=True), nn.Linear(8, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    scheduler.step()  # state to keep: Adam's moments, the step count, a decayed lr
+    state, params = copy.deepcopy(opt.state_dict()), [list(g["params"]) for g in opt.param_groups]
+    groups = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+    schedule, x = scheduler.state_dict(), torch.randn(4, 8)
+    before = Snapshot.take(model, [x])
+    run = {"optimize": _optimize, "verify": ipd.verify, "memory": ipd.memory}[verb]
+    run(model, x, optimizer=opt)
+    now = opt.state_dict()
+    assert now["state"].keys() == state["state"].keys()
+    for key, values in state["state"].items():
+        assert all(torch.equal(now["state"][key][name], value) for name, value in values.items())
+    assert [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups] == groups
+    assert all(p is q for g, old in zip(opt.param_groups, params, strict=True) for p, q in zip(g["params"], old, strict=True))
+    assert scheduler.state_dict() == schedule
+    before.assert_same(model, [x])
+
+
+def test_inputs_copied_under_no_grad_keep_what_autograd_sees() -> None:
+    # `run --verify` records each model call's inputs under no_grad, to verify them later
+    from inplace_doctor.engines.preserve import private_copy
+
+    leaf = torch.randn(4, 8, requires_grad=True)
+    features = leaf * 2
+    with torch.no_grad():
+        copied_leaf, copied_features = private_copy((leaf, features))
+    assert copied_leaf.is_leaf and copied_leaf.requires_grad and copied_leaf is not leaf
+    assert copied_features.requires_grad and not copied_features.is_leaf
+    assert copied_features.untyped_storage().data_ptr() != features.untyped_storage().data_ptr()
+    assert torch.equal(copied_leaf, leaf) and torch.equal(copied_features, features)

@@ -73,9 +73,11 @@ def private_inputs(value: Any) -> Any:
             with torch.no_grad():
                 flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(storage)
                 leaf = flat.clone()
-            base = leaf.requires_grad_(True).clone()  # non-leaf, like the caller's tensor
+            with torch.enable_grad():  # also when called under no_grad (run --verify records inputs so)
+                base = leaf.requires_grad_(True).clone()  # non-leaf, like the caller's tensor
             bases[storage.data_ptr()] = base
-        return base.as_strided(t.shape, t.stride(), t.storage_offset())
+        with torch.enable_grad():
+            return base.as_strided(t.shape, t.stride(), t.storage_offset())
 
     return map_tensors(value, private)
 
