@@ -191,6 +191,8 @@ def test_audit_restores_tensors_inside_a_dataclass_input(kind: type) -> None:
     before = Snapshot.take(nn.Module(), [features, weights])
     report = ipd.audit(model, kind(features, weights))
     assert report.backward
+    [finding] = [f for f in report.findings if f.code == "IPD106"]  # the write to the caller's batch, found
+    assert "args[0].weights" in finding.message
     # values and versions back, and the leaf's `.grad` still None: backward reached it through the dataclass
     before.assert_same(nn.Module(), [features, weights])
 
