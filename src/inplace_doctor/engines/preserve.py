@@ -85,8 +85,8 @@ def private_inputs(value: Any) -> Any:
 def private_copy(value: Any) -> Any:
     """The caller's inputs copied for a run of the tool's own (verify, memory, optimize): a deep
     copy, so that inputs sharing memory still share it and every other object in them (a
-    `torch.Generator`, a batch object) is the run's own; except that a non-leaf tensor that
-    requires grad stays a non-leaf (deepcopy refuses those: its copy is `private_inputs`'), and
+    `torch.Generator`, a batch object) is the run's own. Two exceptions: a non-leaf tensor that
+    requires grad stays a non-leaf (deepcopy refuses one; `private_inputs` makes its copy), and
     an inference tensor stays one (deepcopy makes a normal tensor, which autograd may save)."""
     privates = private_inputs(value)
     memo: dict[int, Any] = {id(t): t for t in tensors_in(privates) if t.requires_grad and not t.is_leaf}
@@ -144,26 +144,23 @@ def _own_tensors(model: torch.nn.Module, modules: list[torch.nn.Module] | None) 
 _NAMED_PARAMETERS, _NAMED_BUFFERS = torch.nn.Module.named_parameters, torch.nn.Module.named_buffers
 
 
-def map_tensors(value: Any, fn: Any, on_generator: Any = None) -> Any:
+def map_tensors(value: Any, fn: Any) -> Any:
     """`fn` applied to every tensor in nested lists, tuples (named too), dicts (OrderedDict too)
-    and dataclasses; `on_generator`, when given, to every `torch.Generator` in them. A dataclass
-    whose fields all map to themselves is returned as it is, else a shallow copy with the new
-    fields (set past a frozen dataclass's `__setattr__`)."""
+    and dataclasses. A dataclass whose fields all map to themselves is returned as it is, else a
+    shallow copy with the new fields (set past a frozen dataclass's `__setattr__`)."""
     if isinstance(value, torch.Tensor):
         return fn(value)
-    if isinstance(value, torch.Generator):
-        return value if on_generator is None else on_generator(value)
     if isinstance(value, dict):
-        items = [(k, map_tensors(v, fn, on_generator)) for k, v in value.items()]
+        items = [(k, map_tensors(v, fn)) for k, v in value.items()]
         try:
             return type(value)(items)
         except Exception:  # a mapping type that cannot be rebuilt: leave it as it is
             return value
     if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(map_tensors(v, fn, on_generator) for v in value))
+        return type(value)(*(map_tensors(v, fn) for v in value))
     if isinstance(value, (list, tuple)):
         try:
-            return type(value)(map_tensors(v, fn, on_generator) for v in value)
+            return type(value)(map_tensors(v, fn) for v in value)
         except Exception:
             return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -171,7 +168,7 @@ def map_tensors(value: Any, fn: Any, on_generator: Any = None) -> Any:
         for f in dataclasses.fields(value):
             if hasattr(value, f.name):
                 old = getattr(value, f.name)
-                new = map_tensors(old, fn, on_generator)
+                new = map_tensors(old, fn)
                 if new is not old:
                     changed[f.name] = new
         if not changed:
