@@ -622,3 +622,16 @@ def test_inputs_copied_under_no_grad_keep_what_autograd_sees() -> None:
     assert copied_features.requires_grad and not copied_features.is_leaf
     assert copied_features.untyped_storage().data_ptr() != features.untyped_storage().data_ptr()
     assert torch.equal(copied_leaf, leaf) and torch.equal(copied_features, features)
+
+
+def test_old_style_spectral_norm_gets_its_weight_attribute_and_power_iteration_back() -> None:
+    # torch.nn.utils.spectral_norm: a pre-hook writes `weight_u` in place and rebinds the plain
+    # attribute `weight` to a tensor computed in the run (it holds the run's graph)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.utils.spectral_norm(nn.Linear(8, 8)), nn.ReLU(), nn.Linear(8, 2)).train()
+    weight, x = model[0].weight, torch.randn(4, 8)
+    assert "weight" in vars(model[0])  # a plain attribute, not a parameter
+    before = Snapshot.take(model, [x])
+    ipd.audit(model, x)
+    before.assert_same(model, [x])
+    assert model[0].weight is weight
