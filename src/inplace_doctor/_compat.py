@@ -82,6 +82,21 @@ symbolize_tracebacks: Callable[[list[Any]], list[list[dict[str, Any]]]] = _requi
     torch._C._profiler, "symbolize_tracebacks", "the C stack capture's symbolizer"
 )
 
+_SET_VERSION: Callable[..., None] = _require(
+    torch._C._autograd, "_unsafe_set_version_counter", "the version-counter setter"
+)
+
+
+def set_versions(tensors: list[torch.Tensor], versions: list[int]) -> None:
+    """Set each tensor's version counter (shared with its views) to its number: for memory whose
+    bytes were put back exactly, so that a graph that saved it before still accepts it."""
+    try:
+        _SET_VERSION(tuple(tensors), tuple(versions))
+    except TypeError:  # torch before 2.5 took one tensor and one number
+        for t, v in zip(tensors, versions):
+            _SET_VERSION(t, v)
+
+
 _require(torch.autograd.graph, "saved_tensors_hooks", "saved-tensor hooks")
 _require(torch.nn.modules.module, "register_module_forward_pre_hook", "global module hooks")
 _require(torch.nn.modules.module, "register_module_forward_hook", "global module hooks")
@@ -245,6 +260,7 @@ __all__ = [
     "push_saved_tensors_hooks",
     "gather_traceback",
     "symbolize_tracebacks",
+    "set_versions",
 ]
 
 

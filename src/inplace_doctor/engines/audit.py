@@ -21,8 +21,8 @@ from ..trace.modules import refuse_opaque, unique_label, variable_name
 from ..trace.tracer import Tracer
 from . import nesting, replay_writes, tracer_mode
 from .finish import finish_report, sorted_findings
-from .preserve import Preserved, labelled_tensors, private_inputs, refuse_lazy, refuse_meta, tensors_in
-from .training import default_loss
+from .preserve import Preserved, generators_in, labelled_tensors, private_inputs, refuse_lazy, refuse_meta, tensors_in
+from .training import default_loss, grad_mode_off
 
 Selection = Iterable[str] | str | None
 
@@ -44,8 +44,10 @@ def audit(
 
     The model's state is left exactly as found: parameters, buffers (running stats,
     `num_batches_tracked`), `.grad` (None stays None), `requires_grad` of parameters
-    and leaf inputs, train/eval flags, the global RNG state and the caller's inputs.
-    Not its structure: submodules, hooks or attributes forward adds stay.
+    and leaf inputs, train/eval flags, the global RNG state, the `torch.Generator`s the
+    model's modules or the inputs hold, plain module attributes that hold tensors, and the
+    caller's inputs (inside lists, tuples, dicts and dataclasses).
+    Not its structure: submodules, hooks or attributes holding no tensor that forward adds stay.
 
     Args:
         model: an `nn.Module`; a `torch.compile`d one runs eagerly for the audit (not TorchScript).
@@ -91,7 +93,7 @@ def audit(
     analyzer = Analyzer(rules, root_label=root_label, per_module_ignores=per_module_ignores)
     args, kwargs = private_inputs(args), private_inputs(kwargs)
     inputs = tensors_in((args, kwargs))
-    preserved = Preserved(model, inputs, modules)
+    preserved = Preserved(model, inputs, modules, generators_in((args, kwargs)))
     wanted = tracer_mode.asked(deep)
     deep_because = tracer_mode.choose(rules, wanted)
     tracer = Tracer(
@@ -126,7 +128,8 @@ def audit(
         if backward:
             loss = loss_fn(output) if loss_fn is not None else default_loss(output)
             if loss is None or not isinstance(loss, torch.Tensor) or not loss.requires_grad:
-                report.notes.append("backward skipped: no output requires grad")
+                off = grad_mode_off()
+                report.notes.append("backward skipped: no output requires grad" + (f": {off}" if off else ""))
             else:
                 report.backward = True
                 try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import itertools
 import random
 import sys
@@ -9,23 +11,48 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
+from .._compat import set_versions
 from ..errors import UsageError
 from ..trace.storage import storage_span
+from .attributes import PlainAttributes
 
 
 def tensors_in(value: Any) -> list[torch.Tensor]:
-    """Tensors inside nested lists, tuples, dicts (and dict-like model outputs)."""
+    """Tensors inside nested lists, tuples, dicts (and dict-like model outputs) and dataclasses."""
     found: list[torch.Tensor] = []
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, torch.Tensor):
             found.append(item)
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
+        else:
+            stack.extend(value for _, value in _items(item))
     return found
+
+
+def generators_in(value: Any) -> list[torch.Generator]:
+    """The `torch.Generator`s inside nested lists, tuples, dicts and dataclasses (a model's input)."""
+    found: list[torch.Generator] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Generator):
+            found.append(item)
+        elif not isinstance(item, torch.Tensor):
+            stack.extend(value for _, value in _items(item))
+    return found
+
+
+def _items(value: Any) -> list[tuple[str, Any]]:
+    """(label, value) of each item of a container the walks look into; [] for anything else.
+    A dataclass instance is a container of its fields (a batch as users write it)."""
+    if isinstance(value, dict):
+        return [(f"[{k!r}]", v) for k, v in value.items()]
+    if isinstance(value, (list, tuple)):
+        return [(f"[{i}]", v) for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [(f".{f.name}", getattr(value, f.name)) for f in dataclasses.fields(value) if hasattr(value, f.name)]
+    return []
 
 
 def private_inputs(value: Any) -> Any:
@@ -46,11 +73,34 @@ def private_inputs(value: Any) -> Any:
             with torch.no_grad():
                 flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(storage)
                 leaf = flat.clone()
-            base = leaf.requires_grad_(True).clone()  # non-leaf, like the caller's tensor
+            with torch.enable_grad():  # also when called under no_grad (run --verify records inputs so)
+                base = leaf.requires_grad_(True).clone()  # non-leaf, like the caller's tensor
             bases[storage.data_ptr()] = base
-        return base.as_strided(t.shape, t.stride(), t.storage_offset())
+        with torch.enable_grad():
+            return base.as_strided(t.shape, t.stride(), t.storage_offset())
 
     return map_tensors(value, private)
+
+
+def private_copy(value: Any) -> Any:
+    """The caller's inputs copied for a run of the tool's own (verify, memory, optimize): a deep
+    copy, so that inputs sharing memory still share it and every other object in them (a
+    `torch.Generator`, a batch object) is the run's own. Two exceptions: a non-leaf tensor that
+    requires grad stays a non-leaf (deepcopy refuses one; `private_inputs` makes its copy), and
+    an inference tensor stays one (deepcopy makes a normal tensor, which autograd may save)."""
+    privates = private_inputs(value)
+    memo: dict[int, Any] = {id(t): t for t in tensors_in(privates) if t.requires_grad and not t.is_leaf}
+    copies = copy.deepcopy(privates, memo)
+    inference = {id(c): t for t, c in zip(tensors_in(value), tensors_in(copies)) if t.is_inference()}
+    if inference:
+        copies = map_tensors(copies, lambda c: clone_keeping_inference(inference[id(c)]) if id(c) in inference else c)
+    return copies
+
+
+def private_copies(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """`private_copy` of a call's arguments, copied together (an alias across them is kept)."""
+    copied_args, copied_kwargs = private_copy((args, kwargs))
+    return copied_args, copied_kwargs
 
 
 def clone_keeping_inference(t: torch.Tensor) -> torch.Tensor:
@@ -95,7 +145,9 @@ _NAMED_PARAMETERS, _NAMED_BUFFERS = torch.nn.Module.named_parameters, torch.nn.M
 
 
 def map_tensors(value: Any, fn: Any) -> Any:
-    """`fn` applied to every tensor in nested lists, tuples (named too) and dicts (OrderedDict too)."""
+    """`fn` applied to every tensor in nested lists, tuples (named too), dicts (OrderedDict too)
+    and dataclasses. A dataclass whose fields all map to themselves is returned as it is, else a
+    shallow copy with the new fields (set past a frozen dataclass's `__setattr__`)."""
     if isinstance(value, torch.Tensor):
         return fn(value)
     if isinstance(value, dict):
@@ -111,22 +163,34 @@ def map_tensors(value: Any, fn: Any) -> Any:
             return type(value)(map_tensors(v, fn) for v in value)
         except Exception:
             return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changed = {}
+        for f in dataclasses.fields(value):
+            if hasattr(value, f.name):
+                old = getattr(value, f.name)
+                new = map_tensors(old, fn)
+                if new is not old:
+                    changed[f.name] = new
+        if not changed:
+            return value
+        rebuilt = copy.copy(value)
+        for name, new in changed.items():
+            object.__setattr__(rebuilt, name, new)
+        return rebuilt
     return value
 
 
 def labelled_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, torch.Tensor]]:
-    """Every tensor in a call's arguments with its path: `args[0]`, `kwargs['mask']`, `args[1][0]`."""
+    """Every tensor in a call's arguments with its path: `args[0]`, `kwargs['mask']`, `args[1][0]`,
+    `args[0].features` (a dataclass's field)."""
     found: list[tuple[str, torch.Tensor]] = []
 
     def walk(value: Any, path: str) -> None:
         if isinstance(value, torch.Tensor):
             found.append((path, value))
-        elif isinstance(value, dict):
-            for k, v in value.items():
-                walk(v, f"{path}[{k!r}]")
-        elif isinstance(value, (list, tuple)):
-            for i, v in enumerate(value):
-                walk(v, f"{path}[{i}]")
+        else:
+            for label, item in _items(value):
+                walk(item, path + label)
 
     for i, a in enumerate(args):
         walk(a, f"args[{i}]")
@@ -136,9 +200,11 @@ def labelled_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tupl
 
 
 class RngState:
-    """torch (CPU and initialised CUDA), Python `random` and numpy generators."""
+    """torch (CPU and initialised CUDA), Python `random` and numpy generators; and `generators`,
+    the user's own `torch.Generator`s (a model's attribute, an input)."""
 
-    def __init__(self) -> None:
+    def __init__(self, generators: Iterable[torch.Generator] = ()) -> None:
+        self.generators = [(g, g.get_state()) for g in {id(g): g for g in generators}.values()]
         self.torch = torch.random.get_rng_state()
         self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
         self.python = random.getstate()
@@ -148,6 +214,8 @@ class RngState:
         self.numpy = random_module.get_state() if random_module is not None else None
 
     def restore(self) -> None:
+        for generator, state in self.generators:
+            generator.set_state(state)
         torch.random.set_rng_state(self.torch)
         if self.cuda is not None:
             torch.cuda.set_rng_state_all(self.cuda)
@@ -165,21 +233,30 @@ class Preserved:
 
     Buffers are swapped for clones during the run (BatchNorm writes its
     running statistics without any visible write); existing `.grad` tensors
-    are set aside and put back (None stays None); parameters and inputs are
-    snapshotted just before the first write the tracer sees to them, and
-    written back only then; train/eval flags, each parameter's and leaf input's
-    `requires_grad`, and RNG state are restored. Not restored: the module
-    structure (submodules, hooks or attributes forward adds or removes).
+    are set aside and put back (None stays None); parameters, inputs and tensors
+    the modules hold as plain attributes are snapshotted just before the first
+    write the tracer sees to them, and written back only then; train/eval flags,
+    each parameter's and leaf input's `requires_grad`, the global RNGs and the
+    user's `torch.Generator`s (`generators`: the inputs'; the modules' own are
+    found) are restored; plain attributes are put back where they hold tensors
+    (attributes.py). Not restored: the module structure (submodules, hooks)
+    and attributes that hold no tensor.
     """
 
     def __init__(
-        self, model: torch.nn.Module, inputs: Iterable[torch.Tensor], modules: list[torch.nn.Module] | None = None
+        self,
+        model: torch.nn.Module,
+        inputs: Iterable[torch.Tensor],
+        modules: list[torch.nn.Module] | None = None,
+        generators: Iterable[torch.Generator] = (),
     ) -> None:
         self.model = model
         self._modules = modules  # model.modules(), when the caller has walked the tree already
         self.inputs = list(inputs)
-        self._protected: dict[int, torch.Tensor] | None = None  # storage pointer -> a tensor on it
-        self._snapshots: dict[int, tuple[Any, Any]] = {}  # storage pointer -> (storage, its bytes)
+        self._generators = list(generators)
+        self._protected: dict[int, list[torch.Tensor]] | None = None  # storage pointer -> the tensors on it
+        # storage pointer -> (storage, its bytes, the version of each protected tensor on it before the write)
+        self._snapshots: dict[int, tuple[Any, Any, list[tuple[torch.Tensor, int]]]] = {}
 
     def __enter__(self) -> "Preserved":
         model = self.model
@@ -188,10 +265,14 @@ class Preserved:
             (module, name, p) for module in modules for name, p in module._parameters.items() if p is not None
         ]
         self._training = [(m, m.training) for m in modules]
-        self._rng = RngState()
+        self._attributes = PlainAttributes(modules)
+        self._rng = RngState(self._generators + self._attributes.generators)
         leaves: list[torch.Tensor] = list({id(p): p for _, _, p in self._parameters}.values())
         known = {id(p) for p in leaves}
-        leaves += [t for t in self.inputs if t.is_leaf and t.requires_grad and id(t) not in known]
+        for t in self.inputs + self._attributes.tensors:  # a tensor attribute may require grad (not a Parameter)
+            if t.is_leaf and t.requires_grad and id(t) not in known:
+                leaves.append(t)
+                known.add(id(t))
         # forward may freeze or unfreeze (`p.requires_grad_(False)`, `x.requires_grad_()`): each
         # parameter and leaf input gets its flag back, and its `.grad` (a non-leaf's flag is fixed)
         without_grad = [t for t in self.inputs if t.is_leaf and not t.requires_grad and id(t) not in known]
@@ -219,13 +300,16 @@ class Preserved:
         self._protected = None  # built at the first write (many runs write nothing protected)
         return self
 
-    def _protected_storages(self) -> dict[int, torch.Tensor]:
-        """Storage pointer -> a tensor on it, for the leaves' original bindings and the inputs."""
-        protected: dict[int, torch.Tensor] = {}
-        for t in [data for _, data in self._bindings] + self.inputs:
-            span = storage_span(t)
+    def _protected_storages(self) -> dict[int, list[torch.Tensor]]:
+        """Storage pointer -> the tensors on it whose bytes and versions are given back: the
+        leaves (found by their original binding: forward may rebind `.data`, and `.data` has a
+        version counter of its own), the inputs and the attribute tensors."""
+        protected: dict[int, list[torch.Tensor]] = {}
+        found = [(data, leaf) for leaf, data in self._bindings] + [(t, t) for t in self.inputs + self._attributes.tensors]
+        for where, t in found:
+            span = storage_span(where)
             if span is not None:
-                protected[span[0]] = t
+                protected.setdefault(span[0], []).append(t)
         return protected
 
     def before_write(self, t: torch.Tensor) -> None:
@@ -235,11 +319,11 @@ class Preserved:
             return
         if self._protected is None:
             self._protected = self._protected_storages()
-        owner = self._protected.get(span[0])
-        if owner is not None and span[0] not in self._snapshots:
+        owners = self._protected.get(span[0])
+        if owners is not None and span[0] not in self._snapshots:
             # The whole storage: parameters or inputs may be views of one buffer.
-            storage = owner.untyped_storage()
-            self._snapshots[span[0]] = (storage, storage.clone())
+            storage = t.untyped_storage()
+            self._snapshots[span[0]] = (storage, storage.clone(), [(o, o._version) for o in owners])
 
     def __exit__(self, *exc: object) -> None:
         for module, name, param in self._parameters:  # `self.w = nn.Parameter(...)` in forward
@@ -249,11 +333,16 @@ class Preserved:
             if t.dtype is not data.dtype or not t.is_set_to(data):
                 t.data = data
         self._bindings = []
-        for storage, snapshot in self._snapshots.values():
+        versions: list[tuple[torch.Tensor, int]] = []
+        for storage, snapshot, before in self._snapshots.values():
             storage.copy_(snapshot)  # bytes only: no tensor's version moves
+            versions += before
+        if versions:  # the bytes are as they were: so are the versions (a caller's graph that saved them still runs)
+            set_versions([t for t, _ in versions], [v for _, v in versions])
         self._snapshots.clear()
         for module, name, buf in self._buffers:
             module._buffers[name] = buf
+        self._attributes.restore()
         for t, grad in self._grads:
             if t.grad is not grad:
                 t.grad = grad

@@ -41,7 +41,7 @@ from ..trace.storage import storage_span
 from ..trace.tracer import Tracer
 from ..trace.write_lines import LineSearch
 from .finish import sorted_findings
-from .preserve import Preserved
+from .preserve import Preserved, generators_in
 from .training import default_loss
 
 Unlocated = list[tuple[SavedTensorChangedOutside, Fingerprint]]
@@ -84,7 +84,7 @@ def _replay(
 ) -> None:
     """The audit's run again, watched only for the search; nothing it finds is reported."""
     analyzer = Analyzer(select_rules(["IPD109"]))
-    preserved = Preserved(model, inputs, modules)
+    preserved = Preserved(model, inputs, modules, generators_in((args, kwargs)))
     tracer = Tracer(analyzer, before_write=preserved.before_write, track_call_inputs=False)
     tracer.contents.search = search
     kept = _snapshot([*[p for m in modules for p in m._parameters.values() if p is not None], *inputs])

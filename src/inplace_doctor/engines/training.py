@@ -64,6 +64,14 @@ def default_loss(output: Any) -> torch.Tensor | None:
     return total.real if total.is_complex() else total
 
 
+def grad_mode_off() -> str | None:
+    """Why no output can require grad whatever the model: the caller's grad mode is off (None when on)."""
+    if torch.is_grad_enabled():
+        return None
+    block = "torch.inference_mode()" if torch.is_inference_mode_enabled() else "torch.no_grad()"
+    return f"grad mode is off (called inside {block})"
+
+
 def compute_loss(output: Any, loss_fn: LossFn | None) -> Any:
     """`loss_fn(output)`, or `default_loss(output)` without one."""
     return loss_fn(output) if loss_fn is not None else default_loss(output)
@@ -182,6 +190,9 @@ def step_phases(
     loss = call_through(compute_loss, (output, loss_fn), {})
     if require_grad:
         if loss is None or not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+            off = grad_mode_off()
+            if off is not None:
+                raise UsageError(f"no output requires grad: {off}; call it outside that block")
             raise UsageError("no output requires grad: pass loss_fn, or a model with trainable parameters")
         backward = True
     else:

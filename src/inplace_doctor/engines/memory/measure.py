@@ -20,7 +20,6 @@ training step, for optimize's comparisons.
 
 from __future__ import annotations
 
-import copy
 import gc
 import time
 from typing import Any, Callable, Iterator
@@ -30,19 +29,10 @@ import torch
 from ...errors import UsageError
 from ...printing import fmt_bytes
 from ...trace.tracer import Tracer
-from ..preserve import RngState, clone_keeping_inference, map_tensors, private_inputs, refuse_meta, tensors_in
+from ..preserve import RngState, private_copies, refuse_meta, tensors_in
 from ..training import LossFn, StepPhase, copy_for_training, training_step
 from .ledger import Ledger, breakdown
 from .result import PHASES, Category, MemoryReport, Peak
-
-
-def private_copies(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """Private copies of the inputs to measure on."""
-    copies = copy.deepcopy((private_inputs(args), private_inputs(kwargs)))
-    inference = {id(c): t for t, c in zip(tensors_in((args, kwargs)), tensors_in(copies)) if t.is_inference()}
-    if inference:  # deepcopy makes normal tensors of them; PyTorch would refuse to save them
-        copies = map_tensors(copies, lambda c: clone_keeping_inference(inference[id(c)]) if id(c) in inference else c)
-    return copies
 
 
 def _state_tensors(optimizer: Any) -> Iterator[torch.Tensor]:

@@ -3,7 +3,6 @@ safe ones save) and verify (proof), each a method of `Search`; see decide.py for
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -12,7 +11,7 @@ import torch
 from ...findings import Finding, Severity
 from ..audit import audit
 from ..memory import MemoryReport, measure_owned, times_owned
-from ..preserve import RngState
+from ..preserve import RngState, private_copies
 from ..training import LossFn, copy_for_training, training_step
 from ..verify import ATOL, RTOL, FunctionalInplace, VerifyResult, verify_configuration
 from .toml_config import inplace_modules
@@ -82,7 +81,7 @@ class Search:
         calls = FunctionalInplace(set())
         try:
             with calls:
-                training_step(copy_, copy.deepcopy(self.args), copy.deepcopy(self.kwargs), self.loss_fn, None)
+                training_step(copy_, *private_copies(self.args, self.kwargs), self.loss_fn, None)
         except RuntimeError:
             pass  # the shipped configuration may break backward: forward already ran
         finally:
@@ -110,7 +109,8 @@ class Search:
             self.say(f"auditing with {len(self.executed) - len(self.unsafe)} flags on (round {round_ + 1})")
             flags = {p: (p not in self.unsafe) for p in self.executed}
             self.rng.restore()
-            report = audit(copy_for_training(self.model, flags=flags)[0], *self.args, loss_fn=self.loss_fn, **self.kwargs)
+            args, kwargs = private_copies(self.args, self.kwargs)  # audit of the caller's would write them, and their versions move
+            report = audit(copy_for_training(self.model, flags=flags)[0], *args, loss_fn=self.loss_fn, **kwargs)
             new = False
             other = []
             for f in report.findings:

@@ -153,7 +153,8 @@ def _configured_raised(
     result.error = error
     try:
         configured, _ = copy_for_training(model, flags=flags)
-        report = audit(configured, *clone_inputs(args), loss_fn=loss_fn, **clone_inputs(kwargs))
+        copied_args, copied_kwargs = clone_inputs((args, kwargs))
+        report = audit(configured, *copied_args, loss_fn=loss_fn, **copied_kwargs)
         result.findings = report.findings
     except Exception:  # the audit itself could not run: the error above says what happened
         pass

@@ -19,7 +19,7 @@ from torch.overrides import TorchFunctionMode
 
 from ...trace.blame import call_through
 from ...trace.stacks import called_by_a_torch_module, capture_frames
-from ..preserve import RngState, clone_keeping_inference, labelled_tensors, map_tensors, tensors_in
+from ..preserve import RngState, labelled_tensors, private_copy, tensors_in
 from ..training import LossFn, StepPhase, ZeroGrad, compute_loss, copy_for_training, step_phases
 from .result import InplaceSite
 
@@ -59,13 +59,11 @@ def module_sites(model: torch.nn.Module, flags: Mapping[str, bool] | None = None
 
 
 def clone_inputs(value: Any) -> Any:
-    """Each tensor detached and cloned; a leaf keeps its requires_grad, a non-leaf becomes a leaf."""
-
-    def clone(t: torch.Tensor) -> torch.Tensor:
-        c = clone_keeping_inference(t)
-        return c.requires_grad_(t.requires_grad) if t.is_leaf or t.requires_grad else c
-
-    return map_tensors(value, clone)
+    """The inputs copied for one run (`private_copy`): tensors that share memory still do, a leaf
+    keeps its requires_grad, a non-leaf that requires grad stays a non-leaf (an in-place write to
+    it is legal, as in the program), and each `torch.Generator` is the run's own copy at the
+    caller's state (the configured and baseline runs draw the same numbers; the caller's does not move)."""
+    return private_copy(value)
 
 
 def stages(
@@ -91,8 +89,11 @@ def stages(
     for name, m in model.named_modules():
         if m.__dict__.get("inplace") is True and (off_modules is None or name in off_modules):
             m.inplace = False
-    args, kwargs = clone_inputs(args), clone_inputs(kwargs)
+    args, kwargs = clone_inputs((args, kwargs))
     inputs = labelled_tensors(args, kwargs)
+    for _, t in inputs:
+        if t.requires_grad and not t.is_leaf:
+            t.retain_grad()  # its gradient is compared as a leaf's is (in the program it flows on upstream)
     for step in range(1, steps + 1):
         tag = f" (step {step})" if steps > 1 else ""
         stage: Stage = []
