@@ -1,0 +1,108 @@
+"""What `inplace-doctor fix` writes into the user's tree, attacked: line endings and encodings at the
+edges of a file, patches other tools must apply, owners and modes, files that are not what they
+seem, and findings that share a line. Every byte outside an edit is the user's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from inplace_doctor.cli.source_edits import Source, apply_to_source, plan, unified_diff, write_all
+from inplace_doctor.findings import Edit, Position
+
+P = Position
+
+
+def git(*args: str, cwd: Path) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, capture_output=True)
+
+
+# --- the engine: bytes at the edges of a file ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("ending", [b"\r\n", b"\r", b"\n"])
+def test_a_line_inserted_before_a_last_line_without_an_ending_takes_the_files_ending(ending: bytes) -> None:
+    data = ending.join([b"import torch", b"h = torch.ones(2)", b"h.mul_(2)"])  # no ending after the last line
+    out = apply_to_source("m.py", Source.of(data, "m.py"), [Edit("m.py", P(3, 0), P(3, 0), "", "h = h.clone()\n")])
+    assert out == ending.join([b"import torch", b"h = torch.ones(2)", b"h = h.clone()", b"h.mul_(2)"])
+
+
+def test_a_file_of_one_line_without_an_ending_gets_lf() -> None:
+    out = apply_to_source("m.py", Source.of(b"x = 1", "m.py"), [Edit("m.py", P(1, 0), P(1, 0), "", "y = 2\n")])
+    assert out == b"y = 2\nx = 1"
+
+
+@pytest.mark.parametrize("ending", [b"\r\n", b"\n"])
+@pytest.mark.parametrize("last", [b"", b"\n"], ids=["no-final-ending", "final-lf"])
+def test_the_diff_of_a_file_applies_with_git_apply_and_gives_the_bytes_fix_writes(
+    tmp_path: Path, ending: bytes, last: bytes
+) -> None:
+    data = ending.join([b"import torch", b"h = torch.ones(2)", b"h.mul_(2)"]) + (ending if last else b"")
+    (tmp_path / "m.py").write_bytes(data)
+    changes = plan([Edit("m.py", P(3, 0), P(3, 9), "h.mul_(2)", "h = h.mul(2)")], str(tmp_path))
+    patch = unified_diff(changes, str(tmp_path))
+    assert (tmp_path / "m.py").read_bytes() == data  # planning and the diff write nothing
+    git("init", "-q", cwd=tmp_path)
+    (tmp_path / "fix.patch").write_bytes(patch)
+    applied = git("apply", "fix.patch", cwd=tmp_path)
+    assert applied.returncode == 0, (patch, applied.stderr)
+    [(_, after)] = changes.values()
+    assert (tmp_path / "m.py").read_bytes() == after == data.replace(b"h.mul_(2)", b"h = h.mul(2)")
+
+
+def test_the_diff_keeps_a_lone_cr_inside_its_line(tmp_path: Path) -> None:
+    data = b"a = 1\rb = 2\rh = 3\n"  # classic Mac line ends: one line for git and patch
+    (tmp_path / "m.py").write_bytes(data)
+    changes = plan([Edit("m.py", P(2, 0), P(2, 5), "b = 2", "b = 4")], str(tmp_path))
+    patch = unified_diff(changes, str(tmp_path))
+    git("init", "-q", cwd=tmp_path)
+    (tmp_path / "fix.patch").write_bytes(patch)
+    assert git("apply", "fix.patch", cwd=tmp_path).returncode == 0, patch
+    assert (tmp_path / "m.py").read_bytes() == b"a = 1\rb = 4\rh = 3\n"
+
+
+def test_the_diff_names_a_file_whose_name_is_not_utf8_by_its_bytes(tmp_path: Path) -> None:
+    name = os.fsdecode(b"caf\xff.py")
+    (tmp_path / name).write_bytes(b"x = 1\n")
+    patch = unified_diff(plan([Edit(name, P(1, 4), P(1, 5), "1", "2")], str(tmp_path)), str(tmp_path))
+    assert patch.startswith(b"--- a/caf\xff.py\n+++ b/caf\xff.py\n")
+
+
+# --- the write: what the file was, beside its bytes -----------------------------------------------------
+
+
+def test_a_written_file_keeps_its_mode_bits(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    path.write_text("x = 1\n")
+    path.chmod(0o751)
+    write_all(plan([Edit("train.py", P(1, 4), P(1, 5), "1", "2")], str(tmp_path)))
+    assert path.read_text() == "x = 2\n" and (path.stat().st_mode & 0o7777) == 0o751
+    assert sorted(os.listdir(tmp_path)) == ["train.py"]
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="only root can make a file someone else's")
+def test_root_editing_a_users_file_leaves_it_the_users(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    path.write_text("x = 1\n")
+    os.chown(path, 65534, 65534)
+    write_all(plan([Edit("train.py", P(1, 4), P(1, 5), "1", "2")], str(tmp_path)))
+    info = path.stat()
+    assert path.read_text() == "x = 2\n" and (info.st_uid, info.st_gid) == (65534, 65534)
+
+
+def test_a_symlinked_file_is_written_through_and_the_link_stays(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    real = tmp_path / "real" / "train.py"
+    real.write_text("x = 1\n")
+    (tmp_path / "train.py").symlink_to("real/train.py")
+    write_all(plan([Edit("train.py", P(1, 4), P(1, 5), "1", "2")], str(tmp_path)))
+    assert (tmp_path / "train.py").is_symlink() and os.readlink(tmp_path / "train.py") == "real/train.py"
+    assert real.read_text() == "x = 2\n"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))
