@@ -104,5 +104,61 @@ def test_a_symlinked_file_is_written_through_and_the_link_stays(tmp_path: Path) 
     assert real.read_text() == "x = 2\n"
 
 
+# --- the scratch copy fixes are checked in leads nowhere back into the user's files ------------------
+
+
+def test_the_copys_links_name_the_copy_inside_the_project_and_the_same_place_outside(tmp_path: Path) -> None:
+    from inplace_doctor.cli.prove import Workspace
+
+    project, outside = tmp_path / "project", tmp_path / "datasets"
+    (project / "runs").mkdir(parents=True)
+    outside.mkdir()
+    (project / "train.py").write_text("x = 1\n")
+    (project / "ckpt").symlink_to(project / "runs")  # absolute, inside the project
+    (project / "here").symlink_to("runs")  # relative, inside
+    (project / "data").symlink_to("../datasets")  # relative, outside
+    ws = Workspace(str(project), "train.py", [], None)
+    try:
+        base = Path(ws.base)
+        assert (base / "ckpt").resolve() == (base / "runs").resolve()
+        assert os.readlink(base / "here") == "runs"
+        assert (base / "data").resolve() == outside.resolve()
+    finally:
+        ws.close()
+    assert os.readlink(project / "ckpt") == str(project / "runs")  # the user's links as they were
+
+
+def test_a_named_pipe_or_a_socket_in_the_project_is_not_copied(tmp_path: Path) -> None:
+    import socket
+
+    from inplace_doctor.cli.prove import Workspace
+
+    (tmp_path / "train.py").write_text("x = 1\n")
+    os.mkfifo(tmp_path / "pipe")  # copying it would block, or fail as a special file
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / "sock"))
+    try:
+        ws = Workspace(str(tmp_path), "train.py", [], None)
+        assert sorted(os.listdir(ws.base)) == ["train.py"]
+        ws.close()
+    finally:
+        server.close()
+
+
+def test_a_read_only_file_is_refused_even_for_root_and_shown_with_diff(tmp_path: Path) -> None:
+    import argparse
+
+    from inplace_doctor.cli.errors import CliUsageError
+    from inplace_doctor.cli.fix import _refuse
+
+    path = tmp_path / "train.py"
+    path.write_text("x = 1\n")
+    path.chmod(0o444)
+    # (for a user other than root the file is not writable, and that refusal comes first)
+    with pytest.raises(CliUsageError, match=r"train.py is (read-only \(mode 0444\): fix changes no file|not writable)"):
+        _refuse(argparse.Namespace(diff=False, force=True), str(tmp_path), {str(path)})
+    _refuse(argparse.Namespace(diff=True, force=True), str(tmp_path), {str(path)})  # --diff writes nothing
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))

@@ -22,7 +22,8 @@
    program no longer has; no edit is made twice.
 
 Refusals (one line, exit 2, nothing written): a file outside the working
-directory or under the Python installation, a file not writable, a file with
+directory or under the Python installation, a file not writable or read-only
+(no write permission bit, even for root), a file with
 uncommitted changes or not in git, or git missing (`--force` skips the git
 checks), a file changed since the run. `--diff` prints the patch, byte for byte
 as it would be written, and writes nothing.
@@ -221,6 +222,10 @@ def _refuse(ns: argparse.Namespace, root: str, paths: set[str]) -> None:
         if not os.access(path, os.W_OK) or not os.access(os.path.dirname(path), os.W_OK):
             raise CliUsageError(f"{os.path.relpath(path)} is not writable (nor its folder): fix writes the edited file "
                                 "beside it and renames it over; see the edit with --diff")
+        mode = os.stat(path).st_mode
+        if not mode & 0o222:  # made read-only on purpose: root may write it, and fix does not
+            raise CliUsageError(f"{os.path.relpath(path)} is read-only (mode {mode & 0o7777:04o}): fix changes no file "
+                                "made read-only; make it writable (chmod u+w) to have it edited, or see the edit with --diff")
         if not ns.force:
             _refuse_uncommitted(path)
 
