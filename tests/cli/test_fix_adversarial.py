@@ -160,5 +160,49 @@ def test_a_read_only_file_is_refused_even_for_root_and_shown_with_diff(tmp_path:
     _refuse(argparse.Namespace(diff=True, force=True), str(tmp_path), {str(path)})  # --diff writes nothing
 
 
+# --- git's checks say what git said ---------------------------------------------------------------------
+
+
+def refusal(path: Path) -> str:
+    from inplace_doctor.cli.errors import CliUsageError
+    from inplace_doctor.cli.fix import _refuse_uncommitted
+
+    with pytest.raises(CliUsageError) as info:
+        _refuse_uncommitted(str(path))
+    return str(info.value)
+
+
+def test_a_file_in_no_repository_is_refused_with_gits_reason(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("x = 1\n")
+    said = refusal(tmp_path / "train.py")
+    assert "git cannot say whether" in said and "not a git repository" in said, said
+
+
+def test_a_file_untracked_or_changed_in_a_repository_is_refused_as_such(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("x = 1\n")
+    git("init", "-q", cwd=tmp_path)
+    assert "train.py is not committed to git" in refusal(tmp_path / "train.py")
+    git("add", "train.py", cwd=tmp_path)  # staged, and the repository has no commit yet
+    assert "git cannot say whether" in refusal(tmp_path / "train.py")
+    git("commit", "-qm", "start", cwd=tmp_path)
+    (tmp_path / "train.py").write_text("x = 2\n")
+    assert "train.py has uncommitted changes" in refusal(tmp_path / "train.py")
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="root reading another user's repository")
+def test_a_repository_git_will_not_read_is_not_called_uncommitted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)  # no safe.directory of this machine's
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    (tmp_path / "train.py").write_text("x = 1\n")
+    git("init", "-q", cwd=tmp_path)
+    git("add", ".", cwd=tmp_path)
+    git("commit", "-qm", "start", cwd=tmp_path)
+    for folder, dirs, files in os.walk(tmp_path):
+        for name in (".", *dirs, *files):
+            os.lchown(os.path.join(folder, name), 65534, 65534)
+    said = refusal(tmp_path / "train.py")
+    assert "dubious ownership" in said and "not committed" not in said, said
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))

@@ -231,12 +231,21 @@ def _refuse(ns: argparse.Namespace, root: str, paths: set[str]) -> None:
 
 
 def _refuse_uncommitted(path: str) -> None:
-    folder = os.path.dirname(path)
-    tracked = subprocess.run(["git", "ls-files", "--error-unmatch", path], cwd=folder, capture_output=True)
-    if tracked.returncode != 0:
-        raise CliUsageError(f"{os.path.relpath(path)} is not committed to git, so the edit could not be undone: "
-                            "commit it first, see the edit with --diff, or pass --force")
-    changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", path], cwd=folder, capture_output=True)
-    if changed.returncode != 0:
-        raise CliUsageError(f"{os.path.relpath(path)} has uncommitted changes: commit them first, see the edit with "
-                            "--diff, or pass --force")
+    """Exit status 1 is git's answer (not tracked; changed); any other is git failing to answer
+    (no repository, a repository git will not read as this user, no commit yet): its own words."""
+    folder, shown = os.path.dirname(path), os.path.relpath(path)
+    tracked = subprocess.run(["git", "ls-files", "--error-unmatch", path], cwd=folder, capture_output=True, text=True)
+    if tracked.returncode == 1:
+        raise CliUsageError(f"{shown} is not committed to git, so the edit could not be undone: commit it first, see "
+                            "the edit with --diff, or pass --force")
+    if tracked.returncode == 0:
+        changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", path], cwd=folder, capture_output=True, text=True)
+        if changed.returncode == 1:
+            raise CliUsageError(f"{shown} has uncommitted changes: commit them first, see the edit with --diff, or "
+                                "pass --force")
+        if changed.returncode == 0:
+            return
+        tracked = changed
+    said = (tracked.stderr.strip().splitlines() or [f"exit {tracked.returncode}"])[0]
+    raise CliUsageError(f"git cannot say whether {shown} is committed ({said}), so the edit might not be undone: "
+                        "see the edit with --diff, or pass --force")
