@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from inplace_doctor.cli.source_edits import Source, apply_to_source, plan, unified_diff, write_all
-from inplace_doctor.findings import Edit, Position
+from inplace_doctor.findings import Edit, Fix, Position
 
 P = Position
 
@@ -202,6 +202,56 @@ def test_a_repository_git_will_not_read_is_not_called_uncommitted(tmp_path: Path
             os.lchown(os.path.join(folder, name), 65534, 65534)
     said = refusal(tmp_path / "train.py")
     assert "dubious ownership" in said and "not committed" not in said, said
+
+
+# --- the edit a flag finding carries: the constructor as the user wrote it ---------------------------
+
+
+def flag_fix_of(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, constructed: str) -> tuple[Path, Fix]:
+    """The one IPD101 of a sigmoid's output overwritten by the module `constructed` builds (watched
+    in this process), and its first fix."""
+    import runpy
+
+    import inplace_doctor as ipd
+    from inplace_doctor import Severity
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "program.py"
+    path.write_text(
+        "import torch\nfrom torch import nn\ntorch.manual_seed(0)\n"
+        f"model = nn.Sequential(nn.Linear(4, 4), nn.Sigmoid(), {constructed})\n"
+        "out = model(torch.randn(3, 4))\nout.sum().backward()\n"
+    )
+    session = ipd.watch()
+    with pytest.raises(RuntimeError), session:
+        runpy.run_path(str(path), run_name="__main__")
+    [finding] = [f for f in session.report().findings if f.severity is not Severity.INFO]
+    return path, finding.fixes[0]
+
+
+@pytest.mark.parametrize(("constructed", "fixed"), [
+    ("nn.ReLU(True)", "nn.ReLU(False)"),
+    ("nn.Hardtanh(0.0, 0.9, True)", "nn.Hardtanh(0.0, 0.9, False)"),
+    ("nn.ReLU(\n    inplace=True,\n)", "nn.ReLU(\n    inplace=False,\n)"),
+    ("nn.ReLU(True), nn.Dropout(0.0, True)", "nn.ReLU(False), nn.Dropout(0.0, True)"),
+], ids=["positional", "positional-third", "over-lines", "beside-another-module"])
+def test_a_constructor_flag_passed_by_position_or_over_lines_is_turned_off_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, constructed: str, fixed: str
+) -> None:
+    from inplace_doctor.findings import Applicability, FixKind
+
+    path, fix = flag_fix_of(tmp_path, monkeypatch, constructed)
+    assert (fix.kind, fix.applicability) == (FixKind.FLAG_OFF_AT_CONSTRUCTOR, Applicability.UNSAFE), fix
+    before = path.read_text()
+    write_all(plan(fix.edits, str(tmp_path)))
+    assert path.read_text() == before.replace(constructed, fixed)
+
+
+def test_two_flags_on_the_constructors_line_leave_the_fix_manual(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from inplace_doctor.findings import FixKind
+
+    _, fix = flag_fix_of(tmp_path, monkeypatch, "nn.ReLU(True), nn.Sigmoid(), nn.ReLU(True)")
+    assert (fix.kind, fix.edits) == (FixKind.FLAG_OFF_AT_CONSTRUCTOR, ())  # which one ran is not known
 
 
 if __name__ == "__main__":  # pragma: no cover
