@@ -254,5 +254,25 @@ def test_two_flags_on_the_constructors_line_leave_the_fix_manual(tmp_path: Path,
     assert (fix.kind, fix.edits) == (FixKind.FLAG_OFF_AT_CONSTRUCTOR, ())  # which one ran is not known
 
 
+# --- what fix says it changed, for a statement over several lines ---------------------------------------
+
+
+@pytest.mark.parametrize(("code", "shown"), [
+    ("h.mul_(\n    2,\n)", "h.mul_(2,)"),
+    ("h \\\n    .mul_(2)", "h.mul_(2)"),
+    ("y = (a +  # the sum\n     b)", "y = (a + b)"),
+    ("value = x\n    buf = buf.clone()\n    buf[4] = value", "value = x; buf = buf.clone(); buf[4] = value"),
+])
+def test_a_statement_over_several_lines_is_described_as_python_reads_it(tmp_path: Path, code: str, shown: str) -> None:
+    from inplace_doctor.cli.fix_search import describe
+    from inplace_doctor.render.fix_text import one_line
+
+    assert one_line(code) == shown
+    (tmp_path / "m.py").write_text(f"if True:\n    {code}\n")
+    end = P(1 + code.count("\n") + 1, len(code.splitlines()[-1]) if code.count("\n") else 4 + len(code))
+    edit = Edit(str(tmp_path / "m.py"), P(2, 4), end, code, "pass")
+    assert describe((edit,), str(tmp_path), plan([edit], str(tmp_path))) == f"replace `{shown}` with `pass` at m.py:2"
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
