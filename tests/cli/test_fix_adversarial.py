@@ -274,5 +274,61 @@ def test_a_statement_over_several_lines_is_described_as_python_reads_it(tmp_path
     assert describe((edit,), str(tmp_path), plan([edit], str(tmp_path))) == f"replace `{shown}` with `pass` at m.py:2"
 
 
+# --- two writes on one line ------------------------------------------------------------------------------
+
+
+def fixes_of_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str) -> list[tuple[str, ...]]:
+    """The (old, new) of every edit of each error or warning finding of a program whose line 6 is `line`."""
+    import runpy
+
+    import inplace_doctor as ipd
+    from inplace_doctor import Severity
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "program.py"
+    path.write_text("import torch\ntorch.manual_seed(0)\nw = torch.randn(4, requires_grad=True)\n"
+                    f"h = torch.sigmoid(w)\ng = torch.tanh(w)\n{line}\n(h * g).sum().backward()\n")
+    session = ipd.watch()
+    with pytest.raises(RuntimeError), session:
+        runpy.run_path(str(path), run_name="__main__")
+    found = [f for f in session.report().findings if f.severity is not Severity.INFO]
+    assert found
+    return sorted(tuple(x for fx in f.fixes for e in fx.edits for x in (e.old, e.new)) for f in found)
+
+
+def test_each_of_two_writes_on_one_line_gets_the_edit_of_its_own_statement(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert fixes_of_each(tmp_path, monkeypatch, "h.mul_(2); g.add_(3)") == [
+        ("g.add_(3)", "g = g.add(3)"), ("h.mul_(2)", "h = h.mul(2)")]
+
+
+def test_two_writes_of_one_op_on_one_line_get_no_edit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # which statement wrote is not known from the line: before, both findings edited the first one
+    assert set(fixes_of_each(tmp_path, monkeypatch, "h.mul_(2); g.mul_(3)")) == {()}
+
+
+def test_a_finding_whose_line_another_fix_rewrote_is_the_one_it_was(tmp_path: Path) -> None:
+    from inplace_doctor.cli.fix_search import _renamed, _renames
+    from inplace_doctor.cli.prove import How, Record, Run, judge
+
+    before, after = b"x = 1\nh.mul_(2); g.mul_(3)\n", b"x = 1\nh = h.mul(2); g.mul_(3)\n"
+    renames = _renames({str(tmp_path / "t.py"): (before, after)}, str(tmp_path))
+    target = ("IPD101", "t.py", "h.mul_(2); g.mul_(3)")
+    also = frozenset(_renamed({target}, renames))
+    assert also == {("IPD101", "t.py", "h = h.mul(2); g.mul_(3)")}
+
+    def trial(n: int) -> Run:  # n findings left on the rewritten line, the run stopped by the first
+        found = [{"code": "IPD101", "severity": "error",
+                  "mutation": {"file": str(tmp_path / "t.py"), "line": 2, "code": "h = h.mul(2); g.mul_(3)"}}] * n
+        return Run(1, {"findings": found}, Record(How.RAISED, "RuntimeError", 0, (("forward", "a", "1"),)), "", str(tmp_path))
+
+    reference = Record(How.RAN, "", 0, (("forward", "a", "1"), ("forward", "b", "2")))
+    one_left = judge(target, trial(1), reference, {target} | also, also=also, was=2)
+    assert one_left.gone and not one_left.new and one_left.on_the_way  # the other write: known, the next to fix
+    both_left = judge(target, trial(2), reference, {target} | also, also=also, was=2)
+    assert not both_left.gone  # the edit rewrote the line, and the write is still there
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))

@@ -113,10 +113,16 @@ class Verdict:
         return self.gone and self.comparison == "prefix"
 
 
-def judge(target: Identity, trial: Run, reference: Record, known: set[Identity]) -> Verdict:
-    ids = {identity(f, trial.tree) for f in serious(trial.findings)}
+def judge(target: Identity, trial: Run, reference: Record, known: set[Identity], *,
+          also: frozenset[Identity] = frozenset(), was: int = 1) -> Verdict:
+    """`also`: the target as the edits renamed it (its line rewritten: `h.mul_(2); g.mul_(3)` reads
+    `h = h.mul(2); g.mul_(3)`); `was`: how many findings had the target's name before (two writes
+    on one line share it). The target is gone when fewer are left under either name."""
+    found = [identity(f, trial.tree) for f in serious(trial.findings)]
+    ids, names = set(found), {target} | also
     new = sorted(i for i in ids if i not in known)
-    verdict = Verdict(gone=target not in ids, new=new)
+    left = sum(i in names for i in found)
+    verdict = Verdict(gone=left < was, new=new)
     record = trial.record
     if record is None:
         verdict.first_difference = "the edited program left no record (it did not start)"
@@ -147,9 +153,9 @@ def judge(target: Identity, trial: Run, reference: Record, known: set[Identity])
         verdict.first_difference = f"the edited program recorded {got_streams[extra[0]][0][0]}, the intended one did not"
     elif not shorter and (record.how, record.detail) == (reference.how, reference.detail):  # every stream, the end included, equal
         verdict.comparison = "equal"
-    elif shorter and record.how is How.RAISED and ids - {target}:
+    elif shorter and record.how is How.RAISED and (others := ids - names if not left else ids):
         # stopped by another finding (one no run had reached, or one reported and not yet fixed)
-        code, path, text = sorted(ids - {target}, key=lambda i: (i in known, i))[0]
+        code, path, text = sorted(others, key=lambda i: (i in known, i))[0]
         verdict.comparison = "prefix"
         verdict.first_difference = f"the edited program stopped at {code} at {path}: {text} (the next finding to fix)"
     else:

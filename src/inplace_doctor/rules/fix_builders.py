@@ -23,9 +23,9 @@ from __future__ import annotations
 import ast
 
 from ..findings import Applicability, Edit, Fix, FixKind
-from ..sites import Frame, Site
+from ..sites import Frame, Site, WriteForm
 from .fix_moves import step_fixes
-from .source import Located, Source, function_at, passed_argument, read, statement_at
+from .source import Located, Source, function_at, passed_argument, read, statement_at, written_statement
 
 _OPS: dict[type[ast.operator], str] = {
     ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.MatMult: "@",
@@ -49,7 +49,8 @@ def write_fixes(site: Site, saved: Site | None = None) -> tuple[Fix, ...]:
     if site.api and site.api.endswith(".step"):
         return step_fixes(site, None)
     source = read(site.file)
-    located = statement_at(source, site.line) if source is not None else None
+    augmented = site.form is WriteForm.AUGMENTED
+    located = written_statement(source, site.line, site.op, augmented) if source is not None else None
     if source is None or located is None:
         return ()
     argument = argument_fix(site, source, located)

@@ -132,6 +132,39 @@ def statement_at(source: Source, line: int | None) -> Located | None:
     return best
 
 
+def written_statement(source: Source, line: int | None, op: str, augmented: bool) -> Located | None:
+    """The statement at `line` that made the write `op` (`aten.mul_`): of several simple statements
+    on the line (`h.mul_(2); g.mul_(3)`), the one calling that method (an augmented assignment for
+    `x += y`), or the indexed assignments to one tensor (`h[0] = 0; h[1] = 0`: a copy before the
+    first serves both); None when the line leaves it open which statement wrote."""
+    located = statement_at(source, line)
+    if located is None or line is None:
+        return located
+    sharing = [s for s in located.block if s.lineno <= line <= (s.end_lineno or s.lineno)]
+    if len(sharing) < 2:
+        return located
+    name = op.rsplit(".", 1)[-1]
+    writing = [
+        s for s in sharing
+        if (isinstance(s, ast.AugAssign) if augmented else any(
+            isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == name for n in ast.walk(s)))
+    ] or [s for s in sharing if _indexed(s) is not None]
+    if not writing:
+        return located
+    bases = {_indexed(s) for s in writing}
+    if len(writing) > 1 and (len(bases) > 1 or None in bases):
+        return None
+    return Located(writing[0], located.block, located.owner)
+
+
+def _indexed(stmt: ast.stmt) -> str | None:
+    """`h` of `h[m] = v` (the name an indexed assignment writes into)."""
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+    if len(targets) == 1 and isinstance(targets[0], ast.Subscript) and isinstance(targets[0].value, ast.Name):
+        return targets[0].value.id
+    return None
+
+
 def enclosing(source: Source, node: ast.stmt) -> Located | None:
     """The compound statement directly holding `node` in one of its blocks, located in its own block."""
     for owner, block in _blocks(source.tree):
