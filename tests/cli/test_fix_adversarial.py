@@ -330,5 +330,83 @@ def test_a_finding_whose_line_another_fix_rewrote_is_the_one_it_was(tmp_path: Pa
     assert not both_left.gone  # the edit rewrote the line, and the write is still there
 
 
+# --- end to end: the command on a real program -------------------------------------------------------
+
+
+def fix_bytes(*args: str, cwd: Path) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "inplace_doctor", "fix", *args], capture_output=True, timeout=600,
+                          cwd=cwd, env={**os.environ, "NO_COLOR": "1"})
+
+
+def committed(folder: Path, files: dict[str, bytes]) -> Path:
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "start"]):
+        assert git(*cmd, cwd=folder).returncode == 0
+    return folder
+
+
+# A BOM, CRLF, tabs, a non-ASCII comment on the written line, no ending after the last line.
+ODD = ("\ufeff# entraîné à la main\r\nimport torch\r\n\r\ntorch.manual_seed(0)\r\n"
+       "w = torch.randn(4, requires_grad=True)\r\nfor _ in range(2):\r\n\th = torch.sigmoid(w)\r\n"
+       "\th[0] = 0  # é\r\n\th.sum().backward()\r\nprint(w.grad.tolist())").encode()
+
+
+@pytest.mark.slow
+def test_diff_changes_no_byte_nor_time_and_its_patch_is_what_fix_writes(tmp_path: Path) -> None:
+    project = committed(tmp_path, {"train.py": ODD})
+    script = project / "train.py"
+    stamp = script.stat().st_mtime_ns
+    shown = fix_bytes("--diff", "train.py", cwd=project)
+    assert shown.returncode == 1, shown.stderr
+    assert script.read_bytes() == ODD and script.stat().st_mtime_ns == stamp
+    assert git("status", "--porcelain", "--ignored", cwd=project).stdout == b""  # nothing left beside it
+    patch = shown.stdout[shown.stdout.index(b"--- a/train.py"):]
+    want = ODD.replace(b"\th[0] = 0", b"\th = h.clone()\r\n\th[0] = 0")
+    (tmp_path.parent / f"{tmp_path.name}.patch").write_bytes(patch)
+    assert git("apply", str(tmp_path.parent / f"{tmp_path.name}.patch"), cwd=project).returncode == 0
+    assert script.read_bytes() == want
+    git("checkout", "--", "train.py", cwd=project)
+    done = fix_bytes("train.py", cwd=project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert script.read_bytes() == want
+
+
+@pytest.mark.slow
+def test_a_file_changed_while_fix_ran_is_kept_as_changed_and_nothing_is_written(tmp_path: Path) -> None:
+    # The program, run in fix's scratch copy, stands for the user saving the file meanwhile.
+    user = tmp_path / "train.py"
+    program = (
+        "import os\nimport torch\n\n"
+        f"if os.path.realpath(__file__) != {str(user)!r}:  # a check in fix's copy: the user saves meanwhile\n"
+        f"    with open({str(user)!r}, 'a') as f:\n        f.write('# saved by the user\\n')\n"
+        "torch.manual_seed(0)\nw = torch.randn(4, requires_grad=True)\nfor _ in range(2):\n"
+        "    h = torch.sigmoid(w)\n    h[0] = 0\n    h.sum().backward()\n"
+    ).encode()
+    committed(tmp_path, {"train.py": program})
+    done = fix_bytes("--force", "train.py", cwd=tmp_path)  # forced past git's check, which sees the change too
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith(b"changed while fix ran; nothing was written: run fix again")
+    text = user.read_bytes()
+    assert text.startswith(program) and set(text[len(program):].splitlines()) == {b"# saved by the user"}
+
+
+@pytest.mark.slow
+def test_checks_in_the_copy_write_nothing_through_an_absolute_link_into_the_project(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / ".keep").write_bytes(b"")
+    (tmp_path / "ckpt").symlink_to(runs)  # absolute: in a copy it named the user's folder
+    program = (
+        "import torch\n\nwith open('ckpt/log.txt', 'a') as f:\n    f.write('ran\\n')\n"
+        "torch.manual_seed(0)\nw = torch.randn(4, requires_grad=True)\nfor _ in range(2):\n"
+        "    h = torch.sigmoid(w)\n    h[0] = 0\n    h.sum().backward()\n"
+    ).encode()
+    committed(tmp_path, {"train.py": program})
+    done = fix_bytes("train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (runs / "log.txt").read_text() == "ran\n"  # the watched run's line: none of the checks'
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))

@@ -100,7 +100,11 @@ def search(ws: "Workspace", first: "Run", *, unsafe: bool, say: Callable[[str], 
                 if key in tried:
                     continue
                 tried.add(key)
-                again = [e for e in edits if _already_made(e, state)]
+                # the files as fix started (the copy every run starts from), the accepted edits made:
+                # a file the user changes meanwhile is neither checked nor written (write_all refuses)
+                now = {**{p: data for e in edits if (data := ws.original(p := os.path.realpath(e.path))) is not None},
+                       **state}
+                again = [e for e in edits if _already_made(e, now)]
                 if again:
                     out.rejected.append(
                         f"{f['code']} at {where}: its fix would insert `{one_line(again[0].new)}` at "
@@ -108,7 +112,7 @@ def search(ws: "Workspace", first: "Run", *, unsafe: bool, say: Callable[[str], 
                         "finding is still there: the same edit is not made twice")
                     continue
                 try:
-                    changes = plan(edits, ws.root, current=state)
+                    changes = plan(edits, ws.root, current=now)
                 except EditError as e:
                     raise CliUsageError(str(e)) from None
                 candidate = {**state, **{p: after for p, (_, after) in changes.items()}}
