@@ -408,5 +408,27 @@ def test_checks_in_the_copy_write_nothing_through_an_absolute_link_into_the_proj
     assert (runs / "log.txt").read_text() == "ran\n"  # the watched run's line: none of the checks'
 
 
+# --- reports and configs: a path that cannot be written is one line, and nothing is made --------------
+
+
+@pytest.mark.parametrize(("command", "option"), [("audit", "--output"), ("audit", "--html"), ("optimize", "--write")])
+@pytest.mark.parametrize(("named", "said"), [
+    ("missing/report.txt", "the folder 'missing' does not exist; create it or name a file in an existing folder"),
+    ("notes.txt/report.txt", "'notes.txt' is a file, not a folder; name a file in an existing folder"),
+])
+def test_a_report_in_a_folder_that_is_not_one_is_refused_in_one_line_and_nothing_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    command: str, option: str, named: str, said: str,
+) -> None:
+    from inplace_doctor.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine\n")
+    assert main([command, "inplace_doctor.examples:sigmoid_then_relu", option, named]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == f"inplace-doctor: error: cannot write {named!r}: {said}", line
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt"] and (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
