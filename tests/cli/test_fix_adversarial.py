@@ -278,7 +278,8 @@ def test_a_statement_over_several_lines_is_described_as_python_reads_it(tmp_path
 
 
 def fixes_of_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str) -> list[tuple[str, ...]]:
-    """The (old, new) of every edit of each error or warning finding of a program whose line 6 is `line`."""
+    """The (old, new) of every edit of each error or warning finding of a program with `line` between
+    the forward (h = sigmoid(w), g = tanh(w)) and the backward."""
     import runpy
 
     import inplace_doctor as ipd
@@ -286,7 +287,7 @@ def fixes_of_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str) ->
 
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "program.py"
-    path.write_text("import torch\ntorch.manual_seed(0)\nw = torch.randn(4, requires_grad=True)\n"
+    path.write_text("import torch\nimport torch.nn.functional as F\ntorch.manual_seed(0)\nw = torch.randn(4, requires_grad=True)\n"
                     f"h = torch.sigmoid(w)\ng = torch.tanh(w)\n{line}\n(h * g).sum().backward()\n")
     session = ipd.watch()
     with pytest.raises(RuntimeError), session:
@@ -306,6 +307,19 @@ def test_each_of_two_writes_on_one_line_gets_the_edit_of_its_own_statement(
 def test_two_writes_of_one_op_on_one_line_get_no_edit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # which statement wrote is not known from the line: before, both findings edited the first one
     assert set(fixes_of_each(tmp_path, monkeypatch, "h.mul_(2); g.mul_(3)")) == {()}
+
+
+@pytest.mark.parametrize(("line", "edit"), [
+    ("F.relu_(h)", ("F.relu_(h)", "h = F.relu(h)")),
+    ("torch.relu_(h)", ("torch.relu_(h)", "h = torch.relu(h)")),
+    ("h.relu_()", ("h.relu_()", "h = h.relu()")),
+    ("torch.clamp_(h, 0.2, 0.8)", ("torch.clamp_(h, 0.2, 0.8)", "h = torch.clamp(h, 0.2, 0.8)")),
+])
+def test_an_inplace_function_of_torch_is_rebound_on_its_argument_never_on_the_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, edit: tuple[str, str]
+) -> None:
+    # before: no edit, and the sentence said `F = F.relu(h)`
+    assert fixes_of_each(tmp_path, monkeypatch, line) == [edit]
 
 
 def test_a_finding_whose_line_another_fix_rewrote_is_the_one_it_was(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ not a literal) is `manual`, with no edits. The English for each fix is made in
 
 The forms: `h[i] = v` (a copy before the write, or, when the saving op is in
 that statement itself, the value computed first and written into a copy);
-`x op= y` (out of place, rebound); `x.relu_()` alone (rebound); `y = x.add_(1)`
+`x op= y` (out of place, rebound); `x.relu_()` alone (rebound); `F.relu_(h)` alone
+(`h = F.relu(h)`: the twin the imported module has, none for `init.zeros_`); `y = x.add_(1)`
 (the out-of-place method); `inplace=True` at the constructor (in a call over several lines too,
 or `nn.ReLU(True)`: by position, where torch.nn's signature puts it) or at a call;
 `t.data.op_()` and `t.data = v` (on the tensor itself); a helper writing into
@@ -25,7 +26,9 @@ import ast
 from ..findings import Applicability, Edit, Fix, FixKind
 from ..sites import Frame, Site, WriteForm
 from .fix_moves import step_fixes
-from .source import Located, Source, function_at, passed_argument, read, statement_at, written_statement
+from .source import (
+    Located, Source, function_at, out_of_place_function, passed_argument, read, statement_at, written_statement,
+)
 
 _OPS: dict[type[ast.operator], str] = {
     ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.MatMult: "@",
@@ -59,16 +62,18 @@ def write_fixes(site: Site, saved: Site | None = None) -> tuple[Fix, ...]:
     stmt = located.node
     if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, (ast.Name, ast.Attribute)):
         return (made(FixKind.OUT_OF_PLACE, source.replace(stmt, out_of_place(source, stmt))),)
-    rebound = _rebound(source, stmt)
+    rebound = _rebound(source, stmt) or _rebound_function(source, stmt)
     if rebound is not None:
         return (made(FixKind.REBIND, source.replace(stmt, rebound)),)
     call = _inplace_method_call(stmt)
-    if call is not None and (isinstance(stmt, ast.Expr) or _on_a_module(source, call)):
+    twin = out_of_place_function(source, call) if call is not None and _on_a_module(source, call) else None
+    if call is not None and (isinstance(stmt, ast.Expr) or (_on_a_module(source, call) and twin is None)):
         call = None  # its result unused: out of place would drop the write; `init.zeros_(w)` has no twin
-    if call is not None:  # `y = x.add_(1)`: the out-of-place method (x then keeps its values)
+    if call is not None:  # `y = x.add_(1)`: the out-of-place method (x then keeps its values); `y = F.relu_(x)`
         func = call.func
         assert isinstance(func, ast.Attribute)
-        return (made(FixKind.OUT_OF_PLACE, source.replace(call, _renamed_call(source, call, func.attr[:-1]))),)
+        new = f"{twin}{_arguments(source, call, func)}" if twin else _renamed_call(source, call, func.attr[:-1])
+        return (made(FixKind.OUT_OF_PLACE, source.replace(call, new)),)
     flag = _inplace_keyword(source, stmt)
     if flag is not None:
         return (made(FixKind.FLAG_OFF_AT_CALL, flag),)
@@ -117,6 +122,19 @@ def _rebound(source: Source, stmt: ast.stmt) -> str | None:
         receiver = receiver.value
     target = source.segment(receiver)
     return f"{target} = {target}.{func.attr[:-1]}{_arguments(source, call, func)}"
+
+
+def _rebound_function(source: Source, stmt: ast.stmt) -> str | None:
+    """`F.relu_(h)` or `torch.clamp_(self.h, 0, 1)` as the whole statement: the module's out-of-place
+    twin, its result bound to the written argument (`h = F.relu(h)`)."""
+    call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
+    if call is None or not call.args or not _is_reference(call.args[0]) or not _on_a_module(source, call):
+        return None
+    twin = out_of_place_function(source, call)
+    func = call.func
+    if twin is None or not isinstance(func, ast.Attribute):
+        return None
+    return f"{source.segment(call.args[0])} = {twin}{_arguments(source, call, func)}"
 
 
 def _arguments(source: Source, call: ast.Call, func: ast.Attribute) -> str:

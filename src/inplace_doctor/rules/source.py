@@ -17,6 +17,7 @@ import ast
 import functools
 import linecache
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -163,6 +164,37 @@ def _indexed(stmt: ast.stmt) -> str | None:
     if len(targets) == 1 and isinstance(targets[0], ast.Subscript) and isinstance(targets[0].value, ast.Name):
         return targets[0].value.id
     return None
+
+
+def out_of_place_function(source: Source, call: ast.Call) -> str | None:
+    """`F.relu` for `F.relu_(h)`: the out-of-place twin of an in-place function of a module the file
+    imports, when that module, as the program imported it, has one; None else (`init.zeros_` has none)."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr.endswith("_") and not func.attr.startswith("_")):
+        return None
+    path: list[str] = []
+    node = func.value
+    while isinstance(node, ast.Attribute):
+        path.insert(0, node.attr)
+        node = node.value
+    dotted = _modules_bound(source).get(node.id) if isinstance(node, ast.Name) else None
+    owner: object = sys.modules.get(dotted) if dotted else None  # never imported here: what the program ran
+    for attr in path:
+        owner = getattr(owner, attr, None)
+    twin = getattr(owner, func.attr[:-1], None) if owner is not None else None
+    return f"{source.segment(func.value)}.{func.attr[:-1]}" if callable(twin) else None
+
+
+def _modules_bound(source: Source) -> dict[str, str]:
+    """Name -> the module an import binds to it (`import torch.nn.functional as F`: F; `from torch.nn
+    import init`: init; `import torch.nn`: torch)."""
+    out: dict[str, str] = {}
+    for n in ast.walk(source.tree):
+        if isinstance(n, ast.Import):
+            out.update({a.asname or a.name.split(".")[0]: a.name if a.asname else a.name.split(".")[0] for a in n.names})
+        elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+            out.update({a.asname or a.name: f"{n.module}.{a.name}" for a in n.names})
+    return out
 
 
 def enclosing(source: Source, node: ast.stmt) -> Located | None:
