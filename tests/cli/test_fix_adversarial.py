@@ -322,6 +322,25 @@ def test_an_inplace_function_of_torch_is_rebound_on_its_argument_never_on_the_mo
     assert fixes_of_each(tmp_path, monkeypatch, line) == [edit]
 
 
+@pytest.mark.parametrize(("encoding", "head", "text"), [
+    ("utf-8", "", "🙂 𝔘"),  # characters outside the BMP: one character, four bytes each
+    ("latin-1", "# -*- coding: latin-1 -*-\r\n", "é à"),
+])
+def test_an_edit_after_wide_characters_on_its_line_lands_on_its_statement(
+    tmp_path: Path, encoding: str, head: str, text: str
+) -> None:
+    from inplace_doctor.rules.fix_builders import write_fixes
+    from inplace_doctor.sites import Site
+
+    path = tmp_path / "m.py"
+    data = (head + f'import torch\r\nh = torch.ones(2)\r\ntag = "{text}"; h.relu_()  # {text}\r\n').encode(encoding)
+    path.write_bytes(data)
+    line = 3 + bool(head)
+    [fix] = write_fixes(Site(op="aten.relu_", file=str(path), line=line))
+    write_all(plan(fix.edits, str(tmp_path)))
+    assert path.read_bytes() == data.replace(b"; h.relu_()", b"; h = h.relu()")
+
+
 def test_a_finding_whose_line_another_fix_rewrote_is_the_one_it_was(tmp_path: Path) -> None:
     from inplace_doctor.cli.fix_search import _renamed, _renames
     from inplace_doctor.cli.prove import How, Record, Run, judge
