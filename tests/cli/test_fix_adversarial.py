@@ -380,13 +380,13 @@ def committed(folder: Path, files: dict[str, bytes]) -> Path:
 
 
 # A BOM, CRLF, tabs, a non-ASCII comment on the written line, no ending after the last line.
-ODD = ("\ufeff# entraîné à la main\r\nimport torch\r\n\r\ntorch.manual_seed(0)\r\n"
+ODD = ("\ufeff# entraîné à la main\r\nimport torch\r\n\r\nprint('--- a/train.py')\r\ntorch.manual_seed(0)\r\n"
        "w = torch.randn(4, requires_grad=True)\r\nfor _ in range(2):\r\n\th = torch.sigmoid(w)\r\n"
        "\th[0] = 0  # é\r\n\th.sum().backward()\r\nprint(w.grad.tolist())").encode()
 
 
 @pytest.mark.slow
-def test_diff_changes_no_byte_nor_time_and_its_patch_is_what_fix_writes(tmp_path: Path) -> None:
+def test_diff_changes_no_byte_nor_time_and_its_patch_alone_on_stdout_is_what_fix_writes(tmp_path: Path) -> None:
     project = committed(tmp_path, {"train.py": ODD})
     script = project / "train.py"
     stamp = script.stat().st_mtime_ns
@@ -394,7 +394,8 @@ def test_diff_changes_no_byte_nor_time_and_its_patch_is_what_fix_writes(tmp_path
     assert shown.returncode == 1, shown.stderr
     assert script.read_bytes() == ODD and script.stat().st_mtime_ns == stamp
     assert git("status", "--porcelain", "--ignored", cwd=project).stdout == b""  # nothing left beside it
-    patch = shown.stdout[shown.stdout.index(b"--- a/train.py"):]
+    patch = shown.stdout  # the patch alone: the script's output (a line like a patch's) went to stderr
+    assert patch.startswith(b"--- a/train.py\n+++ b/train.py\n@@ ") and b"--- a/train.py" in shown.stderr
     want = ODD.replace(b"\th[0] = 0", b"\th = h.clone()\r\n\th[0] = 0")
     (tmp_path.parent / f"{tmp_path.name}.patch").write_bytes(patch)
     assert git("apply", str(tmp_path.parent / f"{tmp_path.name}.patch"), cwd=project).returncode == 0
