@@ -145,6 +145,33 @@ def test_a_named_pipe_or_a_socket_in_the_project_is_not_copied(tmp_path: Path) -
         server.close()
 
 
+def test_a_project_that_cannot_be_copied_is_one_usage_line_and_no_scratch_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file the user cannot read (as root there is none: copytree's own error, as it raises it)."""
+    import shutil
+    import tempfile
+
+    from inplace_doctor.cli.errors import CliUsageError
+    from inplace_doctor.cli.prove import Workspace
+
+    (tmp_path / "train.py").write_text("x = 1\n")
+    secret = str(tmp_path / "secret.txt")
+
+    def copytree(src: str, dst: str, **kw: object) -> None:
+        os.makedirs(dst)
+        raise shutil.Error([(secret, os.path.join(dst, "secret.txt"), f"[Errno 13] Permission denied: {secret!r}")])
+
+    monkeypatch.setattr(shutil, "copytree", copytree)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    with pytest.raises(CliUsageError, match=r"cannot copy the project to check the fixes on: \[Errno 13\] "
+                                             r"Permission denied: .*secret.txt' \(secret.txt\)$"):
+        Workspace(str(tmp_path), "train.py", [], None)
+    assert os.listdir(scratch) == []
+
+
 def test_a_read_only_file_is_refused_even_for_root_and_shown_with_diff(tmp_path: Path) -> None:
     import argparse
 
