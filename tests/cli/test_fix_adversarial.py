@@ -469,6 +469,14 @@ def test_checks_in_the_copy_write_nothing_through_an_absolute_link_into_the_proj
     assert (runs / "log.txt").read_text() == "ran\n"  # the watched run's line: none of the checks'
 
 
+def test_a_comment_is_kept_only_where_nothing_follows_it() -> None:
+    from inplace_doctor.render.fix_text import one_line
+
+    assert one_line("c_opt.step()  # before the actor's backward\n") == "c_opt.step()  # before the actor's backward"
+    assert one_line("x = 1  # one\ny = 2  # two\n") == "x = 1; y = 2  # two"
+    assert one_line('x = "#"  # hash\n') == 'x = "#"  # hash'
+
+
 # --- reports and configs: a path that cannot be written is one line, and nothing is made --------------
 
 

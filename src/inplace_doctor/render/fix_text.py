@@ -52,16 +52,19 @@ def one_line(code: str) -> str:
     `h.mul_(\\n    2,\\n)` is `h.mul_(2,)`. A fragment that is no statement keeps a `; ` per line."""
     statements: list[str] = []
     pending: list[str] = []
+    comment = ""  # the last statement's own comment: any other would swallow what follows it
     for raw in code.splitlines():
-        line = without_comment(raw).strip()  # a comment inside a call over lines would end the joined line
+        line = without_comment(raw).strip()
         if not line:
             continue
         continued = line.endswith("\\")
         pending.append(line[:-1].rstrip() if continued else line)
         if not continued and _parses(joined := _joined(pending)):
             statements.append(joined)
-            pending = []
-    return "; ".join([*statements, *pending])
+            comment, pending = raw.strip()[len(line):], []
+    if pending:
+        return "; ".join([*statements, *pending])
+    return "; ".join(statements) + comment
 
 
 def _joined(lines: list[str]) -> str:
