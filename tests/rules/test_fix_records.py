@@ -477,7 +477,8 @@ def test_a_write_inside_an_installed_package_gets_no_edit():
 
 def test_an_inplace_function_of_a_module_is_not_rebound_as_if_it_were_a_method():
     """`torch.nn.init.zeros_(w)` is no tensor's method: `torch.nn.init = torch.nn.init.zeros(w)` would be
-    nonsense, and `init` has no `zeros`: a module's in-place function gets no edit."""
+    nonsense, and `init` has no `zeros`: no edit. `F.relu_(h)` is rebound on its argument with the
+    twin the imported module has (`h = F.relu(h)`), never on the module."""
     from inplace_doctor.rules.fix_builders import write_fixes
     from inplace_doctor.sites import Site
 
@@ -492,7 +493,9 @@ def test_an_inplace_function_of_a_module_is_not_rebound_as_if_it_were_a_method()
         h.relu_()
     """)
     fixes = {line: write_fixes(Site(op="aten.zero_", file=str(path), line=line)) for line in range(4, 9)}
-    assert fixes[4] == fixes[5] == fixes[6] == fixes[7] == ()  # which function is the twin is not known
+    assert fixes[4] == fixes[5] == ()  # torch.nn.init has no out-of-place twin
+    assert [e.new for e in fixes[6][0].edits] == ["h = F.relu(h)"]
+    assert [(e.old, e.new) for e in fixes[7][0].edits] == [("F.relu_(h)", "F.relu(h)")]
     assert [e.new for e in fixes[8][0].edits] == ["h = h.relu()"]
 
 

@@ -22,10 +22,12 @@
    program no longer has; no edit is made twice.
 
 Refusals (one line, exit 2, nothing written): a file outside the working
-directory or under the Python installation, a file not writable, a file with
+directory or under the Python installation, a file not writable or read-only
+(no write permission bit, even for root), a file with
 uncommitted changes or not in git, or git missing (`--force` skips the git
 checks), a file changed since the run. `--diff` prints the patch, byte for byte
-as it would be written, and writes nothing.
+as it would be written (`git apply` takes it), and writes nothing: stdout is the
+patch alone, the script's output and fix's own lines go to stderr.
 
 Exit codes: 0 when the edits were written and the edited script ran to the end
 with no error or warning finding (or there was nothing to fix); 1 when findings
@@ -35,12 +37,13 @@ remain, no fix was proven, or with `--diff`; 2 for a refusal.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .errors import CliUsageError
 from .fix_search import where_written
@@ -72,7 +75,7 @@ def add_parser(sub: "Subcommands") -> None:
                     "and backward of the sum of its outputs. For a report with the proven fixes marked (JSON, SARIF for code scanning) and no file "
                     "changed: `inplace-doctor run --prove`.",
     )
-    fixer.add_argument("--diff", action="store_true", help="print the patch, byte for byte; change no file")
+    fixer.add_argument("--diff", action="store_true", help="print the patch, byte for byte, alone on stdout (the rest on stderr); change no file")
     fixer.add_argument("--force", action="store_true", help="skip git's checks (uncommitted changes, git missing)")
     fixer.add_argument("--unsafe-fixes", action="store_true",
                        help="also apply fixes whose finding goes but whose results are not proven equal")
@@ -84,6 +87,14 @@ def add_parser(sub: "Subcommands") -> None:
 
 
 def command(ns: argparse.Namespace) -> int:
+    if not ns.diff:
+        return _command(ns, sys.stdout)
+    patch = sys.stdout  # the patch alone (`fix --diff train.py > fix.patch`): the script's output and ours to stderr
+    with contextlib.redirect_stdout(sys.stderr):
+        return _command(ns, patch)
+
+
+def _command(ns: argparse.Namespace, patch: TextIO) -> int:
     from .prove import Workspace, serious
     from .source_edits import fixes_from_json
 
@@ -124,12 +135,12 @@ def command(ns: argparse.Namespace) -> int:
     _refuse(ns, root, {os.path.join(root, e.path) for e in edited})
     ws = Workspace(root, script, args, ns.steps, module=bool(ns.module))
     try:
-        return _fix(ns, ws, first)
+        return _fix(ns, ws, first, patch)
     finally:
         ws.close()
 
 
-def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run") -> int:
+def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run", patch: TextIO) -> int:
     from .fix_search import search, why_not
     from .prove import identity, serious
     from .source_edits import EditError, unified_diff, write_all
@@ -152,9 +163,9 @@ def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run") -> int:
     changes = {p: (ws.original(p) or b"", data) for p, data in found.state.items()}
     _refuse(ns, ws.root, set(changes))
     if ns.diff:
-        sys.stdout.flush()
-        sys.stdout.buffer.write(unified_diff(changes, ws.root))
-        sys.stdout.buffer.flush()
+        patch.flush()
+        patch.buffer.write(unified_diff(changes, ws.root))
+        patch.buffer.flush()
         return 1
     try:
         write_all(changes)
@@ -221,17 +232,30 @@ def _refuse(ns: argparse.Namespace, root: str, paths: set[str]) -> None:
         if not os.access(path, os.W_OK) or not os.access(os.path.dirname(path), os.W_OK):
             raise CliUsageError(f"{os.path.relpath(path)} is not writable (nor its folder): fix writes the edited file "
                                 "beside it and renames it over; see the edit with --diff")
+        mode = os.stat(path).st_mode
+        if not mode & 0o222:  # made read-only on purpose: root may write it, and fix does not
+            raise CliUsageError(f"{os.path.relpath(path)} is read-only (mode {mode & 0o7777:04o}): fix changes no file "
+                                "made read-only; make it writable (chmod u+w) to have it edited, or see the edit with --diff")
         if not ns.force:
             _refuse_uncommitted(path)
 
 
 def _refuse_uncommitted(path: str) -> None:
-    folder = os.path.dirname(path)
-    tracked = subprocess.run(["git", "ls-files", "--error-unmatch", path], cwd=folder, capture_output=True)
-    if tracked.returncode != 0:
-        raise CliUsageError(f"{os.path.relpath(path)} is not committed to git, so the edit could not be undone: "
-                            "commit it first, see the edit with --diff, or pass --force")
-    changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", path], cwd=folder, capture_output=True)
-    if changed.returncode != 0:
-        raise CliUsageError(f"{os.path.relpath(path)} has uncommitted changes: commit them first, see the edit with "
-                            "--diff, or pass --force")
+    """Exit status 1 is git's answer (not tracked; changed); any other is git failing to answer
+    (no repository, a repository git will not read as this user, no commit yet): its own words."""
+    folder, shown = os.path.dirname(path), os.path.relpath(path)
+    tracked = subprocess.run(["git", "ls-files", "--error-unmatch", path], cwd=folder, capture_output=True, text=True)
+    if tracked.returncode == 1:
+        raise CliUsageError(f"{shown} is not committed to git, so the edit could not be undone: commit it first, see "
+                            "the edit with --diff, or pass --force")
+    if tracked.returncode == 0:
+        changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", path], cwd=folder, capture_output=True, text=True)
+        if changed.returncode == 1:
+            raise CliUsageError(f"{shown} has uncommitted changes: commit them first, see the edit with --diff, or "
+                                "pass --force")
+        if changed.returncode == 0:
+            return
+        tracked = changed
+    said = (tracked.stderr.strip().splitlines() or [f"exit {tracked.returncode}"])[0]
+    raise CliUsageError(f"git cannot say whether {shown} is committed ({said}), so the edit might not be undone: "
+                        "see the edit with --diff, or pass --force")

@@ -13,6 +13,7 @@ report can carry what was checked as each fix's `Evidence`.
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
@@ -99,7 +100,11 @@ def search(ws: "Workspace", first: "Run", *, unsafe: bool, say: Callable[[str], 
                 if key in tried:
                     continue
                 tried.add(key)
-                again = [e for e in edits if _already_made(e, state)]
+                # the files as fix started (the copy every run starts from), the accepted edits made:
+                # a file the user changes meanwhile is neither checked nor written (write_all refuses)
+                now = {**{p: data for e in edits if (data := ws.original(p := os.path.realpath(e.path))) is not None},
+                       **state}
+                again = [e for e in edits if _already_made(e, now)]
                 if again:
                     out.rejected.append(
                         f"{f['code']} at {where}: its fix would insert `{one_line(again[0].new)}` at "
@@ -107,7 +112,7 @@ def search(ws: "Workspace", first: "Run", *, unsafe: bool, say: Callable[[str], 
                         "finding is still there: the same edit is not made twice")
                     continue
                 try:
-                    changes = plan(edits, ws.root, current=state)
+                    changes = plan(edits, ws.root, current=now)
                 except EditError as e:
                     raise CliUsageError(str(e)) from None
                 candidate = {**state, **{p: after for p, (_, after) in changes.items()}}
@@ -115,14 +120,19 @@ def search(ws: "Workspace", first: "Run", *, unsafe: bool, say: Callable[[str], 
                 say(f"inplace-doctor: checking the fix for {f['code']} at {where} on a copy of the project: {described}")
                 flag = f["code"] == "IPD105"  # the intended program is the out-of-place one: verify's
                 trial = ws.run(candidate, verify=flag)
-                verdict = _verified(target, trial, known) if flag else _judge(target, trial, reference, known)
+                renames = _renames(changes, ws.root)  # a finding on a line the edit rewrote is still the one it was
+                seen = known | _renamed(known, renames)
+                also = frozenset(_renamed({target}, renames))
+                was = sum(identity(g, tree) == target for g in serious(findings))
+                verdict = (_verified(target, trial, seen, also, was) if flag
+                           else _judge(target, trial, reference, seen, also, was))
                 out.tried.append(Tried(target, replace(fx, edits=edits), verdict, alone=not state))
                 if not (verdict.proven or verdict.on_the_way or (unsafe and verdict.gone)):
                     out.rejected.append(f"{f['code']} at {where}: {described}: {why_not(verdict)}")
                     continue
                 out.accepted.append(Accepted(f["code"], where, target, replace(fx, edits=edits), verdict, described))
                 state, findings, tree = candidate, trial.findings, trial.tree
-                known |= {identity(g, tree) for g in serious(findings)}
+                known = seen | {identity(g, tree) for g in serious(findings)}
                 if flag and verdict.proven:  # what is meant from here on: the program with the flag off
                     reference = ws.run(state, reference=True)
                 progress = True
@@ -197,27 +207,56 @@ def where_edit(edit: "Edit", root: str) -> str:
     return f"{os.path.relpath(edit.path, root) if os.path.isabs(edit.path) else edit.path}:{edit.start.line}"
 
 
-def _judge(target: "Identity", trial: "Run", reference: "Run", known: "set[Identity]") -> "Verdict":
+def _judge(target: "Identity", trial: "Run", reference: "Run", known: "set[Identity]", also: "frozenset[Identity]",
+           was: int) -> "Verdict":
     from .prove import How, Record, judge
 
-    return judge(target, trial, reference.record or Record(How.NOT_STARTED, "", 0, ()), known)
+    return judge(target, trial, reference.record or Record(How.NOT_STARTED, "", 0, ()), known, also=also, was=was)
 
 
-def _verified(target: "Identity", trial: "Run", known: "set[Identity]") -> "Verdict":
+def _verified(target: "Identity", trial: "Run", known: "set[Identity]", also: "frozenset[Identity]",
+              was: int) -> "Verdict":
     """An IPD105 flag change judged by `run --verify`: every model the edited script ran computes
     what its out-of-place form computes."""
-    from .prove import How, Record, Verdict, identity, judge, serious
+    from .prove import How, Record, Verdict, judge
 
-    verdict = judge(target, trial, Record(How.NOT_STARTED, "", 0, ()), known)  # for gone and new; the record is not the measure here
+    # for gone and new; the record is not the measure here
+    verdict = judge(target, trial, Record(How.NOT_STARTED, "", 0, ()), known, also=also, was=was)
     report = trial.report or {}
     results = report.get("verify_results")  # `run --verify`'s verdicts as records: nothing reads its notes
     outcomes = [r.get("outcome") for r in results] if isinstance(results, list) else []
-    outside = [f for f in serious(trial.findings) if identity(f, trial.tree) == target]
-    ok = bool(outcomes) and all(o == "equivalent" for o in outcomes) and not outside
+    ok = bool(outcomes) and all(o == "equivalent" for o in outcomes) and verdict.gone
     return Verdict(verdict.gone, verdict.new, "equal" if ok else "differs",
                    "" if ok else ("no model ran while the script was watched" if not outcomes
                                   else "verify did not find every model equivalent to its out-of-place form"),
                    trial.record.steps if trial.record is not None else 0)
+
+
+def _renames(changes: dict[str, tuple[bytes, bytes]], root: str) -> dict[tuple[str, str], set[str]]:
+    """(file relative to the project, a line's text) -> what that line reads after the edits, for
+    each line an edit rewrote in place (not one it inserted or removed): how a finding's name moves."""
+    from .source_edits import Source
+
+    out: dict[tuple[str, str], set[str]] = {}
+    for path, (before, after) in changes.items():
+        rel = os.path.relpath(path, root)
+        old, new = (_texts(Source.of(data, path)) for data in (before, after))
+        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+            if tag == "replace" and i2 - i1 == j2 - j1:
+                for a, b in zip(old[i1:i2], new[j1:j2]):
+                    out.setdefault((rel, a), set()).add(b)
+    return out
+
+
+def _texts(source: "Source") -> list[str]:
+    """Each line's text as a finding's identity names it (whitespace runs as one space)."""
+    starts = source.line_starts()
+    ends = [*starts[1:], len(source.data)]
+    return [" ".join(source.data[a:b].decode(source.encoding, "replace").split()) for a, b in zip(starts, ends)]
+
+
+def _renamed(ids: "set[Identity]", renames: dict[tuple[str, str], set[str]]) -> "set[Identity]":
+    return {(code, rel, text) for code, rel, old in ids for text in renames.get((rel, old), ())}
 
 
 def why_not(v: "Verdict") -> str:

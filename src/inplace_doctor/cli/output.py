@@ -141,8 +141,9 @@ def _new_file(option: str, given: str, path: str, *, force: bool) -> Destination
 def _check_folder(given: str, path: str) -> None:
     folder, shown = os.path.dirname(path), os.path.dirname(given) or "."
     if not os.path.isdir(folder):
-        why = "is not a folder" if os.path.exists(folder) else "does not exist"
-        raise CliUsageError(f"cannot write {given!r}: the folder {shown!r} {why}; create it or name a file in an existing folder")
+        if os.path.exists(folder):
+            raise CliUsageError(f"cannot write {given!r}: {shown!r} is a file, not a folder; name a file in an existing folder")
+        raise CliUsageError(f"cannot write {given!r}: the folder {shown!r} does not exist; create it or name a file in an existing folder")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise CliUsageError(
             f"cannot write {given!r}: the folder {shown!r} is not writable (permission denied, or a read-only file "

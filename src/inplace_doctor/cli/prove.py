@@ -19,11 +19,14 @@ import enum
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+from .errors import CliUsageError
 
 SKIPPED = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache",
                      ".pytest_cache", ".ruff_cache", "node_modules"})
@@ -110,10 +113,16 @@ class Verdict:
         return self.gone and self.comparison == "prefix"
 
 
-def judge(target: Identity, trial: Run, reference: Record, known: set[Identity]) -> Verdict:
-    ids = {identity(f, trial.tree) for f in serious(trial.findings)}
+def judge(target: Identity, trial: Run, reference: Record, known: set[Identity], *,
+          also: frozenset[Identity] = frozenset(), was: int = 1) -> Verdict:
+    """`also`: the target as the edits renamed it (its line rewritten: `h.mul_(2); g.mul_(3)` reads
+    `h = h.mul(2); g.mul_(3)`); `was`: how many findings had the target's name before (two writes
+    on one line share it). The target is gone when fewer are left under either name."""
+    found = [identity(f, trial.tree) for f in serious(trial.findings)]
+    ids, names = set(found), {target} | also
     new = sorted(i for i in ids if i not in known)
-    verdict = Verdict(gone=target not in ids, new=new)
+    left = sum(i in names for i in found)
+    verdict = Verdict(gone=left < was, new=new)
     record = trial.record
     if record is None:
         verdict.first_difference = "the edited program left no record (it did not start)"
@@ -144,9 +153,9 @@ def judge(target: Identity, trial: Run, reference: Record, known: set[Identity])
         verdict.first_difference = f"the edited program recorded {got_streams[extra[0]][0][0]}, the intended one did not"
     elif not shorter and (record.how, record.detail) == (reference.how, reference.detail):  # every stream, the end included, equal
         verdict.comparison = "equal"
-    elif shorter and record.how is How.RAISED and ids - {target}:
+    elif shorter and record.how is How.RAISED and (others := ids - names if not left else ids):
         # stopped by another finding (one no run had reached, or one reported and not yet fixed)
-        code, path, text = sorted(ids - {target}, key=lambda i: (i in known, i))[0]
+        code, path, text = sorted(others, key=lambda i: (i in known, i))[0]
         verdict.comparison = "prefix"
         verdict.first_difference = f"the edited program stopped at {code} at {path}: {text} (the next finding to fix)"
     else:
@@ -167,7 +176,14 @@ class Workspace:
         self.args, self.steps = args, steps
         self.tmp = tempfile.mkdtemp(prefix="inplace-doctor-fix-")
         self.base = os.path.join(self.tmp, "base")
-        shutil.copytree(self.root, self.base, symlinks=True, ignore=_skip)
+        try:
+            shutil.copytree(self.root, self.base, symlinks=True, ignore=_skip)
+        except shutil.Error as e:  # a file that cannot be read (permissions): one line, the copy gone
+            self.close()
+            source, _, why = e.args[0][0] if e.args and e.args[0] else ("", "", str(e))
+            raise CliUsageError(f"cannot copy the project to check the fixes on: {why}"
+                                f"{f' ({os.path.relpath(source, self.root)})' if source else ''}") from None
+        _links_into_the_copy(self.root, self.base)
         self._count = 0
 
     def close(self) -> None:
@@ -234,7 +250,38 @@ class Workspace:
 
 
 def _skip(folder: str, names: list[str]) -> set[str]:
-    return {n for n in names if n in SKIPPED}
+    """Caches and environments, and files that hold no bytes to copy (a named pipe, a socket, a
+    device: copying one would block on it or fail)."""
+    return {n for n in names if n in SKIPPED or _special(os.path.join(folder, n))}
+
+
+def _special(path: str) -> bool:
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
+
+
+def _links_into_the_copy(root: str, copy: str) -> None:
+    """Each symbolic link of the copy names what the user's names, as seen from the copy: a place
+    inside the project, its copy (an absolute link would lead a run back into the user's files: its
+    checkpoints written there, its imports unedited); a place outside, that place (a relative link
+    would lead nowhere from the scratch folder)."""
+    for folder, dirs, files in os.walk(copy):
+        for name in (*dirs, *files):
+            link = os.path.join(folder, name)
+            if not os.path.islink(link):
+                continue
+            target = os.readlink(link)
+            real = os.path.realpath(os.path.join(root, os.path.relpath(link, copy)))
+            if real == root or real.startswith(os.path.join(root, "")):
+                new = os.path.relpath(os.path.join(copy, os.path.relpath(real, root)), folder)
+            else:
+                new = target if os.path.isabs(target) else real
+            if new != target:
+                os.unlink(link)
+                os.symlink(new, link)
 
 
 def _load(path: str) -> dict[str, Any] | None:

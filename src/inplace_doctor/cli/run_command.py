@@ -179,7 +179,11 @@ def _proven(report: "Report", root: str, target: str, args: list[str], module: b
         if not ns.output:
             print(line, file=sys.stderr)
 
-    ws = Workspace(root, target, args, ns.steps, module=module, options=options)
+    try:
+        ws = Workspace(root, target, args, ns.steps, module=module, options=options)
+    except CliUsageError as e:  # the project cannot be copied: the report stands, unproven
+        report.notes.append(f"--prove: no fix was checked: {e}")
+        return report
     try:
         found = search(ws, first, unsafe=False, say=say)
     except CliUsageError as e:  # an edit that cannot be planned: the report stands, unproven

@@ -7,18 +7,21 @@ a PEP 263 coding line, else UTF-8: `tokenize.detect_encoding`, as Python reads
 it), each position becomes a byte offset within its line, and the new text is
 encoded and spliced in. Every byte outside the edited ranges is the file's own:
 CRLF or CR line endings, the BOM, a latin-1 byte. A newline inside an edit's new
-text takes the ending of the line it lands on.
+text takes the ending of the line it lands on (on a last line without one, the
+ending of the line before it).
 
 Before anything is written: each edit's range must read its `old` text (else the
 file changed since the run), edits of one file must not overlap, and each result
 must parse. `write_all` then replaces the files atomically (a temporary file in
-the same folder, renamed over the original), and puts back those already
-replaced if a later one fails: edits that span files land all or nothing.
+the same folder with the original's mode and, where allowed, owner, on disk before
+it is renamed over the original), and puts back those already replaced if a later
+one fails: edits that span files land all or nothing.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
 import io
 import os
@@ -83,12 +86,20 @@ class Source:
         return begin + len(text[: pos.column].encode(self.encoding))
 
     def ending_at(self, offset: int) -> bytes:
-        """The line ending of the line holding `offset` (\\n for a last line without one)."""
+        """The line ending of the line holding `offset`; for a last line without one, the ending of
+        the line before it (a CRLF file keeps CRLF), and \\n in a file of one line."""
         end = self.data.find(b"\n", offset)
         cr = self.data.find(b"\r", offset)
         if cr != -1 and (end == -1 or cr < end):
             return b"\r\n" if self.data[cr + 1 : cr + 2] == b"\n" else b"\r"
-        return b"\n"
+        if end != -1:
+            return b"\n"
+        last = max(self.data.rfind(b"\n", 0, offset), self.data.rfind(b"\r", 0, offset))
+        if last == -1:
+            return b"\n"
+        if self.data[last : last + 1] == b"\r":
+            return b"\r"
+        return b"\r\n" if self.data[last - 1 : last] == b"\r" else b"\n"
 
 
 def _plain(text: str) -> str:
@@ -206,7 +217,12 @@ def _staged(path: str, data: bytes) -> str:
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
-        os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+            out.flush()
+            old = os.stat(path)
+            with contextlib.suppress(OSError):  # the owner kept where allowed (root editing a user's file)
+                os.fchown(out.fileno(), old.st_uid, old.st_gid)
+            os.fchmod(out.fileno(), old.st_mode & 0o7777)  # after chown, which may clear set-id bits
+            os.fsync(out.fileno())  # on disk before the rename makes it the file
     except BaseException:
         os.unlink(tmp)
         raise
@@ -214,15 +230,20 @@ def _staged(path: str, data: bytes) -> str:
 
 
 def unified_diff(changes: Mapping[str, tuple[bytes, bytes]], root: str) -> bytes:
-    """The patch, in bytes: each line exactly as it will be written (its CRLF, its encoding)."""
-    out = b""
+    """The patch, in bytes: each line exactly as it will be written (its CRLF, its encoding), lines
+    split at \\n only (a CR is a byte of its line, as git and patch read it), a last line without
+    an ending marked `\\ No newline at end of file`: what `git apply` and `patch` take."""
+    out = []
     for path, (before, after) in changes.items():
-        shown = os.path.relpath(path, root).encode()
-        out += b"".join(difflib.diff_bytes(
-            difflib.unified_diff, before.splitlines(keepends=True), after.splitlines(keepends=True),
-            b"a/" + shown, b"b/" + shown,
-        ))
-    return out
+        shown = os.fsencode(os.path.relpath(path, root))  # a file name that is not UTF-8 keeps its bytes
+        for line in difflib.diff_bytes(difflib.unified_diff, _lines(before), _lines(after), b"a/" + shown, b"b/" + shown):
+            out.append(line if line.endswith(b"\n") else line + b"\n\\ No newline at end of file\n")
+    return b"".join(out)
+
+
+def _lines(data: bytes) -> list[bytes]:
+    lines = data.split(b"\n")
+    return [line + b"\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
 
 
 def fixes_from_json(finding: Mapping[str, Any]) -> tuple[Fix, ...]:

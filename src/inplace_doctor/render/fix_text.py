@@ -47,8 +47,42 @@ def _at(edit: Edit) -> str:
 
 
 def one_line(code: str) -> str:
-    """Statements on several lines shown on one, as Python would accept them: `a = f(b); b = a`."""
-    return "; ".join(line.strip() for line in code.splitlines() if line.strip())
+    """Statements on several lines shown on one, as Python would accept them: `a = f(b); b = a`;
+    one statement over several lines (in brackets, after a backslash) joined into one:
+    `h.mul_(\\n    2,\\n)` is `h.mul_(2,)`. A fragment that is no statement keeps a `; ` per line."""
+    statements: list[str] = []
+    pending: list[str] = []
+    comment = ""  # the last statement's own comment: any other would swallow what follows it
+    for raw in code.splitlines():
+        line = without_comment(raw).strip()
+        if not line:
+            continue
+        continued = line.endswith("\\")
+        pending.append(line[:-1].rstrip() if continued else line)
+        if not continued and _parses(joined := _joined(pending)):
+            statements.append(joined)
+            comment, pending = raw.strip()[len(line):], []
+    if pending:
+        return "; ".join([*statements, *pending])
+    return "; ".join(statements) + comment
+
+
+def _joined(lines: list[str]) -> str:
+    """Physical lines of one statement, with a space between them except inside brackets' edges and
+    before an attribute (`h` and `.mul_(2)`)."""
+    out = lines[0]
+    for line in lines[1:]:
+        tight = out.endswith(("(", "[", "{")) or line.startswith((")", "]", "}", "."))
+        out += line if tight or not out else f" {line}"
+    return out
+
+
+def _parses(text: str) -> bool:
+    try:
+        ast.parse(text)
+    except SyntaxError:
+        return False
+    return True
 
 
 def _clone(fix: Fix, finding: Finding, root_label: str) -> str:

@@ -10,8 +10,10 @@ not a literal) is `manual`, with no edits. The English for each fix is made in
 
 The forms: `h[i] = v` (a copy before the write, or, when the saving op is in
 that statement itself, the value computed first and written into a copy);
-`x op= y` (out of place, rebound); `x.relu_()` alone (rebound); `y = x.add_(1)`
-(the out-of-place method); `inplace=True` at the constructor or at a call;
+`x op= y` (out of place, rebound); `x.relu_()` alone (rebound); `F.relu_(h)` alone
+(`h = F.relu(h)`: the twin the imported module has, none for `init.zeros_`); `y = x.add_(1)`
+(the out-of-place method); `inplace=True` at the constructor (in a call over several lines too,
+or `nn.ReLU(True)`: by position, where torch.nn's signature puts it) or at a call;
 `t.data.op_()` and `t.data = v` (on the tensor itself); a helper writing into
 its argument (a copy at the call); memory handed out (copied where it is
 handed out). An update of parameters is `rules/fix_moves.py`'s.
@@ -22,9 +24,11 @@ from __future__ import annotations
 import ast
 
 from ..findings import Applicability, Edit, Fix, FixKind
-from ..sites import Frame, Site
+from ..sites import Frame, Site, WriteForm
 from .fix_moves import step_fixes
-from .source import Located, Source, function_at, passed_argument, read, statement_at
+from .source import (
+    Located, Source, function_at, out_of_place_function, passed_argument, read, statement_at, written_statement,
+)
 
 _OPS: dict[type[ast.operator], str] = {
     ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.MatMult: "@",
@@ -44,11 +48,12 @@ def made(kind: FixKind, *edits: Edit | None) -> Fix:
 def write_fixes(site: Site, saved: Site | None = None) -> tuple[Fix, ...]:
     """The fix for an in-place write at `site` (`saved`: where the tensor it wrote was saved, if any)."""
     if site.module_inplace and site.module is not None:
-        return (flag_at_constructor(site.origin),)
+        return (flag_at_constructor(site.origin, site.module_type),)
     if site.api and site.api.endswith(".step"):
         return step_fixes(site, None)
     source = read(site.file)
-    located = statement_at(source, site.line) if source is not None else None
+    augmented = site.form is WriteForm.AUGMENTED
+    located = written_statement(source, site.line, site.op, augmented) if source is not None else None
     if source is None or located is None:
         return ()
     argument = argument_fix(site, source, located)
@@ -57,16 +62,18 @@ def write_fixes(site: Site, saved: Site | None = None) -> tuple[Fix, ...]:
     stmt = located.node
     if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, (ast.Name, ast.Attribute)):
         return (made(FixKind.OUT_OF_PLACE, source.replace(stmt, out_of_place(source, stmt))),)
-    rebound = _rebound(source, stmt)
+    rebound = _rebound(source, stmt) or _rebound_function(source, stmt)
     if rebound is not None:
         return (made(FixKind.REBIND, source.replace(stmt, rebound)),)
     call = _inplace_method_call(stmt)
-    if call is not None and (isinstance(stmt, ast.Expr) or _on_a_module(source, call)):
+    twin = out_of_place_function(source, call) if call is not None and _on_a_module(source, call) else None
+    if call is not None and (isinstance(stmt, ast.Expr) or (_on_a_module(source, call) and twin is None)):
         call = None  # its result unused: out of place would drop the write; `init.zeros_(w)` has no twin
-    if call is not None:  # `y = x.add_(1)`: the out-of-place method (x then keeps its values)
+    if call is not None:  # `y = x.add_(1)`: the out-of-place method (x then keeps its values); `y = F.relu_(x)`
         func = call.func
         assert isinstance(func, ast.Attribute)
-        return (made(FixKind.OUT_OF_PLACE, source.replace(call, _renamed_call(source, call, func.attr[:-1]))),)
+        new = f"{twin}{_arguments(source, call, func)}" if twin else _renamed_call(source, call, func.attr[:-1])
+        return (made(FixKind.OUT_OF_PLACE, source.replace(call, new)),)
     flag = _inplace_keyword(source, stmt)
     if flag is not None:
         return (made(FixKind.FLAG_OFF_AT_CALL, flag),)
@@ -115,6 +122,19 @@ def _rebound(source: Source, stmt: ast.stmt) -> str | None:
         receiver = receiver.value
     target = source.segment(receiver)
     return f"{target} = {target}.{func.attr[:-1]}{_arguments(source, call, func)}"
+
+
+def _rebound_function(source: Source, stmt: ast.stmt) -> str | None:
+    """`F.relu_(h)` or `torch.clamp_(self.h, 0, 1)` as the whole statement: the module's out-of-place
+    twin, its result bound to the written argument (`h = F.relu(h)`)."""
+    call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
+    if call is None or not call.args or not _is_reference(call.args[0]) or not _on_a_module(source, call):
+        return None
+    twin = out_of_place_function(source, call)
+    func = call.func
+    if twin is None or not isinstance(func, ast.Attribute):
+        return None
+    return f"{source.segment(call.args[0])} = {twin}{_arguments(source, call, func)}"
 
 
 def _arguments(source: Source, call: ast.Call, func: ast.Attribute) -> str:
@@ -169,22 +189,56 @@ def _inplace_keyword(source: Source, stmt: ast.stmt) -> Edit | None:
     return source.replace(keywords[0].value, "False") if len(keywords) == 1 else None
 
 
-def flag_at_constructor(origin: Frame | None) -> Fix:
-    """`inplace=True` -> `inplace=False` where the module was constructed (manual without a literal there)."""
+def flag_at_constructor(origin: Frame | None, module_type: str | None = None) -> Fix:
+    """`inplace=True` -> `inplace=False` (or `nn.ReLU(True)` -> `nn.ReLU(False)`) in the constructor
+    call on the line the module was constructed from, however many lines that call spans (manual
+    without a literal there, or with two such calls on the line: which one ran is not known)."""
     if origin is None:
         return Fix(FixKind.FLAG_OFF_AT_CONSTRUCTOR)
     source = read(origin.file)
     located = statement_at(source, origin.line) if source is not None else None
     if source is None or located is None:
         return Fix(FixKind.FLAG_OFF_AT_CONSTRUCTOR)
-    on_line = [
-        kw for n in ast.walk(located.node) if isinstance(n, ast.Call) for kw in n.keywords
-        if kw.arg == "inplace" and isinstance(kw.value, ast.Constant) and kw.value.value is True
-        and kw.value.lineno == origin.line
+    flags = [
+        flag for n in ast.walk(located.node)
+        if isinstance(n, ast.Call) and n.lineno <= origin.line <= (n.end_lineno or n.lineno)
+        and (flag := _inplace_true(n, module_type)) is not None
     ]
-    if len(on_line) != 1:  # none, or two modules built on one line: which one ran is not known
+    if len(flags) != 1:
         return Fix(FixKind.FLAG_OFF_AT_CONSTRUCTOR)
-    return made(FixKind.FLAG_OFF_AT_CONSTRUCTOR, source.replace(on_line[0].value, "False"))
+    return made(FixKind.FLAG_OFF_AT_CONSTRUCTOR, source.replace(flags[0], "False"))
+
+
+def _inplace_true(call: ast.Call, module_type: str | None) -> ast.expr | None:
+    """The literal True `call` passes for `inplace`: by keyword, or by position in a call naming
+    `module_type`, a torch.nn module whose signature says where `inplace` stands."""
+    for kw in call.keywords:
+        if kw.arg == "inplace":
+            return kw.value if _is_true(kw.value) else None
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    index = _inplace_position(module_type) if name is not None and name == module_type else None
+    if index is None or index >= len(call.args) or any(isinstance(a, ast.Starred) for a in call.args[: index + 1]):
+        return None
+    return call.args[index] if _is_true(call.args[index]) else None
+
+
+def _is_true(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
+
+
+def _inplace_position(module_type: str | None) -> int | None:
+    """Where `inplace` stands among the positional parameters of torch.nn's `module_type`."""
+    import inspect
+
+    import torch
+
+    cls = getattr(torch.nn, module_type or "", None)
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    names = [p.name for p in list(inspect.signature(cls.__init__).parameters.values())[1:] if p.kind in kinds]
+    return names.index("inplace") if "inplace" in names else None
 
 
 def _indexed_base(stmt: ast.stmt) -> str | None:

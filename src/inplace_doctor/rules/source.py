@@ -17,6 +17,7 @@ import ast
 import functools
 import linecache
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -130,6 +131,70 @@ def statement_at(source: Source, line: int | None) -> Located | None:
             if best is None or span < (best.node.end_lineno or 0) - best.node.lineno:
                 best = Located(stmt, tuple(block), owner)
     return best
+
+
+def written_statement(source: Source, line: int | None, op: str, augmented: bool) -> Located | None:
+    """The statement at `line` that made the write `op` (`aten.mul_`): of several simple statements
+    on the line (`h.mul_(2); g.mul_(3)`), the one calling that method (an augmented assignment for
+    `x += y`), or the indexed assignments to one tensor (`h[0] = 0; h[1] = 0`: a copy before the
+    first serves both); None when the line leaves it open which statement wrote."""
+    located = statement_at(source, line)
+    if located is None or line is None:
+        return located
+    sharing = [s for s in located.block if s.lineno <= line <= (s.end_lineno or s.lineno)]
+    if len(sharing) < 2:
+        return located
+    name = op.rsplit(".", 1)[-1]
+    writing = [
+        s for s in sharing
+        if (isinstance(s, ast.AugAssign) if augmented else any(
+            isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == name for n in ast.walk(s)))
+    ] or [s for s in sharing if _indexed(s) is not None]
+    if not writing:
+        return located
+    bases = {_indexed(s) for s in writing}
+    if len(writing) > 1 and (len(bases) > 1 or None in bases):
+        return None
+    return Located(writing[0], located.block, located.owner)
+
+
+def _indexed(stmt: ast.stmt) -> str | None:
+    """`h` of `h[m] = v` (the name an indexed assignment writes into)."""
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+    if len(targets) == 1 and isinstance(targets[0], ast.Subscript) and isinstance(targets[0].value, ast.Name):
+        return targets[0].value.id
+    return None
+
+
+def out_of_place_function(source: Source, call: ast.Call) -> str | None:
+    """`F.relu` for `F.relu_(h)`: the out-of-place twin of an in-place function of a module the file
+    imports, when that module, as the program imported it, has one; None else (`init.zeros_` has none)."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr.endswith("_") and not func.attr.startswith("_")):
+        return None
+    path: list[str] = []
+    node = func.value
+    while isinstance(node, ast.Attribute):
+        path.insert(0, node.attr)
+        node = node.value
+    dotted = _modules_bound(source).get(node.id) if isinstance(node, ast.Name) else None
+    owner: object = sys.modules.get(dotted) if dotted else None  # never imported here: what the program ran
+    for attr in path:
+        owner = getattr(owner, attr, None)
+    twin = getattr(owner, func.attr[:-1], None) if owner is not None else None
+    return f"{source.segment(func.value)}.{func.attr[:-1]}" if callable(twin) else None
+
+
+def _modules_bound(source: Source) -> dict[str, str]:
+    """Name -> the module an import binds to it (`import torch.nn.functional as F`: F; `from torch.nn
+    import init`: init; `import torch.nn`: torch)."""
+    out: dict[str, str] = {}
+    for n in ast.walk(source.tree):
+        if isinstance(n, ast.Import):
+            out.update({a.asname or a.name.split(".")[0]: a.name if a.asname else a.name.split(".")[0] for a in n.names})
+        elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+            out.update({a.asname or a.name: f"{n.module}.{a.name}" for a in n.names})
+    return out
 
 
 def enclosing(source: Source, node: ast.stmt) -> Located | None:
