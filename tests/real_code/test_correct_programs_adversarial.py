@@ -1,0 +1,242 @@
+"""Correct training programs of patterns the other idiom tests do not cover stay silent under both
+tracers, and the tool changes nothing they compute.
+
+Each program is run three times from the same seeds: plain, under `watch()` (the fast tracer, the
+default) and under `watch(deep=True)`. Its recorded values (losses, predictions), every parameter,
+buffer and gradient of its modules and its optimizers' state must be bit-identical in the three
+runs; neither watch may make a finding of severity error, and the warnings each makes must be
+exactly those the test names (each one true: the test's docstring says why). Tiny models, 2-4
+steps, CPU.
+
+These are the adversarial ones: a write to a tensor between a forward and its backward that the
+backward does not read (a buffer used only through ops that save nothing, another module's noise,
+a codebook whose saving graph backward never reaches), in-place ops on fresh tensors that sit
+between graph ops, per-implementation optimizer kernels (for-loop, foreach, fused), parametrizations
+that write their state in every forward.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import inplace_doctor as ipd
+from inplace_doctor import Severity
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread: the three runs agree bit for bit and tiny models do not spin OpenMP."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# ---------------------------------------------------------------------------
+# the harness: plain, fast, deep
+# ---------------------------------------------------------------------------
+
+
+def _state(objs: dict[str, Any], recorded: Any) -> dict[str, Any]:
+    """Everything the program computed: recorded values, module state and grads, optimizer state."""
+    out: dict[str, Any] = {"recorded": recorded}
+    for i, m in enumerate(objs["modules"]):
+        for name, t in m.state_dict(keep_vars=True).items():
+            out[f"m{i}.{name}"] = t.detach().clone()
+        for name, p in m.named_parameters():
+            out[f"m{i}.{name}.grad"] = None if p.grad is None else p.grad.detach().clone()
+    for i, opt in enumerate(objs.get("optimizers", ())):
+        for k, st in opt.state_dict()["state"].items():
+            for name, v in st.items():
+                out[f"opt{i}.{k}.{name}"] = v.detach().clone() if isinstance(v, torch.Tensor) else v
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
+        return math.isnan(b)
+    return a == b
+
+
+def _differences(plain: dict[str, Any], other: dict[str, Any]) -> list[str]:
+    if plain.keys() != other.keys():
+        return [f"keys: {sorted(set(plain) ^ set(other))[:10]}"]
+    return [k for k in plain if not _same(plain[k], other[k])]
+
+
+def _describe(findings: list[Any]) -> str:
+    return "\n\n".join(f"{f.code} {f.severity}: {f.message}" for f in findings)
+
+
+def programs_agree(
+    build: Callable[[], dict[str, Any]],
+    train: Callable[[dict[str, Any]], Any],
+    *,
+    warnings: frozenset[str] = frozenset(),
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Run `train(build())` plain, under watch() and under watch(deep=True); see the module docstring.
+
+    `build` returns a dict with "modules" (the modules whose state is compared and which are watched)
+    and optionally "optimizers"; `train` returns what the loop recorded. Returns the watch sessions.
+    """
+    runs: dict[str, dict[str, Any]] = {}
+    sessions: dict[str, ipd.watch] = {}
+    for mode in ("plain", "fast", "deep"):
+        torch.manual_seed(seed)
+        objs = build()
+        torch.manual_seed(seed + 1)
+        if mode == "plain":
+            recorded = train(objs)
+        else:
+            with ipd.watch(*objs["modules"], deep=True if mode == "deep" else None) as session:
+                recorded = train(objs)
+            sessions[mode] = session
+            assert session.deep is (mode == "deep")
+            assert session.tracer.writes > 0  # it did trace the program
+        runs[mode] = _state(objs, recorded)
+    for mode, session in sessions.items():
+        differ = _differences(runs["plain"], runs[mode])
+        assert not differ, f"watch({mode}) changed what the program computed: {differ[:10]}"
+        errors = [f for f in session.findings if f.severity is Severity.ERROR]
+        assert not errors, f"watch({mode}):\n" + _describe(errors)
+        warned = {f.code for f in session.findings if f.severity is Severity.WARNING}
+        assert warned == set(warnings), f"watch({mode}) warned {sorted(warned)}:\n" + _describe(
+            [f for f in session.findings if f.severity is Severity.WARNING])
+    return sessions
+
+
+def _mlp(din: int = 6, dh: int = 12, dout: int = 3) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(din, dh), nn.ReLU(inplace=True), nn.Dropout(0.1), nn.Linear(dh, dout))
+
+
+def _steps(objs: dict[str, Any], n: int = 3, scheduler: Any = None) -> list[torch.Tensor]:
+    model, opt = objs["modules"][0], objs["optimizers"][0]
+    losses = []
+    for _ in range(n):
+        x, y = torch.randn(5, 6), torch.randint(0, 3, (5,))
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        if scheduler is not None:
+            scheduler.step()
+        losses.append(loss.detach())
+    return losses
+
+
+# ---------------------------------------------------------------------------
+# 1. every optimizer in each of its implementations, with lr schedulers
+# ---------------------------------------------------------------------------
+
+OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
+    "SGD_nesterov": lambda ps, **kw: torch.optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3, **kw),
+    "Adam_amsgrad": lambda ps, **kw: torch.optim.Adam(ps, lr=1e-2, amsgrad=True, weight_decay=1e-3, **kw),
+    "AdamW": lambda ps, **kw: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, **kw),
+    "RMSprop_centered": lambda ps, **kw: torch.optim.RMSprop(ps, lr=1e-2, momentum=0.9, centered=True, **kw),
+    "Adagrad": lambda ps, **kw: torch.optim.Adagrad(ps, lr=1e-2, lr_decay=1e-3, **kw),
+    "Adamax": lambda ps, **kw: torch.optim.Adamax(ps, lr=1e-2, **kw),
+    "NAdam_decoupled": lambda ps, **kw: torch.optim.NAdam(ps, lr=1e-2, weight_decay=1e-2, decoupled_weight_decay=True, **kw),
+    "RAdam": lambda ps, **kw: torch.optim.RAdam(ps, lr=1e-2, **kw),
+    "Adadelta": lambda ps, **kw: torch.optim.Adadelta(ps, lr=1.0, **kw),
+    "ASGD": lambda ps, **kw: torch.optim.ASGD(ps, lr=1e-2, t0=1, **kw),
+    "Rprop": lambda ps, **kw: torch.optim.Rprop(ps, lr=1e-2, **kw),
+}
+FUSED_ON_CPU = {"SGD_nesterov", "Adam_amsgrad", "AdamW", "Adagrad"}
+CASES = [(name, impl) for name in OPTIMIZERS for impl in ("for_loop", "foreach", "fused")
+         if impl != "fused" or name in FUSED_ON_CPU]
+
+
+@pytest.mark.parametrize(("name", "impl"), CASES, ids=[f"{n}-{i}" for n, i in CASES])
+def test_every_optimizer_in_every_implementation_is_silent_and_unchanged(name, impl):
+    """Each torch.optim optimizer with its for-loop, `_foreach_*` and (where the CPU has one) fused
+    kernel: 3 steps of an MLP with an in-place ReLU, the step's in-place writes to parameters and
+    state coming after each backward. The optimizer state (exp_avg, momentum buffers, step counts)
+    is compared too."""
+    kw = {"foreach": False} if impl == "for_loop" else {"foreach": True} if impl == "foreach" else {"fused": True}
+
+    def build():
+        model = _mlp()
+        return {"modules": [model], "optimizers": [OPTIMIZERS[name](model.parameters(), **kw)]}
+
+    programs_agree(build, _steps)
+
+
+SCHEDULERS: dict[str, Callable[[torch.optim.Optimizer], Any]] = {
+    "OneCycleLR": lambda opt: torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=6),
+    "CosineAnnealingWarmRestarts": lambda opt: torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2),
+    "warmup_then_cosine": lambda opt: torch.optim.lr_scheduler.SequentialLR(opt, [
+        torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=2),
+        torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=4)], milestones=[2]),
+    "CyclicLR": lambda opt: torch.optim.lr_scheduler.CyclicLR(opt, base_lr=0.01, max_lr=0.1, step_size_up=2),
+    "LambdaLR": lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.9 ** step),
+}
+
+
+@pytest.mark.parametrize("sched", list(SCHEDULERS))
+@pytest.mark.parametrize("opt_name", ["SGD_nesterov", "AdamW"])
+def test_lr_schedulers_stepped_every_batch_are_silent(sched, opt_name):
+    """Schedulers stepped after every `optimizer.step()` (OneCycleLR also cycles the momentum /
+    beta1 it writes into `param_groups`), then ReduceLROnPlateau fed the last loss."""
+    if sched == "CyclicLR" and opt_name == "AdamW":
+        pytest.skip("CyclicLR cycles `momentum`, which AdamW has not")
+
+    def build():
+        model = _mlp()
+        return {"modules": [model], "optimizers": [OPTIMIZERS[opt_name](model.parameters())]}
+
+    def train(objs):
+        opt = objs["optimizers"][0]
+        losses = _steps(objs, n=4, scheduler=SCHEDULERS[sched](opt))
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0)
+        losses += _steps(objs, n=2)
+        plateau.step(losses[-1])
+        return losses + [opt.param_groups[0]["lr"]]
+
+    programs_agree(build, train)
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_two_stage_clipping_with_total_norm_of_several_models_is_silent(foreach):
+    """`clip_grad_norm_` with norm_type inf and 1 and error_if_nonfinite, and the two-stage form
+    (`get_total_norm` of the grads of two models, then `clip_grads_with_norm_` on each), as
+    torchtitan does across pipeline stages; Adam's step after each."""
+    utils = nn.utils
+
+    def build():
+        a, b = _mlp(), nn.Linear(3, 3)
+        return {"modules": [a, b], "optimizers": [torch.optim.Adam([*a.parameters(), *b.parameters()], lr=1e-2, foreach=foreach)]}
+
+    def train(objs):
+        (a, b), opt = objs["modules"], objs["optimizers"][0]
+        norms = []
+        for norm_type in (float("inf"), 1.0, 2.0):
+            opt.zero_grad()
+            x, y = torch.randn(5, 6), torch.randint(0, 3, (5,))
+            F.cross_entropy(b(a(x)), y).backward()
+            if norm_type == 2.0:
+                grads = [p.grad for p in [*a.parameters(), *b.parameters()]]
+                total = utils.get_total_norm(grads, foreach=foreach)
+                utils.clip_grads_with_norm_(a.parameters(), 0.1, total, foreach=foreach)
+                utils.clip_grads_with_norm_(b.parameters(), 0.1, total, foreach=foreach)
+            else:
+                total = utils.clip_grad_norm_([*a.parameters(), *b.parameters()], 0.1, norm_type=norm_type,
+                                              error_if_nonfinite=True, foreach=foreach)
+            norms.append(total)
+            opt.step()
+        return norms
+
+    programs_agree(build, train)
