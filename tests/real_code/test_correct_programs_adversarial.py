@@ -240,3 +240,238 @@ def test_two_stage_clipping_with_total_norm_of_several_models_is_silent(foreach)
         return norms
 
     programs_agree(build, train)
+
+
+# ---------------------------------------------------------------------------
+# 2. writes between a forward and its backward that the backward does not read
+# ---------------------------------------------------------------------------
+
+
+class RunningNorm(nn.Module):
+    """A running-statistics normalizer of hidden features (RL observation/feature normalizers):
+    it normalizes with the running mean and std, then updates them in place under no_grad in the
+    same forward. `h - mean` saves nothing and the divisor `sqrt(var + eps)` is a fresh tensor, so
+    the update after the use is correct."""
+
+    def __init__(self, dim: int, momentum: float = 0.1):
+        super().__init__()
+        self.momentum = momentum
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("var", torch.ones(dim))
+        self.register_buffer("count", torch.zeros((), dtype=torch.long))
+
+    def forward(self, h):
+        out = (h - self.mean) / torch.sqrt(self.var + 1e-5)
+        if self.training:
+            with torch.no_grad():
+                d = h.detach()
+                self.mean.mul_(1 - self.momentum).add_(d.mean(0), alpha=self.momentum)
+                self.var.mul_(1 - self.momentum).add_(d.var(0), alpha=self.momentum)
+                self.count += 1
+        return out
+
+
+def test_buffer_updated_in_forward_after_ops_that_save_nothing_of_it_is_silent():
+    """RunningNorm between two Linear layers: the buffers are read, then overwritten in place
+    before backward, but no op saved them; then an eval pass on the running statistics."""
+
+    def build():
+        model = nn.Sequential(nn.Linear(6, 8), RunningNorm(8), nn.ReLU(inplace=True), nn.Linear(8, 3))
+        return {"modules": [model], "optimizers": [torch.optim.SGD(model.parameters(), lr=0.1)]}
+
+    def train(objs):
+        losses = _steps(objs, n=3)
+        model = objs["modules"][0].eval()
+        with torch.no_grad():
+            return losses + [model(torch.randn(2, 6))]
+
+    programs_agree(build, train)
+
+
+class NoisyLinear(nn.Module):
+    """Kaixhin/Rainbow model.py NoisyLinear (factorised Gaussian noise in buffers)."""
+
+    def __init__(self, in_features: int, out_features: int, std_init: float = 0.5):
+        super().__init__()
+        self.in_features, self.out_features, self.std_init = in_features, out_features, std_init
+        self.weight_mu = nn.Parameter(torch.empty(out_features, in_features))
+        self.weight_sigma = nn.Parameter(torch.empty(out_features, in_features))
+        self.register_buffer("weight_epsilon", torch.empty(out_features, in_features))
+        self.bias_mu = nn.Parameter(torch.empty(out_features))
+        self.bias_sigma = nn.Parameter(torch.empty(out_features))
+        self.register_buffer("bias_epsilon", torch.empty(out_features))
+        mu_range = 1 / math.sqrt(self.in_features)
+        self.weight_mu.data.uniform_(-mu_range, mu_range)
+        self.weight_sigma.data.fill_(self.std_init / math.sqrt(self.in_features))
+        self.bias_mu.data.uniform_(-mu_range, mu_range)
+        self.bias_sigma.data.fill_(self.std_init / math.sqrt(self.out_features))
+        self.reset_noise()
+
+    def _scale_noise(self, size: int) -> torch.Tensor:
+        x = torch.randn(size)
+        return x.sign().mul_(x.abs().sqrt_())
+
+    def reset_noise(self) -> None:
+        epsilon_in = self._scale_noise(self.in_features)
+        epsilon_out = self._scale_noise(self.out_features)
+        self.weight_epsilon.copy_(epsilon_out.ger(epsilon_in))
+        self.bias_epsilon.copy_(epsilon_out)
+
+    def forward(self, input):
+        if self.training:
+            return F.linear(input, self.weight_mu + self.weight_sigma * self.weight_epsilon,
+                            self.bias_mu + self.bias_sigma * self.bias_epsilon)
+        return F.linear(input, self.weight_mu, self.bias_mu)
+
+
+class NoisyDQN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 16)
+        self.fc_h, self.fc_z = NoisyLinear(16, 16), NoisyLinear(16, 3)
+
+    def forward(self, x):
+        return self.fc_z(F.relu(self.fc_h(F.relu(self.fc(x)))))
+
+    def reset_noise(self) -> None:
+        self.fc_h.reset_noise()
+        self.fc_z.reset_noise()
+
+
+def test_noisy_nets_target_noise_resampled_between_the_online_forward_and_its_backward_is_silent():
+    """Kaixhin/Rainbow agent.py `learn`: the online net's forward (its `weight_sigma * weight_epsilon`
+    saved the online noise), then `self.target_net.reset_noise()` writes the *target* net's noise
+    buffers in place before the target's no_grad forward, then the online backward; `reset_noise()`
+    of the online net every step after the update; `update_target_net` by load_state_dict."""
+
+    def build():
+        online, target = NoisyDQN(), NoisyDQN()
+        target.load_state_dict(online.state_dict())
+        for p in target.parameters():
+            p.requires_grad_(False)
+        return {"modules": [online, target], "optimizers": [torch.optim.Adam(online.parameters(), lr=1e-3, eps=1.5e-4)]}
+
+    def train(objs):
+        (online, target), opt = objs["modules"], objs["optimizers"][0]
+        losses = []
+        for step in range(4):
+            s, a, r, s2 = torch.randn(5, 4), torch.randint(0, 3, (5,)), torch.randn(5), torch.randn(5, 4)
+            q = online(s).gather(1, a.unsqueeze(1)).squeeze(1)
+            with torch.no_grad():
+                a2 = online(s2).argmax(1)
+                target.reset_noise()
+                q2 = target(s2).gather(1, a2.unsqueeze(1)).squeeze(1)
+            loss = F.smooth_l1_loss(q, r + 0.99 * q2)
+            online.zero_grad()
+            loss.backward()
+            opt.step()
+            online.reset_noise()
+            if step % 2 == 1:
+                target.load_state_dict(online.state_dict())
+            losses.append(loss.detach())
+        return losses
+
+    programs_agree(build, train)
+
+
+class VQEMA(nn.Module):
+    """rosinality/vq-vae-2-pytorch vqvae.py `Quantize`: the codebook is a buffer updated by EMA in
+    the forward (`self.embed.data.copy_(embed_normalized)`, `cluster_size` and `embed_avg` through
+    `.data.mul_().add_()`), after `flatten @ self.embed` saved it in a graph that the loss never
+    reaches (the distances only pick the argmin; the straight-through estimator detaches)."""
+
+    def __init__(self, dim: int, n_embed: int, through: str, decay: float = 0.9, eps: float = 1e-5):
+        super().__init__()
+        self.dim, self.n_embed, self.decay, self.eps, self.through = dim, n_embed, decay, eps, through
+        embed = torch.randn(dim, n_embed)
+        self.register_buffer("embed", embed)
+        self.register_buffer("cluster_size", torch.zeros(n_embed))
+        self.register_buffer("embed_avg", embed.clone())
+
+    def forward(self, input):
+        flatten = input.reshape(-1, self.dim)
+        dist = flatten.pow(2).sum(1, keepdim=True) - 2 * flatten @ self.embed + self.embed.pow(2).sum(0, keepdim=True)
+        _, embed_ind = (-dist).max(1)
+        embed_onehot = F.one_hot(embed_ind, self.n_embed).type(flatten.dtype)
+        embed_ind = embed_ind.view(*input.shape[:-1])
+        quantize = F.embedding(embed_ind, self.embed.transpose(0, 1))
+        if self.training:
+            embed_onehot_sum = embed_onehot.sum(0)
+            embed_sum = flatten.transpose(0, 1) @ embed_onehot
+            if self.through == "data":
+                self.cluster_size.data.mul_(self.decay).add_(embed_onehot_sum, alpha=1 - self.decay)
+                self.embed_avg.data.mul_(self.decay).add_(embed_sum, alpha=1 - self.decay)
+            else:
+                with torch.no_grad():
+                    self.cluster_size.mul_(self.decay).add_(embed_onehot_sum, alpha=1 - self.decay)
+                    self.embed_avg.mul_(self.decay).add_(embed_sum, alpha=1 - self.decay)
+            n = self.cluster_size.sum()
+            cluster_size = (self.cluster_size + self.eps) / (n + self.n_embed * self.eps) * n
+            embed_normalized = self.embed_avg / cluster_size.unsqueeze(0)
+            if self.through == "data":
+                self.embed.data.copy_(embed_normalized)
+            else:
+                with torch.no_grad():
+                    self.embed.copy_(embed_normalized)
+        diff = (quantize.detach() - input).pow(2).mean()
+        quantize = input + (quantize - input).detach()
+        return quantize, diff
+
+
+@pytest.mark.parametrize("through", ["data", "no_grad"])
+def test_vq_vae_ema_codebook_written_in_forward_after_an_unreached_save_is_silent(through):
+    """The rosinality Quantize between an encoder and a decoder, trained with the reconstruction
+    loss plus 0.25 * the commitment `diff`, as train_vqvae.py does. The codebook saved by the
+    distance matmul is overwritten before backward (through `.data`, or in place under no_grad
+    which bumps its version), but that saving node is not on any path from the loss: backward
+    never unpacks it and plain PyTorch is silent (checked by the plain run)."""
+
+    def build():
+        model = nn.ModuleDict({"enc": nn.Linear(6, 4), "vq": VQEMA(4, 5, through), "dec": nn.Linear(4, 6)})
+        return {"modules": [model], "optimizers": [torch.optim.Adam(model.parameters(), lr=1e-2)]}
+
+    def train(objs):
+        model, opt = objs["modules"][0], objs["optimizers"][0]
+        losses = []
+        for _ in range(3):
+            x = torch.randn(2, 5, 6)
+            quant, diff = model["vq"](model["enc"](x))
+            loss = F.mse_loss(model["dec"](quant), x) + 0.25 * diff
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        return losses
+
+    programs_agree(build, train)
+
+
+def test_two_views_through_one_batchnorm_encoder_then_one_backward_is_silent():
+    """SimCLR/Siamese: both augmented views go through the same BatchNorm encoder in training mode
+    (its running statistics are written by each forward) and one NT-Xent-style loss is backpropagated
+    through both graphs; BatchNorm's backward in training mode reads the batch statistics it saved,
+    not the running ones."""
+
+    def build():
+        enc = nn.Sequential(nn.Linear(6, 12), nn.BatchNorm1d(12), nn.ReLU(inplace=True), nn.Linear(12, 4))
+        return {"modules": [enc], "optimizers": [torch.optim.SGD(enc.parameters(), lr=0.1, momentum=0.9)]}
+
+    def train(objs):
+        enc, opt = objs["modules"][0], objs["optimizers"][0]
+        losses = []
+        for _ in range(3):
+            x = torch.randn(6, 6)
+            z1 = F.normalize(enc(x + 0.1 * torch.randn_like(x)), dim=1)
+            z2 = F.normalize(enc(x * (1 + 0.1 * torch.randn_like(x))), dim=1)
+            z = torch.cat([z1, z2])
+            sim = z @ z.T / 0.5
+            sim.fill_diagonal_(float("-inf"))
+            target = torch.cat([torch.arange(6, 12), torch.arange(6)])
+            loss = F.cross_entropy(sim, target)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        return losses
+
+    programs_agree(build, train)
