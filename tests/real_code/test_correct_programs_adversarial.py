@@ -18,7 +18,6 @@ that write their state in every forward.
 from __future__ import annotations
 
 import math
-from collections import deque
 from typing import Any, Callable
 
 import pytest
@@ -475,3 +474,328 @@ def test_two_views_through_one_batchnorm_encoder_then_one_backward_is_silent():
         return losses
 
     programs_agree(build, train)
+
+
+# ---------------------------------------------------------------------------
+# 3. in-place ops on fresh tensors between graph ops
+# ---------------------------------------------------------------------------
+
+
+class MaskedAttention(nn.Module):
+    """Hand-written causal attention: `scores.masked_fill_(mask, -inf)` on the fresh scores (the
+    matmul saved q and k, the scaling saved nothing), softmax, in-place dropout on the attention
+    weights' copy, `out += residual`."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+
+    def forward(self, x, pad):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        scores = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(q.shape[-1]))
+        t = x.shape[1]
+        causal = torch.ones(t, t, dtype=torch.bool).triu_(1)
+        scores.masked_fill_(causal, float("-inf"))
+        scores.masked_fill_(pad[:, None, :], -1e9)
+        att = F.dropout(F.softmax(scores, dim=-1), 0.1, training=self.training)
+        out = self.proj(att @ v)
+        out += x
+        return out
+
+
+def test_masked_fill_on_fresh_attention_scores_is_silent():
+    def build():
+        model = nn.ModuleDict({"emb": nn.Embedding(10, 8), "att": MaskedAttention(), "head": nn.Linear(8, 10)})
+        return {"modules": [model], "optimizers": [torch.optim.AdamW(model.parameters(), lr=1e-2)]}
+
+    def train(objs):
+        model, opt = objs["modules"][0], objs["optimizers"][0]
+        losses = []
+        for _ in range(3):
+            idx = torch.randint(0, 10, (2, 5))
+            pad = torch.zeros(2, 5, dtype=torch.bool)
+            pad[1, 3:] = True
+            logits = model["head"](model["att"](model["emb"](idx), pad))
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, 10), idx[:, 1:].reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        return losses
+
+    programs_agree(build, train)
+
+
+class MessagePassing(nn.Module):
+    """A GNN layer as PyG's `scatter(..., reduce="sum"/"mean")` does it by hand: messages
+    `index_add_`ed / `scatter_add_`ed into fresh zero buffers, degrees by `index_add_` of ones,
+    an `index_put_(accumulate=True)` readout, then an in-place ReLU."""
+
+    def __init__(self, d: int, how: str):
+        super().__init__()
+        self.how = how
+        self.lin, self.root = nn.Linear(d, d), nn.Linear(d, d, bias=False)
+
+    def forward(self, x, edge_index):
+        src, dst = edge_index
+        msg = self.lin(x)[src]
+        if self.how == "index_add_":
+            agg = torch.zeros_like(x).index_add_(0, dst, msg)
+        elif self.how == "scatter_add_":
+            agg = x.new_zeros(x.shape).scatter_add_(0, dst[:, None].expand_as(msg), msg)
+        else:
+            agg = x.new_zeros(x.shape).index_put_((dst,), msg, accumulate=True)
+        deg = torch.zeros(x.shape[0]).index_add_(0, dst, torch.ones(dst.shape[0])).clamp_(min=1)
+        agg /= deg[:, None]
+        return F.relu_(agg + self.root(x))
+
+
+@pytest.mark.parametrize("how", ["index_add_", "scatter_add_", "index_put_"])
+def test_message_passing_into_fresh_buffers_is_silent(how):
+    def build():
+        model = nn.ModuleList([MessagePassing(6, how), MessagePassing(6, how), nn.Linear(6, 2)])
+        return {"modules": [model], "optimizers": [torch.optim.Adam(model.parameters(), lr=1e-2)]}
+
+    def train(objs):
+        model, opt = objs["modules"][0], objs["optimizers"][0]
+        edge_index = torch.tensor([[0, 1, 2, 3, 4, 0, 2], [1, 2, 3, 4, 0, 3, 0]])
+        losses = []
+        for _ in range(3):
+            x, batch = torch.randn(5, 6), torch.tensor([0, 0, 0, 1, 1])
+            h = model[1](model[0](x, edge_index), edge_index)
+            pooled = torch.zeros(2, 6).index_add_(0, batch, h)  # global add pool
+            loss = F.cross_entropy(model[2](pooled), torch.tensor([0, 1]))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        return losses
+
+    programs_agree(build, train)
+
+
+class Seq2Seq(nn.Module):
+    """bentrevett/pytorch-seq2seq: `outputs = torch.zeros(trg_len, batch, vocab)` filled step by
+    step with `outputs[t] = output` (CopySlices into a fresh buffer), teacher forcing by coin flip,
+    the next input `trg[t] if teacher_force else top1`."""
+
+    def __init__(self, vocab: int = 7, hid: int = 8):
+        super().__init__()
+        self.vocab = vocab
+        self.enc_emb, self.dec_emb = nn.Embedding(vocab, hid), nn.Embedding(vocab, hid)
+        self.encoder, self.decoder = nn.GRU(hid, hid), nn.GRUCell(hid, hid)
+        self.fc_out = nn.Linear(hid, vocab)
+
+    def forward(self, src, trg, teacher_forcing_ratio: float = 0.5):
+        trg_len, batch_size = trg.shape
+        outputs = torch.zeros(trg_len, batch_size, self.vocab)
+        _, hidden = self.encoder(F.dropout(self.enc_emb(src), 0.1, self.training))
+        hidden = hidden[0]
+        input = trg[0, :]
+        for t in range(1, trg_len):
+            hidden = self.decoder(self.dec_emb(input), hidden)
+            output = self.fc_out(hidden)
+            outputs[t] = output
+            teacher_force = torch.rand(()) < teacher_forcing_ratio
+            top1 = output.argmax(1)
+            input = trg[t] if teacher_force else top1
+        return outputs
+
+
+def test_seq2seq_outputs_written_step_by_step_into_a_fresh_buffer_is_silent():
+    def build():
+        model = Seq2Seq()
+        return {"modules": [model], "optimizers": [torch.optim.Adam(model.parameters(), lr=1e-2)]}
+
+    def train(objs):
+        model, opt = objs["modules"][0], objs["optimizers"][0]
+        losses = []
+        for _ in range(3):
+            src, trg = torch.randint(0, 7, (5, 2)), torch.randint(0, 7, (4, 2))
+            opt.zero_grad()
+            output = model(src, trg)
+            loss = F.cross_entropy(output[1:].reshape(-1, 7), trg[1:].reshape(-1))
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            losses.append(loss.detach())
+        return losses
+
+    programs_agree(build, train)
+
+
+def test_packed_bidirectional_lstm_and_hard_gumbel_softmax_are_silent():
+    """A bidirectional 2-layer LSTM with inter-layer dropout over `pack_padded_sequence`, its
+    `pad_packed_sequence` output pooled; then a hard Gumbel-softmax (straight-through: the one-hot
+    is `zeros_like(logits).scatter_(...)`, a fresh tensor) picking one of 3 codes."""
+
+    def build():
+        model = nn.ModuleDict({"emb": nn.Embedding(9, 6), "rnn": nn.LSTM(6, 5, num_layers=2, dropout=0.2,
+                                                                          bidirectional=True),
+                               "logits": nn.Linear(10, 3), "codes": nn.Linear(3, 2)})
+        return {"modules": [model], "optimizers": [torch.optim.RMSprop(model.parameters(), lr=1e-2)]}
+
+    def train(objs):
+        model, opt = objs["modules"][0], objs["optimizers"][0]
+        losses = []
+        for _ in range(3):
+            lengths = torch.tensor([5, 3, 2])
+            x = model["emb"](torch.randint(1, 9, (5, 3)))
+            packed = nn.utils.rnn.pack_padded_sequence(x, lengths)
+            out, _ = model["rnn"](packed)
+            out, _ = nn.utils.rnn.pad_packed_sequence(out)
+            pooled = out.sum(0) / lengths[:, None]
+            code = F.gumbel_softmax(model["logits"](pooled), tau=0.5, hard=True)
+            loss = F.cross_entropy(model["codes"](code), torch.tensor([0, 1, 1]))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        return losses
+
+    programs_agree(build, train)
+
+
+class Tagger(nn.Module):
+    """A token tagger whose forward writes in place (`h += self.pos`, an in-place ReLU) before its
+    attention layers: the fast tracer's function mode is on the stack from that write."""
+
+    def __init__(self, norm_first: bool):
+        super().__init__()
+        self.emb, self.pos = nn.Linear(8, 8), nn.Parameter(torch.randn(5, 8))
+        layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.1, activation="gelu",
+                                           batch_first=True, norm_first=norm_first)
+        self.enc = nn.TransformerEncoder(layer, 2)  # enable_nested_tensor: padded batches nested in eval
+        self.dec = nn.TransformerDecoderLayer(8, 2, 16, 0.1, batch_first=True, norm_first=norm_first)
+        self.pool = nn.MultiheadAttention(8, 2, dropout=0.1, batch_first=True)
+        self.query = nn.Parameter(torch.randn(1, 1, 8))
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x, pad, causal=None):
+        h = self.emb(x)
+        h += self.pos
+        h = F.relu(h, inplace=True)
+        h = self.pool(h, h, h, key_padding_mask=pad, need_weights=False)[0]  # self-attention
+        mem = self.enc(h, src_key_padding_mask=pad) if causal is None else self.enc(
+            h, mask=causal, src_key_padding_mask=pad, is_causal=True)
+        y = self.dec(h, mem, tgt_mask=causal, tgt_is_causal=causal is not None, memory_key_padding_mask=pad)
+        pooled, weights = self.pool(self.query.expand(x.shape[0], -1, -1), y, y, key_padding_mask=pad,
+                                    average_attn_weights=False)
+        return self.head(pooled[:, 0]), weights, mem
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_transformer_layers_train_then_evaluate_on_torchs_fused_paths_bit_identically(norm_first):
+    """nn.TransformerEncoder (2 layers, dropout 0.1, GELU, batch_first) with a causal mask and a key
+    padding mask, a TransformerDecoderLayer over its memory and nn.MultiheadAttention for
+    self-attention and for a pooling query returning per-head weights; AdamW + warmup. Then eval
+    under no_grad, where PyTorch takes its fused paths (`_native_multi_head_attention`,
+    `_transformer_encoder_layer_fwd`, the padded batch as a nested tensor, whose padded positions
+    come out as zeros) only when no TorchFunctionMode is on the stack: the tracers' function mode
+    (always on in deep mode; on in the fast one after `h += self.pos`) must not turn them off."""
+
+    def build():
+        model = Tagger(norm_first)
+        return {"modules": [model], "optimizers": [torch.optim.AdamW(model.parameters(), lr=1e-2)]}
+
+    def train(objs):
+        model, opt = objs["modules"][0], objs["optimizers"][0]
+        sched = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=2)
+        pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+        causal = nn.Transformer.generate_square_subsequent_mask(5)
+        losses = []
+        for _ in range(2):
+            x, y = torch.randn(2, 5, 8), torch.randint(0, 3, (2,))
+            logits, weights, _ = model(x, pad, causal)
+            loss = F.cross_entropy(logits, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            losses += [loss.detach(), weights.detach()]
+        model.eval()
+        with torch.no_grad():
+            losses += list(model(torch.randn(2, 5, 8), pad))
+        return losses
+
+    programs_agree(build, train)
+
+
+@pytest.mark.parametrize("deep", [
+    False,
+    pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=(
+        "the deep tracer's always-on TorchDispatchMode changes which kernels composite ops take in "
+        "inference mode: F.linear of a non-contiguous 3-D input with a weight that requires grad "
+        "(MultiheadAttention's in-projection) gives other bits under any Python dispatch mode"))),
+])
+def test_inference_mode_evaluation_of_attention_is_bit_identical(deep):
+    """`torch.inference_mode()` evaluation of nn.MultiheadAttention with a float causal mask (its
+    composite path) and of a padded batch through nn.TransformerEncoder, after a training step."""
+    torch.manual_seed(0)
+    model = Tagger(norm_first=False).eval()
+    x, pad = torch.randn(2, 5, 8), torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    causal = nn.Transformer.generate_square_subsequent_mask(5)
+    with torch.inference_mode():
+        plain = [model(x, pad, causal), model(x, pad)]
+    with ipd.watch(model, deep=deep) as session, torch.inference_mode():
+        watched = [model(x, pad, causal), model(x, pad)]
+    assert not session.findings
+    assert _same(plain, watched)
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_a_fused_path_module_that_raises_leaves_the_function_mode_where_it_was(deep):
+    """MultiheadAttention raising in eval mode (a query of the wrong width) while the tracer's
+    function mode is lifted for it: the mode is back at its place, and a later in-place call that
+    changes what a residual reads is still found (IPD105)."""
+    mha = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    with ipd.watch(mha, deep=deep) as session:
+        h = torch.randn(2, 3, 8)
+        h += 1  # the fast tracer's mode on from here
+        depth = torch._C._len_torch_function_stack()
+        assert depth == 1  # the tracer's mode is on the stack
+        with torch.no_grad(), pytest.raises(AssertionError):
+            mha(torch.randn(2, 3, 6), torch.randn(2, 3, 6), torch.randn(2, 3, 6))
+        assert torch._C._len_torch_function_stack() == depth
+        x = torch.randn(4, requires_grad=True) * 2
+        y = F.relu(x, inplace=True)
+        (x + y).sum().backward()
+    assert any(f.code == "IPD105" for f in session.findings), _describe(session.findings)
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_attention_modules_scripted_inside_a_watch_compile_from_torchs_source(deep):
+    """`torch.jit.script` of MultiheadAttention, TransformerEncoderLayer and TransformerEncoder while
+    a session runs (their `forward` runs the tool's entry code then): TorchScript reads torch's
+    source and globals, and the scripted modules compute what the eager ones do."""
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+    modules = [nn.MultiheadAttention(8, 2, batch_first=True), layer, nn.TransformerEncoder(layer, 2)]
+    x = torch.randn(2, 3, 8)
+    with ipd.watch(deep=deep), torch.no_grad():
+        for m in modules:
+            scripted = torch.jit.script(m.eval())
+            args = (x, x, x) if isinstance(m, nn.MultiheadAttention) else (x,)
+            assert _same(scripted(*args), m(*args))
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_a_stale_tensor_read_by_attention_on_its_fused_path_is_still_found(deep):
+    """The hazard beside the correct programs: `r = h` then `h = F.relu(h, inplace=True)`, and
+    self-attention over `r` in eval mode under no_grad (the fused path, run with the function mode
+    lifted): out of place, `r` would hold the values before the ReLU. IPD105 in both tracers."""
+
+    class StaleRead(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.mha = nn.Linear(8, 8), nn.MultiheadAttention(8, 2, batch_first=True)
+
+        def forward(self, x):
+            h = self.lin(x)
+            r = h
+            h = F.relu(h, inplace=True)
+            return self.mha(r, r, r, need_weights=False)[0] + h
+
+    model = StaleRead().eval()
+    with torch.no_grad(), ipd.watch(model, deep=deep) as session:
+        model(torch.randn(2, 5, 8))
+    assert [f.code for f in session.findings if f.severity is Severity.ERROR] == ["IPD105"], _describe(session.findings)

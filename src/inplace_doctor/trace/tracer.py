@@ -48,6 +48,7 @@ from .compiled import EagerCompiled
 from .checkpoint_ops import RegionOps
 from .contents import ContentChecks
 from .dispatch_mode import EnteredMode, SubclassConstruction, TracingMode
+from .fast_paths import fused_paths
 from .fast_writes import FastWrites
 from .graph_writes import UnrecordedWrites
 from .inplace_calls import InplaceCalls
@@ -196,6 +197,7 @@ class Tracer:
             self._enter(NodeCreationHook(self._saved.on_node if self._fast is None else self._fast.on_node))
             self._enter(torch.autograd.graph.saved_tensors_hooks(self._pack, self._saved.unpack))
             self._enter(self.transforms)
+            self._enter(fused_paths())  # torch's fused attention paths as without the tool's function mode
             if self._fast is not None:
                 self._enter(self._fast)
             else:
