@@ -18,6 +18,7 @@ that write their state in every forward.
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Any, Callable
 
 import pytest
@@ -799,3 +800,216 @@ def test_a_stale_tensor_read_by_attention_on_its_fused_path_is_still_found(deep)
     with torch.no_grad(), ipd.watch(model, deep=deep) as session:
         model(torch.randn(2, 5, 8))
     assert [f.code for f in session.findings if f.severity is Severity.ERROR] == ["IPD105"], _describe(session.findings)
+
+
+# ---------------------------------------------------------------------------
+# 4. weights written between steps: LoRA merges, tying, EMA teachers, frozen stages
+# ---------------------------------------------------------------------------
+
+
+class LoRALinear(nn.Module):
+    """A frozen base weight plus a trainable low-rank update (peft's `lora.Linear`, ReLoRA)."""
+
+    def __init__(self, d_in: int, d_out: int, r: int = 2, alpha: float = 4.0):
+        super().__init__()
+        self.base = nn.Linear(d_in, d_out)
+        self.base.weight.requires_grad_(False)
+        self.lora_A = nn.Parameter(torch.randn(r, d_in) * 0.1)
+        self.lora_B = nn.Parameter(torch.zeros(d_out, r))
+        self.scaling = alpha / r
+        self.merged = False
+
+    def forward(self, x):
+        out = self.base(x)
+        if not self.merged:
+            out = out + (x @ self.lora_A.T @ self.lora_B.T) * self.scaling
+        return out
+
+    @torch.no_grad()
+    def merge(self, through: str) -> None:
+        delta = self.lora_B @ self.lora_A * self.scaling
+        if through == "data":
+            self.base.weight.data += delta
+        else:
+            self.base.weight.add_(delta)
+        self.merged = True
+
+    @torch.no_grad()
+    def unmerge(self) -> None:
+        self.base.weight.sub_(self.lora_B @ self.lora_A * self.scaling)
+        self.merged = False
+
+    @torch.no_grad()
+    def restart(self) -> None:
+        """ReLoRA: after a merge, a fresh low-rank pair."""
+        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))
+        self.lora_B.zero_()
+        self.merged = False
+
+
+@pytest.mark.parametrize("through", ["data", "no_grad"])
+def test_lora_merge_unmerge_for_evaluation_and_relora_restarts_are_silent(through):
+    """peft's `merge_adapter()` before an evaluation and `unmerge_adapter()` after it, between
+    training steps; then a ReLoRA restart: merge `W += B @ A * s` (through `.data`, or in place
+    under no_grad), fresh A and B, the optimizer state of A and B reset."""
+
+    def build():
+        model = nn.Sequential(LoRALinear(6, 8), nn.ReLU(inplace=True), LoRALinear(8, 3))
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+        return {"modules": [model], "optimizers": [opt]}
+
+    def train(objs):
+        model, opt = objs["modules"][0], objs["optimizers"][0]
+        loras = [m for m in model if isinstance(m, LoRALinear)]
+        out = []
+        for step in range(4):
+            out += _steps(objs, n=1)
+            if step == 1:
+                model.eval()
+                for m in loras:
+                    m.merge(through)
+                with torch.no_grad():
+                    out.append(model(torch.randn(3, 6)))
+                for m in loras:
+                    m.unmerge()
+                model.train()
+            if step == 2:
+                for m in loras:
+                    m.merge(through)
+                    m.restart()
+                    for p in (m.lora_A, m.lora_B):
+                        opt.state.pop(p, None)
+        return out
+
+    programs_agree(build, train)
+
+
+class TiedLM(nn.Module):
+    """A tiny language model with the output layer tied to the embedding (`self.head.weight =
+    self.emb.weight`), the embedding scaled in place by sqrt(d) (`h.mul_(...)`: the embedding
+    saves only its indices), a learned position table added in place, and a LayerNorm."""
+
+    def __init__(self, vocab: int = 11, d: int = 8):
+        super().__init__()
+        self.d = d
+        self.emb = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.zeros(6, d))
+        self.mix = nn.Linear(d, d)
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, idx):
+        h = self.emb(idx)
+        h.mul_(math.sqrt(self.d))
+        h += self.pos[: idx.shape[1]]
+        h = h + F.gelu(self.mix(h))
+        return self.head(self.norm(h))
+
+
+def test_tied_embedding_and_output_layer_with_in_place_embedding_scaling_is_silent():
+    def build():
+        model = TiedLM()
+        return {"modules": [model], "optimizers": [torch.optim.Adam(model.parameters(), lr=1e-2)]}
+
+    def train(objs):
+        model, opt = objs["modules"][0], objs["optimizers"][0]
+        losses = []
+        for _ in range(3):
+            idx = torch.randint(0, 11, (2, 6))
+            logits = model(idx)
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, 11), idx[:, 1:].reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            losses.append(loss.detach())
+        assert model.head.weight is model.emb.weight
+        return losses
+
+    programs_agree(build, train)
+
+
+@pytest.mark.parametrize("update", ["lerp_", "foreach_mul_add", "mul_add_through_data"])
+def test_mean_teacher_ema_used_as_teacher_before_the_students_backward_is_silent(update):
+    """Mean Teacher (CuriousAI/mean-teacher): the EMA teacher's prediction under no_grad is the
+    consistency target, computed after the student's forward and before its backward; the teacher
+    is updated after the step (`ema_p.lerp_(p, 1 - alpha)`, `torch._foreach_mul_` then
+    `torch._foreach_add_`, or `ema_param.data.mul_(alpha).add_(param.data, alpha=1 - alpha)` as
+    the original code does), its BatchNorm buffers copied."""
+
+    def net():
+        return nn.Sequential(nn.Linear(6, 12), nn.BatchNorm1d(12), nn.ReLU(inplace=True), nn.Dropout(0.2), nn.Linear(12, 3))
+
+    def build():
+        student, teacher = net(), net()
+        teacher.load_state_dict(student.state_dict())
+        for p in teacher.parameters():
+            p.requires_grad_(False)
+        return {"modules": [student, teacher], "optimizers": [torch.optim.SGD(student.parameters(), lr=0.1, momentum=0.9, nesterov=True)]}
+
+    def train(objs):
+        (student, teacher), opt = objs["modules"], objs["optimizers"][0]
+        alpha, losses = 0.9, []
+        for _ in range(3):
+            x, y = torch.randn(6, 6), torch.randint(0, 3, (6,))
+            logits = student(x + 0.1 * torch.randn_like(x))
+            with torch.no_grad():
+                target = F.softmax(teacher(x + 0.1 * torch.randn_like(x)), dim=1)
+            loss = F.cross_entropy(logits[:3], y[:3]) + F.mse_loss(F.softmax(logits, dim=1), target)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            with torch.no_grad():
+                ema, live = list(teacher.parameters()), list(student.parameters())
+                if update == "lerp_":
+                    for e, p in zip(ema, live):
+                        e.lerp_(p, 1 - alpha)
+                elif update == "foreach_mul_add":
+                    torch._foreach_mul_(ema, alpha)
+                    torch._foreach_add_(ema, live, alpha=1 - alpha)
+                for eb, b in zip(teacher.buffers(), student.buffers()):
+                    eb.copy_(b)
+            if update == "mul_add_through_data":
+                for e, p in zip(ema, live):
+                    e.data.mul_(alpha).add_(p.data, alpha=1 - alpha)
+            losses.append(loss.detach())
+        return losses
+
+    programs_agree(build, train)
+
+
+def test_freezing_a_stage_restoring_the_best_state_and_unfreezing_is_silent():
+    """Fine-tuning: the backbone frozen with `requires_grad_(False)` for the first steps (its
+    BatchNorm in eval mode), unfrozen with a param group added to the optimizer; the best state
+    kept with `copy.deepcopy(model.state_dict())` and restored by `load_state_dict` at the end."""
+    import copy
+
+    def build():
+        model = nn.ModuleDict({"backbone": nn.Sequential(nn.Linear(6, 12), nn.BatchNorm1d(12), nn.ReLU(inplace=True)),
+                               "head": nn.Linear(12, 3)})
+        return {"modules": [model], "optimizers": [torch.optim.Adam(model["head"].parameters(), lr=1e-2)]}
+
+    def train(objs):
+        model, opt = objs["modules"][0], objs["optimizers"][0]
+        model["backbone"].requires_grad_(False)
+        best, best_loss, losses = None, float("inf"), []
+        for step in range(4):
+            if step == 2:
+                model["backbone"].requires_grad_(True)
+                opt.add_param_group({"params": model["backbone"].parameters(), "lr": 1e-3})
+            model.train()
+            if step < 2:
+                model["backbone"].eval()
+            x, y = torch.randn(5, 6), torch.randint(0, 3, (5,))
+            loss = F.cross_entropy(model["head"](model["backbone"](x)), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+            if loss.item() < best_loss:
+                best, best_loss = copy.deepcopy(model.state_dict()), loss.item()
+        model.load_state_dict(best)
+        return losses
+
+    programs_agree(build, train)
