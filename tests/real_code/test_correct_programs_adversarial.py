@@ -1013,3 +1013,253 @@ def test_freezing_a_stage_restoring_the_best_state_and_unfreezing_is_silent():
         return losses
 
     programs_agree(build, train)
+
+
+# ---------------------------------------------------------------------------
+# 5. GAN, RL, meta-learning, checkpointing
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("norm", ["hook_spectral_norm", "parametrized_spectral_norm"])
+def test_sngan_hinge_loss_with_real_and_fake_in_one_backward_is_silent(norm):
+    """SNGAN: a discriminator under spectral norm (the old hook API `nn.utils.spectral_norm`, and
+    `nn.utils.parametrizations.spectral_norm`), whose every training forward runs a power
+    iteration writing `u` and `v` in place; D(real) and D(G(z).detach()) go into one hinge loss
+    and one backward (the second forward rewrote `u` after the first one used it: both clone what
+    they use). Then G's step through D, with in-place LeakyReLU in D and in-place ReLU in G."""
+    sn = nn.utils.spectral_norm if norm == "hook_spectral_norm" else nn.utils.parametrizations.spectral_norm
+
+    def build():
+        G = nn.Sequential(nn.Linear(4, 12), nn.BatchNorm1d(12), nn.ReLU(inplace=True), nn.Linear(12, 6), nn.Tanh())
+        D = nn.Sequential(sn(nn.Linear(6, 12)), nn.LeakyReLU(0.1, inplace=True), sn(nn.Linear(12, 1)))
+        return {"modules": [G, D], "optimizers": [torch.optim.Adam(G.parameters(), lr=2e-4, betas=(0.0, 0.9)),
+                                                  torch.optim.Adam(D.parameters(), lr=2e-4, betas=(0.0, 0.9))]}
+
+    def train(objs):
+        (G, D), (opt_g, opt_d) = objs["modules"], objs["optimizers"]
+        losses = []
+        for _ in range(2):
+            real, z = torch.randn(5, 6), torch.randn(5, 4)
+            fake = G(z)
+            loss_d = F.relu(1.0 - D(real)).mean() + F.relu(1.0 + D(fake.detach())).mean()
+            opt_d.zero_grad()
+            loss_d.backward()
+            opt_d.step()
+            loss_g = -D(fake).mean()
+            opt_g.zero_grad()
+            loss_g.backward()
+            opt_g.step()
+            losses += [loss_d.detach(), loss_g.detach()]
+        return losses
+
+    programs_agree(build, train)
+
+
+class Policy(nn.Module):
+    """pytorch/examples reinforcement_learning/reinforce.py's Policy (dropout 0.6, ReLU)."""
+
+    def __init__(self):
+        super().__init__()
+        self.affine1 = nn.Linear(4, 16)
+        self.dropout = nn.Dropout(p=0.6)
+        self.affine2 = nn.Linear(16, 2)
+        self.value = nn.Linear(16, 1)
+
+    def forward(self, x):
+        x = F.relu(self.dropout(self.affine1(x)), inplace=True)
+        return F.softmax(self.affine2(x), dim=-1), self.value(x)
+
+
+@pytest.mark.parametrize("normalize", ["out_of_place", "in_place"])
+def test_reinforce_with_baseline_and_returns_normalized_in_place_is_silent(normalize):
+    """pytorch/examples reinforce.py / actor_critic.py `finish_episode`: discounted returns built
+    with a deque, turned into a tensor and normalized (`(returns - mean) / (std + eps)`, or in
+    place: `returns -= returns.mean(); returns /= returns.std() + eps` on a tensor outside the
+    graph), advantages `R - value.item()`, `-log_prob * advantage` and a smooth-L1 value loss,
+    `torch.stack(...).sum()` and one backward per episode."""
+    eps = float(torch.finfo(torch.float32).eps)
+
+    def build():
+        policy = Policy()
+        return {"modules": [policy], "optimizers": [torch.optim.Adam(policy.parameters(), lr=3e-2)]}
+
+    def train(objs):
+        policy, opt = objs["modules"][0], objs["optimizers"][0]
+        losses = []
+        for _ in range(2):
+            saved, rewards = [], []
+            for _ in range(5):
+                probs, value = policy(torch.randn(1, 4))
+                m = torch.distributions.Categorical(probs)
+                action = m.sample()
+                saved.append((m.log_prob(action), value))
+                rewards.append(float(action.item()) - 0.5)
+            R, returns = 0.0, deque()
+            for r in rewards[::-1]:
+                R = r + 0.99 * R
+                returns.appendleft(R)
+            returns = torch.tensor(returns)
+            if normalize == "in_place":
+                returns -= returns.mean()
+                returns /= returns.std() + eps
+            else:
+                returns = (returns - returns.mean()) / (returns.std() + eps)
+            policy_losses, value_losses = [], []
+            for (log_prob, value), R in zip(saved, returns):
+                advantage = R - value.item()
+                policy_losses.append(-log_prob * advantage)
+                value_losses.append(F.smooth_l1_loss(value, torch.tensor([[R]])))
+            opt.zero_grad()
+            loss = torch.stack(policy_losses).sum() + torch.stack(value_losses).sum()
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        return losses
+
+    programs_agree(build, train)
+
+
+class GradReverse(torch.autograd.Function):
+    """DANN's gradient reversal layer (fungtion/DANN functions.py `ReverseLayerF`)."""
+
+    @staticmethod
+    def forward(ctx, x, alpha):
+        ctx.alpha = alpha
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output.neg() * ctx.alpha, None
+
+
+def test_domain_adversarial_gradient_reversal_is_silent():
+    """fungtion/DANN: features through a gradient reversal layer into a domain classifier (with
+    in-place ReLU and BatchNorm), the class head on the same features, one backward."""
+
+    def build():
+        model = nn.ModuleDict({
+            "feature": nn.Sequential(nn.Linear(6, 12), nn.BatchNorm1d(12), nn.ReLU(inplace=True)),
+            "cls": nn.Sequential(nn.Linear(12, 8), nn.ReLU(inplace=True), nn.Linear(8, 3)),
+            "dom": nn.Sequential(nn.Linear(12, 8), nn.BatchNorm1d(8), nn.ReLU(inplace=True), nn.Linear(8, 2)),
+        })
+        return {"modules": [model], "optimizers": [torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)]}
+
+    def train(objs):
+        model, opt = objs["modules"][0], objs["optimizers"][0]
+        losses = []
+        for i in range(3):
+            p = i / 3
+            alpha = 2.0 / (1.0 + math.exp(-10 * p)) - 1
+            xs, ys, xt = torch.randn(4, 6), torch.randint(0, 3, (4,)), torch.randn(4, 6)
+            fs, ft = model["feature"](xs), model["feature"](xt)
+            loss = F.cross_entropy(model["cls"](fs), ys)
+            domain = model["dom"](GradReverse.apply(torch.cat([fs, ft]), alpha))
+            loss = loss + F.cross_entropy(domain, torch.cat([torch.zeros(4), torch.ones(4)]).long())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        return losses
+
+    programs_agree(build, train)
+
+
+def test_maml_with_vmap_over_tasks_of_torch_func_grad_is_silent():
+    """MAML as the torch.func tutorial writes it: the inner loop is `torch.func.grad` of a
+    `functional_call` loss, vmapped over a batch of tasks; the outer loss is backpropagated into
+    the meta-parameters (second order through the inner gradient); an in-place ReLU in the model."""
+    from torch.func import functional_call, grad, vmap
+
+    def build():
+        model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(inplace=True), nn.Linear(16, 1))
+        return {"modules": [model], "optimizers": [torch.optim.Adam(model.parameters(), lr=1e-2)]}
+
+    def train(objs):
+        model, opt = objs["modules"][0], objs["optimizers"][0]
+        losses = []
+
+        def loss_of(params, x, y):
+            return F.mse_loss(functional_call(model, params, (x,)), y)
+
+        def adapted_query_loss(params, xs, ys, xq, yq):
+            for _ in range(2):
+                grads = grad(loss_of)(params, xs, ys)
+                params = {k: p - 0.1 * grads[k] for k, p in params.items()}
+            return loss_of(params, xq, yq)
+
+        for _ in range(2):
+            params = dict(model.named_parameters())
+            xs, xq = torch.randn(3, 5, 4), torch.randn(3, 5, 4)
+            ys, yq = xs.sum(-1, keepdim=True).sin(), xq.sum(-1, keepdim=True).sin()
+            loss = vmap(adapted_query_loss, in_dims=(None, 0, 0, 0, 0))(params, xs, ys, xq, yq).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        return losses
+
+    programs_agree(build, train)
+
+
+class CheckpointedMLP(nn.Module):
+    def __init__(self, use_reentrant: bool):
+        super().__init__()
+        self.use_reentrant = use_reentrant
+        self.inp = nn.Linear(6, 12)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.LayerNorm(12), nn.Linear(12, 24), nn.ReLU(inplace=True), nn.Dropout(0.2), nn.Linear(24, 12))
+            for _ in range(2))
+        self.out = nn.Linear(12, 3)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for block in self.blocks:
+            h = h + torch.utils.checkpoint.checkpoint(block, h, use_reentrant=self.use_reentrant)
+        return self.out(h)
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_checkpointed_pre_norm_blocks_with_in_place_relu_and_dropout_are_silent(use_reentrant):
+    """Pre-norm residual blocks (LayerNorm, Linear, in-place ReLU, Dropout, Linear) each under
+    `torch.utils.checkpoint` (reentrant and not): the recompute replays the dropout mask (RNG state
+    preserved) and the in-place ReLU on the recomputed Linear output; no BatchNorm, so no state is
+    written twice."""
+
+    def build():
+        model = CheckpointedMLP(use_reentrant)
+        return {"modules": [model], "optimizers": [torch.optim.AdamW(model.parameters(), lr=1e-2)]}
+
+    programs_agree(build, _steps)
+
+
+# ---------------------------------------------------------------------------
+# 6. the harness itself can fail
+# ---------------------------------------------------------------------------
+
+
+def test_the_harness_fails_on_a_program_with_a_real_hazard():
+    """`sigmoid` saves its output; `mul_` on it before backward makes PyTorch raise: the harness
+    must not pass such a program (its plain run raises already), nor a program whose watched runs
+    report an error while plain PyTorch is silent (a `.data` write to a saved weight)."""
+
+    def build():
+        model = nn.Sequential(nn.Linear(6, 4), nn.Linear(4, 3))
+        return {"modules": [model], "optimizers": [torch.optim.SGD(model.parameters(), lr=0.1)]}
+
+    def raising(objs):
+        h = torch.sigmoid(objs["modules"][0](torch.randn(2, 6)))
+        h.mul_(2)
+        h.sum().backward()
+        return []
+
+    def silent_but_wrong(objs):
+        model = objs["modules"][0]
+        loss = (model(torch.randn(2, 6)) ** 2).sum()
+        model[1].weight.data.mul_(0.5)  # the weight saved for the first layer's grad: silently wrong
+        loss.backward()
+        return [loss.detach()]
+
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        programs_agree(build, raising)
+    with pytest.raises(AssertionError, match="IPD104"):
+        programs_agree(build, silent_but_wrong)
