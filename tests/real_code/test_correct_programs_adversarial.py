@@ -1505,3 +1505,121 @@ def test_activation_compression_hooks_entered_before_the_watch_still_apply(deep)
         return [p.detach().clone() for p in model.parameters()]
 
     assert _same(run(False), run(True))
+
+
+# ---------------------------------------------------------------------------
+# 8. state written between a forward and its backward, through copies
+# ---------------------------------------------------------------------------
+
+
+class MemoryBank(nn.Module):
+    """HobbitLong/CMC NCEAverage: per-instance embeddings in a buffer; the forward scores the batch
+    against rows picked by `index_select` (a copy, detached), then, under no_grad, updates the picked
+    rows by momentum and writes them back with `memory.index_copy_`, before the loss's backward."""
+
+    def __init__(self, n: int, d: int, k: int = 4, momentum: float = 0.5):
+        super().__init__()
+        self.k, self.momentum = k, momentum
+        self.register_buffer("memory", F.normalize(torch.randn(n, d), dim=1))
+
+    def forward(self, z, y):
+        idx = torch.randint(0, self.memory.shape[0], (z.shape[0], self.k + 1))
+        idx[:, 0] = y
+        weight = torch.index_select(self.memory, 0, idx.view(-1)).detach().view(z.shape[0], self.k + 1, -1)
+        out = torch.bmm(weight, z.unsqueeze(2)).squeeze(2).div(0.1)
+        with torch.no_grad():
+            pos = torch.index_select(self.memory, 0, y)
+            pos.mul_(self.momentum)
+            pos.add_(torch.mul(z, 1 - self.momentum))
+            self.memory.index_copy_(0, y, F.normalize(pos, dim=1))
+        return out
+
+
+def test_instance_memory_bank_written_between_forward_and_backward_through_copies_is_silent():
+    def build():
+        model = nn.ModuleDict({"enc": nn.Sequential(nn.Linear(6, 8), nn.ReLU(inplace=True), nn.Linear(8, 4)),
+                               "bank": MemoryBank(10, 4)})
+        return {"modules": [model], "optimizers": [torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)]}
+
+    def train(objs):
+        model, opt = objs["modules"][0], objs["optimizers"][0]
+        losses = []
+        for _ in range(3):
+            y = torch.randperm(10)[:4]
+            z = F.normalize(model["enc"](torch.randn(4, 6)), dim=1)
+            out = model["bank"](z, y)
+            loss = F.cross_entropy(out, torch.zeros(4, dtype=torch.long))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        return losses
+
+    programs_agree(build, train)
+
+
+def test_truncated_bptt_with_in_place_detach_of_the_carried_state_is_silent():
+    """Truncated BPTT where the carried LSTM state is cut with `h.detach_()` / `c.detach_()` after
+    each chunk's backward and step (in place, instead of `repackage_hidden`'s new tensors)."""
+
+    def build():
+        model = nn.ModuleDict({"rnn": nn.LSTM(3, 6, batch_first=True), "out": nn.Linear(6, 3)})
+        return {"modules": [model], "optimizers": [torch.optim.Adam(model.parameters(), lr=1e-2)]}
+
+    def train(objs):
+        model, opt = objs["modules"][0], objs["optimizers"][0]
+        h, c = torch.zeros(1, 2, 6), torch.zeros(1, 2, 6)
+        losses = []
+        for _ in range(3):
+            x = torch.randn(2, 4, 3)
+            y, (h, c) = model["rnn"](x, (h, c))
+            loss = F.mse_loss(model["out"](y), x.roll(-1, dims=1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            h.detach_()
+            c.detach_()
+            losses.append(loss.detach())
+        return losses
+
+    programs_agree(build, train)
+
+
+class NormalizingNet(nn.Module):
+    """A forward that standardizes its input batch in place (`x.sub_(mean).div_(std)`), as some
+    data-pipeline-in-the-model code does; the caller never reads the batch afterwards."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(6))
+        self.register_buffer("std", torch.ones(6) * 2)
+        self.body = _mlp()
+
+    def forward(self, x):
+        x.sub_(self.mean).div_(self.std)
+        return self.body(x)
+
+
+def test_a_model_normalizing_its_input_in_place_warns_ipd106_at_once_and_changes_nothing():
+    """Each batch is made, passed and dropped, so this program is correct; but IPD106 reports a
+    write no flag asked for (`x.sub_`, `x.div_` on the argument) at once, not at the caller's next
+    read (docs/rules/IPD106.md, "When it is reported"): a warning that is true as stated (the
+    caller's tensor is changed), about code that would break the day the caller logs its batch.
+    Only `inplace=True` writes wait for the caller's read."""
+
+    def build():
+        model = NormalizingNet()
+        return {"modules": [model], "optimizers": [torch.optim.SGD(model.parameters(), lr=0.1)]}
+
+    def train(objs):
+        model, opt = objs["modules"][0], objs["optimizers"][0]
+        losses = []
+        for _ in range(3):
+            loss = F.cross_entropy(model(torch.randn(5, 6)), torch.randint(0, 3, (5,)))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        return losses
+
+    programs_agree(build, train, warnings=frozenset({"IPD106"}))
