@@ -1409,7 +1409,7 @@ def test_an_ensemble_of_stacked_module_states_trained_under_vmap_is_silent():
         for _ in range(3):
             params = {n: getattr(holder, n.replace(".", "_")) for n in names}
             x, y = torch.randn(5, 6), torch.randint(0, 3, (5,))
-            logits = vmap(lambda p: functional_call(holder.base, p, (x,)))(params)
+            logits = vmap(functional_call, in_dims=(None, 0, None))(holder.base, params, (x,))
             loss = F.cross_entropy(logits.reshape(-1, 3), y.repeat(3))
             opt.zero_grad()
             loss.backward()
