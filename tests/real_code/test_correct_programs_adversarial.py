@@ -1623,3 +1623,42 @@ def test_a_model_normalizing_its_input_in_place_warns_ipd106_at_once_and_changes
         return losses
 
     programs_agree(build, train, warnings=frozenset({"IPD106"}))
+
+
+def test_hessians_jacobians_forward_mode_ad_and_batched_grads_are_silent():
+    """Second-order tools on a small network: `torch.autograd.functional.hessian` (vectorized:
+    vmap over backward), `jacobian` with `strategy="forward-mode"`, `hvp`, a forward-mode jvp
+    through an in-place ReLU on dual tensors (`fwAD.make_dual`), and `autograd.grad` with
+    `is_grads_batched=True`; then one training step."""
+    import torch.autograd.forward_ad as fwAD
+
+    def build():
+        model = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 2))
+        return {"modules": [model], "optimizers": [torch.optim.SGD(model.parameters(), lr=0.1)]}
+
+    def train(objs):
+        model, opt = objs["modules"][0], objs["optimizers"][0]
+        x = torch.randn(4, 3)
+
+        def f(w):
+            return F.linear(torch.tanh(F.linear(x, w, model[0].bias)), model[2].weight, model[2].bias).square().sum()
+
+        w = model[0].weight.detach()
+        out = [
+            torch.autograd.functional.hessian(f, w, vectorize=True),
+            torch.autograd.functional.jacobian(lambda w_: F.linear(x, w_).relu(), w, vectorize=True, strategy="forward-mode"),
+            torch.autograd.functional.hvp(f, w, torch.ones_like(w))[1],
+        ]
+        with fwAD.dual_level():
+            h = model[0](fwAD.make_dual(x, torch.ones_like(x)))
+            h.relu_()
+            out.append(fwAD.unpack_dual(model[2](h)).tangent)
+        grad_outputs = torch.eye(2).unsqueeze(1).expand(2, 4, 2).contiguous()
+        out.append(torch.autograd.grad(model(x), model[0].weight, grad_outputs, is_grads_batched=True)[0])
+        opt.zero_grad()
+        loss = f(model[0].weight)
+        loss.backward()
+        opt.step()
+        return out + [loss.detach()]
+
+    programs_agree(build, train)
