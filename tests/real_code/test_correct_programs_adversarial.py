@@ -1478,18 +1478,13 @@ def test_activation_compression_hooks_inside_the_watched_loop_are_silent():
     assert sessions["fast"].tracer.writes > 0
 
 
-@pytest.mark.parametrize("deep", [
-    pytest.param(False, marks=pytest.mark.xfail(strict=True, reason=(
-        "the tracer's saved_tensors_hooks are pushed on top of the program's, which stop applying "
-        "inside the watch: a program whose hooks change what is saved (activation compression) gets "
-        "other gradients; chaining to them changes when stale saves raise (the program's hooks "
-        "switch autograd's check off), too large for today"))),
-    pytest.param(True, marks=pytest.mark.xfail(strict=True, reason="the same in the deep tracer")),
-])
+@pytest.mark.parametrize("deep", [False, True])
 def test_activation_compression_hooks_entered_before_the_watch_still_apply(deep):
     """`with saved_tensors_hooks(compress, decompress): with ipd.watch(): train()`: a framework
     that wraps the whole run in its hooks, then the watch. The gradients must be the compressed
-    ones, as without the tool."""
+    ones, as without the tool (whose own hooks, on top, would make the program's stop applying):
+    the tracer sets none and the report says it saw no saved tensor."""
+    notes: list[str] = []
 
     def run(watch: bool) -> list[torch.Tensor]:
         torch.manual_seed(0)
@@ -1498,13 +1493,15 @@ def test_activation_compression_hooks_entered_before_the_watch_still_apply(deep)
         torch.manual_seed(1)
         with torch.autograd.graph.saved_tensors_hooks(_compress, _decompress):
             if watch:
-                with ipd.watch(model, deep=deep):
+                with ipd.watch(model, deep=deep) as session:
                     _steps({"modules": [model], "optimizers": [opt]})
+                notes.extend(session.report().notes)
             else:
                 _steps({"modules": [model], "optimizers": [opt]})
         return [p.detach().clone() for p in model.parameters()]
 
     assert _same(run(False), run(True))
+    assert any("saw no saved tensor" in note for note in notes), notes
 
 
 # ---------------------------------------------------------------------------
