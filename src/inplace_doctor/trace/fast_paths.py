@@ -23,7 +23,8 @@ reads, as the function mode would have run its first call inside (`suspect_calls
 Known limitations: inside those forwards the modes see no call: torch's code there makes no
 in-place call, but an `inplace=True` module or `x += y` of a program's layer run by
 `TransformerEncoder` in eval mode is not seen (IPD105, IPD106), nor, by the fast tracer, a read
-of an awaited object the module holds rather than is handed. An instance attribute `forward` set by the program runs without the entry code.
+of an awaited object the module holds rather than is handed. An instance attribute `forward` set
+by the program runs without the entry code.
 """
 
 from __future__ import annotations
