@@ -34,11 +34,13 @@ Known limitations:
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from typing import Any, Callable
 
 import torch
 
+from .. import _compat
 from ..events import (
     CallerInputWritten, CheckpointRecomputeDiffers, Event, InplaceErrorRaised, OriginalValueRead, SideEffectRepeated,
 )
@@ -48,6 +50,7 @@ from .compiled import EagerCompiled
 from .checkpoint_ops import RegionOps
 from .contents import ContentChecks
 from .dispatch_mode import EnteredMode, SubclassConstruction, TracingMode
+from .fast_paths import fused_paths
 from .fast_writes import FastWrites
 from .graph_writes import UnrecordedWrites
 from .inplace_calls import InplaceCalls
@@ -157,6 +160,8 @@ class Tracer:
         self._pack = self._saved.pack  # one bound method: the dispatch mode knows it on top of the hooks
         #: `torch.func.grad`/`vjp`/`jacrev`/`hessian` run with our saved-tensor hooks set aside
         self.transforms = FunctionalTransforms(self._pack, self._saved.unpack)
+        #: the program's saved-tensor hooks were on top when the run began: ours were not set
+        self.program_hooks = False
         self._mode = TracingMode(
             self._busy, self._saved, self._writes, self.inplace_calls, self.held, self._raised, self._graph,
             self._recompute, self._pack,
@@ -194,8 +199,9 @@ class Tracer:
             self._enter(self.compiled)
             self._enter(self.threads)
             self._enter(NodeCreationHook(self._saved.on_node if self._fast is None else self._fast.on_node))
-            self._enter(torch.autograd.graph.saved_tensors_hooks(self._pack, self._saved.unpack))
+            self._enter(self._saved_tensors_hooks())
             self._enter(self.transforms)
+            self._enter(fused_paths())  # torch's fused attention paths as without the tool's function mode
             if self._fast is not None:
                 self._enter(self._fast)
             else:
@@ -229,6 +235,26 @@ class Tracer:
             self.__exit__(None, None, None)
             raise
         return self
+
+    def _saved_tensors_hooks(self) -> Any:
+        """Ours, unless the program's own are on top (`saved_tensors_hooks`, `save_on_cpu` entered
+        before the session): ours would replace them (other saved values, other gradients), and
+        autograd checks no version of what they pack. A session's own (a nested watch) are ours."""
+        top = _compat.top_saved_tensors_hooks(False)
+        if top is not None and not isinstance(getattr(top[0], "__self__", None), SavedTensors):
+            self.program_hooks = True
+            return contextlib.nullcontext()
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, self._saved.unpack)
+
+    def saved_tensors_note(self) -> str | None:
+        """The report's line when the program's saved-tensor hooks left ours unset."""
+        if not self.program_hooks:
+            return None
+        return (
+            "saved-tensor hooks your program set before the watch (saved_tensors_hooks, save_on_cpu) pack what "
+            "autograd saves: the tool set none of its own, which would have replaced yours, so it saw no saved "
+            "tensor (IPD101, IPD104 and IPD109 were not looked for); autograd checks no version of them either"
+        )
 
     def _watch_calls(self, measures: bool) -> None:
         """The fast tracer's IPD105/IPD106: `inplace_calls` runs as in deep mode, and a call handed an
