@@ -38,10 +38,10 @@ criterion = nn.CrossEntropyLoss()
 optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
 sequences = [(torch.randn(3, 2, 6), torch.randint(0, 3, (3, 2))) for _ in range(2)]
 running_loss = 0.0
-for i, (images, labels) in enumerate(sequences):
+for images, labels in sequences:
     for image, label in zip(images, labels):
         optimizer.zero_grad()
-        confidence = net(image)
+        confidence = net(image)  # <forward>
         loss = criterion(confidence, label)
         loss.backward(retain_graph=True)  # <backward>
         optimizer.step()  # <write>

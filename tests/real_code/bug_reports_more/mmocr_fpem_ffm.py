@@ -80,10 +80,10 @@ class FPEM_FFM(nn.Module):
                 c4_ffm = c4
                 c5_ffm = c5
             else:
-                c2_ffm += c2  # <write>
-                c3_ffm += c3
-                c4_ffm += c4
-                c5_ffm += c5
+                c2_ffm += c2  # <write-c2>
+                c3_ffm += c3  # <write-c3>
+                c4_ffm += c4  # <write-c4>
+                c5_ffm += c5  # <write-c5>
 
         # FFM
         c5 = F.interpolate(c5_ffm, c2_ffm.size()[-2:], mode='nearest')

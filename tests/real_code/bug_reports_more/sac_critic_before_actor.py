@@ -60,8 +60,8 @@ class SACTrainer:
         """
         new_obs_actions, log_pi = self.policy(obs)
         q_new_actions = torch.min(
-            self.qf1(obs, new_obs_actions),  # <saved-call>
-            self.qf2(obs, new_obs_actions),
+            self.qf1(obs, new_obs_actions),
+            self.qf2(obs, new_obs_actions),  # <saved-call>
         )
         policy_loss = (self.alpha * log_pi - q_new_actions).mean()
 
@@ -84,11 +84,11 @@ class SACTrainer:
         """
         self.qf1_optimizer.zero_grad()
         qf1_loss.backward()
-        self.qf1_optimizer.step()  # <write>
+        self.qf1_optimizer.step()  # <write-qf1>
 
         self.qf2_optimizer.zero_grad()
         qf2_loss.backward()
-        self.qf2_optimizer.step()
+        self.qf2_optimizer.step()  # <write-qf2>
 
         self.policy_optimizer.zero_grad()
         policy_loss.backward()  # <backward>
