@@ -14,7 +14,8 @@ cut down to a few layers, ending by binding `result`. For each:
 What tests/real_code/test_bug_reports.py covers is not repeated here: these are other patterns
 (index assignment into a saved output, `exp` then `/=`, `pow` then `/=`, `+=` on ReLU outputs
 summed across FPEM stages, a module's forward renormalizing a weight another op saved, optimizer
-steps of critics before the actor's backward, a loop that carries an LSTM state across steps).
+steps of critics before the actor's backward, a GAN's D step before G's backward, an in-place
+Dropout after an in-place LeakyReLU, a loop that carries an LSTM state across steps).
 """
 
 from __future__ import annotations
@@ -170,6 +171,10 @@ EXPECTED = {
     "ac_cartpole_td_error": [("IPD101", Severity.ERROR, "write", "saved")],
     # https://github.com/vikrant7/mobile-vod-bottleneck-lstm/issues/25
     "lstm_hidden_not_detached": [("IPD101", Severity.ERROR, "write", "saved")],
+    # https://github.com/pytorch/pytorch/issues/39141
+    "gan_sine_step_order": [("IPD101", Severity.ERROR, "write", "saved")],
+    # https://github.com/dreamgonfly/GAN-tutorial/issues/1: both modules run inside `self.main(inputs)`
+    "gan_leaky_dropout_inplace": [("IPD101", Severity.ERROR, "write", "write")],
 }
 
 
@@ -329,6 +334,74 @@ def test_sac_fix_moves_both_q_steps_after_the_policy_backward_restricted_to_the_
     moved_alone.write_text(unrestricted)
     assert run_plain(moved_alone).keys() == run_plain(intended).keys()
     assert not torch.equal(run_plain(moved_alone)["qf2.net.2.weight"], run_plain(intended)["qf2.net.2.weight"])
+
+
+GAN_INTENDED = (
+    """    prob_artist0 = D(artist_paintings)
+    prob_artist1 = D(G_paintings)  # <saved>
+
+    D_loss = - torch.mean(torch.log(prob_artist0) + torch.log(1. - prob_artist1))
+    G_loss = torch.mean(torch.log(1. - prob_artist1))
+
+    opt_D.zero_grad()
+    D_loss.backward(retain_graph=True)
+    opt_D.step()  # <write>
+
+    opt_G.zero_grad()
+    G_loss.backward()  # <backward>
+    opt_G.step()
+""",
+    """    prob_artist1 = D(G_paintings)
+    G_loss = torch.mean(torch.log(1. - prob_artist1))
+    opt_G.zero_grad()
+    G_loss.backward()
+    opt_G.step()
+
+    prob_artist0 = D(artist_paintings)
+    prob_artist1 = D(G_paintings.detach())
+    D_loss = - torch.mean(torch.log(prob_artist0) + torch.log(1. - prob_artist1))
+    opt_D.zero_grad()
+    D_loss.backward(retain_graph=True)
+    opt_D.step()
+""",
+)
+
+
+def test_gan_sine_fix_moves_the_d_step_and_restricts_g_backward_to_g():
+    """The move (edits) with the restriction the fix asks for (`G_loss.backward(inputs=...)`) trains
+    as the tutorial's later form (G first, then D on `G_paintings.detach()`); moved alone, G's loss
+    reaches D's `.grad` and D's step applies it: the caution is true."""
+    path = program("gan_sine_step_order")
+    [finding] = diagnose(path)
+    move = edited(finding)
+    assert move.kind is FixKind.MOVE_STATEMENT and "accumulates into D's `.grad`" in finding.fix
+    apply(move)
+    unrestricted = path.read_text()
+    restricted = unrestricted.replace("G_loss.backward()  # <backward>", "G_loss.backward(inputs=list(G.parameters()))")
+    assert restricted != unrestricted
+    path.write_text(restricted)
+    intended = derived("gan_sine_step_order", "intended", GAN_INTENDED)
+    check_fixed(path, intended)
+    moved_alone = Path("moved_alone.py")
+    moved_alone.write_text(unrestricted)
+    assert not torch.equal(run_plain(moved_alone)["D.0.weight"], run_plain(intended)["D.0.weight"])
+
+
+def test_gan_leaky_dropout_fix_turns_the_dropout_flag_off_as_the_answer_does():
+    """The fix turns off the writer's flag (Dropout's); the answer in the thread turns off both. The
+    in-place LeakyReLU on a Linear output is harmless (Linear saved its input), so both compute alike."""
+    path = program("gan_leaky_dropout_inplace")
+    [finding] = diagnose(path)
+    fix = edited(finding)
+    assert fix.kind is FixKind.FLAG_OFF_AT_CONSTRUCTOR and fix.edits[0].start.line == marker(path, "origin")
+    apply(fix)
+    intended = derived(
+        "gan_leaky_dropout_inplace",
+        "intended",
+        ("nn.LeakyReLU(0.2, inplace=True)", "nn.LeakyReLU(0.2)"),
+        ("nn.Dropout(inplace=True),  # <origin>", "nn.Dropout(),"),
+    )
+    check_fixed(path, intended)
 
 
 def test_ac_cartpole_move_across_functions_carries_no_edits():
