@@ -46,7 +46,7 @@ D = nn.Sequential(  # Discriminator
 opt_D = torch.optim.Adam(D.parameters(), lr=LR_D)
 opt_G = torch.optim.Adam(G.parameters(), lr=LR_G)
 
-for step in range(2):
+for _step in range(2):
     artist_paintings = artist_works()
     G_ideas = torch.randn(BATCH_SIZE, N_IDEAS, requires_grad=True)
     G_paintings = G(G_ideas)
