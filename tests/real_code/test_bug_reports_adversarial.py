@@ -21,8 +21,10 @@ ReLU on an input a custom autograd.Function saved).
 
 from __future__ import annotations
 
+import gc
 import runpy
 import shutil
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -176,9 +178,9 @@ EXPECTED = {
     "gan_sine_step_order": [("IPD101", Severity.ERROR, "write", "saved")],
     # https://github.com/dreamgonfly/GAN-tutorial/issues/1: both modules run inside `self.main(inputs)`
     "gan_leaky_dropout_inplace": [("IPD101", Severity.ERROR, "write", "write")],
-    # https://github.com/sniklaus/softmax-splatting/issues/50: a custom Function's save is named at its
-    # `.apply` call (see the xfail below for the `save_for_backward` line)
-    "softsplat_saved_input": [("IPD101", Severity.ERROR, "write", "apply")],
+    # https://github.com/sniklaus/softmax-splatting/issues/50: a custom Function's save, at its
+    # `self.save_for_backward(...)` line
+    "softsplat_saved_input": [("IPD101", Severity.ERROR, "write", "saved")],
 }
 
 
@@ -408,17 +410,39 @@ def test_gan_leaky_dropout_fix_turns_the_dropout_flag_off_as_the_answer_does():
     check_fixed(path, intended)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a custom autograd.Function's inputs are packed when `apply` returns, so the saved site's "
-    "innermost line is the `.apply(...)` call (:37), not the `self.save_for_backward(tenIn, tenFlow)` line "
-    "(:22) the reporter changed to fix it; naming it needs the line recorded when `save_for_backward` "
-    "runs (under both tracers)",
-)
 @pytest.mark.parametrize("deep", [False, True], ids=["fast", "deep"])
 def test_softsplat_names_the_save_for_backward_line(deep):
+    """autograd packs a custom Function's saves when `apply` returns (the stack shows the `apply`
+    call alone); the saved site names the `self.save_for_backward(...)` line the reporter changed,
+    with the `apply` call above it on its stack."""
     path = program("softsplat_saved_input")
-    naming(diagnose(path, deep=deep), "IPD101", Severity.ERROR, at(path, "write"), at(path, "saved"))
+    finding = naming(diagnose(path, deep=deep), "IPD101", Severity.ERROR, at(path, "write"), at(path, "saved"))
+    assert finding.saved is not None and [f.line for f in finding.saved.stack][-2:] == [marker(path, "apply"), marker(path, "saved")]
+
+
+def test_reading_a_custom_functions_save_line_keeps_none_of_the_program_alive():
+    """The save line is read once per `forward` and remembered by its code object: the script's
+    namespace (its model, its tensors) is not kept once the run is over."""
+    path = Path("saves.py")
+    path.write_text(
+        "import torch\n"
+        "class Twice(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x):\n"
+        "        ctx.save_for_backward(x)\n"
+        "        return x * 2\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, g):\n"
+        "        return g * 2\n"
+        "big = torch.randn(64, requires_grad=True)\n"
+        "Twice.apply(big * 1).sum().backward()\n"
+    )
+    with ipd.watch():
+        namespace = runpy.run_path(str(path), run_name="__main__")
+    alive = weakref.ref(namespace["big"])
+    del namespace
+    gc.collect()
+    assert alive() is None
 
 
 def test_softsplat_fix_turns_the_in_place_relu_off():

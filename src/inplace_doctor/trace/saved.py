@@ -16,7 +16,7 @@ from .. import _compat
 from ..events import Event, SavedInfo, SavedTensorFreed, SavedTensorReached, StaleSavedTensorUsed
 from .autograd_facts import saved_field_is_read
 from .modules import ModuleContext, ModulePaths
-from .nodes import MadeAt, record_creation, saved_attrs
+from .nodes import MadeAt, record_creation, save_for_backward_frame, saved_attrs
 from .ops import op_name
 from .owner import Busy, Sink
 from .blame import the_programs_error
@@ -66,7 +66,8 @@ class SavedRecord(MadeAt):
 
     __slots__ = (  # and MadeAt's: stack, module, op
         "tensor", "key", "in_backward", "version", "node", "field", "read", "used",
-        "overwritten", "fingerprint", "seen", "handout", "written_at", "grad", "bytes_before", "node_serial", "__weakref__",
+        "overwritten", "fingerprint", "seen", "handout", "written_at", "grad", "bytes_before", "node_serial", "inner",
+        "__weakref__",
     )
 
     def __init__(
@@ -97,6 +98,8 @@ class SavedRecord(MadeAt):
         #: `WriteRecorder.before_write_through_alias` so that unpack can tell a change from a restore
         self.grad = grad
         self.bytes_before: Any = None
+        #: a custom Function's `ctx.save_for_backward(...)` line, below the `apply` call the stack ends at
+        self.inner: RawFrame | None = None
 
     def span(self) -> tuple[int, int, int] | None:
         return storage_span(self.tensor)
@@ -106,6 +109,8 @@ class SavedRecord(MadeAt):
         if not isinstance(self.stack, tuple):
             self.stack = resolve_stack(self.stack, SAVE_STACK)
         frames, api, in_region = self.stack
+        if self.inner is not None and frames[-1:] != (self.inner,):
+            frames = (*frames, self.inner)
         return frames, api, self.module, "backward" if self.in_backward else "forward", in_region
 
     def place(self) -> SavedPlace:
@@ -337,6 +342,7 @@ class SavedTensors:
         serial = self._nodes_seen
         op = None
         custom = False
+        inner: RawFrame | None = None
         found = False
         for attr, field in attrs:
             try:
@@ -360,10 +366,12 @@ class SavedTensors:
                     custom = isinstance(node, _BackwardCFunction)
                     if custom:
                         op = f"{node_name.removesuffix('Backward')}.apply"
+                        inner = save_for_backward_frame(node)
                     elif last_op is not None:
                         op = op_name(last_op)
                 if custom:  # what the user's backward reads: ctx.saved_tensors
                     where = "saved_tensors" + where[len(field):]
+                    record.inner = inner
                 record.node = node_name
                 record.node_serial = serial
                 record.field = where
