@@ -68,6 +68,7 @@ class FixKind(enum.StrEnum):
     MOVE_STATEMENT = "move-statement"              # an optimizer step moved after the backward that reads
     COMPUTE_THEN_WRITE = "compute-then-write"      # `v = f(buf[2])`, `buf = buf.clone()`, `buf[4] = v`: the save is in the write
     RECOMPUTE = "recompute-forward"                # run the forward again after the update (manual)
+    DETACH_CARRIED = "detach-carried"              # detach what a loop carries into its next step's graph (manual)
     COPY_AT_HANDOUT = "copy-at-handout"            # `t.numpy()` -> `t.numpy().copy()`, a state_dict() snapshot copied
     OTHER = "other"                                # a change no edit expresses (manual)
 

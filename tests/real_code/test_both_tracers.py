@@ -1,7 +1,7 @@
 """Every real program of this folder gives the same findings under the fast tracer (the default)
 and the deep one (issue 26: "nothing it finds today may be lost in the fast mode").
 
-The bug reports (`bug_reports/`) and the correct training programs (`idioms/`, `idioms_more/`) run
+The bug reports (`bug_reports/`, `bug_reports_more/`) and the correct training programs (`idioms/`, `idioms_more/`) run
 as `python <program>.py` would (`runpy`, as `__main__`), once under `watch(deep=True)` and once
 under `watch(deep=False)`, with the same seed; the findings are compared by rule, severity, cause
 and the lines they name (what overwrote, what saved, what read). An error the program raises
@@ -21,7 +21,7 @@ import inplace_doctor as ipd
 
 HERE = Path(__file__).resolve().parent
 PROGRAMS = sorted(
-    p for folder in ("bug_reports", "idioms", "idioms_more") for p in (HERE / folder).glob("*.py") if p.name != "run_all.py"
+    p for folder in ("bug_reports", "bug_reports_more", "idioms", "idioms_more") for p in (HERE / folder).glob("*.py") if p.name != "run_all.py"
 )
 
 

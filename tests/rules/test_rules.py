@@ -166,7 +166,7 @@ def test_ipd101_branch_backward_never_reaches_is_unconfirmed_info():
 class Scale(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, w):
-        ctx.save_for_backward(a, w)
+        ctx.save_for_backward(a, w)  # <save:custom>
         return a * w
 
     @staticmethod
@@ -179,10 +179,11 @@ def test_ipd101_custom_function_saved_tensors():
     with ipd.watch() as session:
         a = torch.randn(3, 2, requires_grad=True) * 1
         w = torch.randn(2, requires_grad=True)
-        out = Scale.apply(a, w)  # <save:custom>
+        out = Scale.apply(a, w)  # <apply:custom>
         a.zero_()  # <write:custom>
     f = only(session.findings, "IPD101")
-    assert_lines(f, "custom", "custom")
+    assert_lines(f, "custom", "custom")  # the `ctx.save_for_backward` line, below the `apply` call
+    assert [fr.line for fr in f.saved.stack][-2:] == [line_of("apply:custom"), line_of("save:custom")]
     assert f.slot == "ScaleBackward.saved_tensors[0]"
     assert f.saved.op == "Scale.apply"
     with pytest.raises(ipd.InplaceError):

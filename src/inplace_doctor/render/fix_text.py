@@ -13,7 +13,7 @@ import ast
 import linecache
 
 from ..findings import Applicability, Edit, Finding, Fix, FixKind
-from ..sites import Frame, module_ref, source_line
+from ..sites import Frame, Site, module_ref, source_line
 from .explain.phrasing import without_comment
 
 
@@ -204,6 +204,9 @@ def _backward(finding: Finding) -> str:
         moved = _moved(other)
         if moved is not None:
             return f"the backward at {_at(moved[1])}"
+    backward = getattr(finding.facts, "backward", None)
+    if isinstance(backward, Site) and backward.file:
+        return f"the backward at {backward.location}"
     return "the later backward"
 
 
@@ -234,6 +237,14 @@ def _recompute(fix: Fix, finding: Finding, root_label: str) -> str:
     )
 
 
+def _detach_carried(fix: Fix, finding: Finding, root_label: str) -> str:
+    return (
+        f"detach the tensor the loop carries from one iteration to the next (a recurrent state, a running total "
+        f"kept as a tensor) after {_update(finding)} (`h = h.detach()`): {_backward(finding)} runs again in a later "
+        "iteration and reaches the graph an earlier iteration built; moving the step cannot help"
+    )
+
+
 _EDITED = {
     FixKind.CLONE_BEFORE_WRITE: _clone,
     FixKind.COMPUTE_THEN_WRITE: _compute_then_write,
@@ -248,6 +259,7 @@ _MANUAL = {
     FixKind.FLAG_OFF_AT_CONSTRUCTOR: _flag_manual,
     FixKind.MOVE_STATEMENT: _move_manual,
     FixKind.RECOMPUTE: _recompute,
+    FixKind.DETACH_CARRIED: _detach_carried,
 }
 
 

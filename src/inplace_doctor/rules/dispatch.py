@@ -320,7 +320,7 @@ def _alternatives(writes: list[Finding]) -> tuple[Fix, ...]:
 
 
 def _updates(writes: list[Finding]) -> bool:
-    return any(x.kind in (FixKind.RECOMPUTE, FixKind.MOVE_STATEMENT) for w in writes for x in w.fixes)
+    return any(x.kind in (FixKind.RECOMPUTE, FixKind.MOVE_STATEMENT, FixKind.DETACH_CARRIED) for w in writes for x in w.fixes)
 
 
 class _RuleView:

@@ -8,6 +8,14 @@ backward's, at its indentation). The move is `unsafe` until `fix` proves it:
 code between the two that reads the parameters (a Polyak target update) reads
 them before the update once it is moved, and the later backward's gradient
 accumulates into the stepped parameters' `.grad`.
+
+Moving cannot help when the backward is a later run of a line above the update
+in the same function (a loop): if the forward that saved ran before the loop,
+it must run again inside it (recompute); if it ran inside, the backward reaches
+an earlier iteration's graph through a tensor the loop carries across its
+steps, and the fix is to detach that tensor (manual). A move is not offered for a statement that binds a name read
+before the backward (`b = embedding(idx) @ W.t()`: the forward would lose `b`),
+and is manual (no edits) across functions: there `self` and the locals are others.
 """
 
 from __future__ import annotations
@@ -17,19 +25,68 @@ import textwrap
 
 from ..findings import Applicability, Edit, Fix, FixKind, Position
 from ..sites import Site
-from .source import Source, enclosing, read, statement_at
+from .source import Located, Source, enclosing, function_at, read, statement_at
 
 
-def step_fixes(site: Site, backward: Site | None) -> tuple[Fix, ...]:
+def step_fixes(site: Site, backward: Site | None, saved: Site | None = None) -> tuple[Fix, ...]:
     """An update of parameters between a forward and the backward that needs that forward's values:
     recompute the forward after the update (manual: which forward is the program's), or move the
-    update after that backward (edits: delete the update, insert it after the backward)."""
-    return (Fix(FixKind.RECOMPUTE), move_after(site, backward))
+    update after that backward (edits: delete the update, insert it after the backward). When that
+    backward is a later run of a line above the update (a loop): recompute, if the forward that saved
+    ran before the loop; detach what the loop carries, if it ran inside (`saved`: where it saved)."""
+    loop = _loop_around(site, backward)
+    if loop is not None:
+        inside = saved is not None and any(
+            f.file == site.file and loop.lineno <= f.line <= (loop.end_lineno or loop.lineno) for f in saved.stack
+        )
+        return (Fix(FixKind.DETACH_CARRIED),) if inside else (Fix(FixKind.RECOMPUTE),)
+    move = move_after(site, backward)
+    return (Fix(FixKind.RECOMPUTE),) if move is None else (Fix(FixKind.RECOMPUTE), move)
 
 
-def move_after(site: Site, backward: Site | None) -> Fix:
+def _loop_around(site: Site, backward: Site | None) -> ast.For | ast.While | None:
+    """The innermost loop holding both the update and the backward when the backward's statement ends
+    above the update's, in the same function of the same file: the backward that reached the old
+    graph ran that line again, in a later iteration. None otherwise."""
+    if backward is None or backward.file != site.file or backward.line is None or site.line is None:
+        return None
+    source = read(site.file)
+    if source is None:
+        return None
+    update, after = statement_at(source, site.line), statement_at(source, backward.line)
+    if update is None or after is None or _function(source, update) is not _function(source, after):
+        return None
+    if (after.node.end_lineno or after.node.lineno) >= update.node.lineno:
+        return None
+    last = update.node.end_lineno or update.node.lineno
+    loops = [
+        n for n in ast.walk(source.tree)
+        if isinstance(n, (ast.For, ast.While)) and n.lineno <= after.node.lineno and last <= (n.end_lineno or n.lineno)
+    ]
+    return max(loops, key=lambda n: n.lineno) if loops else None
+
+
+def _function(source: Source, located: Located) -> ast.AST | None:
+    return function_at(source, located.node.lineno)
+
+
+def _binds_a_name_read_before(source: Source, moved: ast.stmt, anchor: ast.stmt) -> bool:
+    """Whether `moved` binds a name that its function reads between it and the end of `anchor`."""
+    stored = {n.id for n in ast.walk(moved) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    if not stored:
+        return False
+    scope = function_at(source, moved.lineno) or source.tree
+    first, last = (moved.end_lineno or moved.lineno) + 1, anchor.end_lineno or anchor.lineno
+    return any(
+        isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in stored and first <= n.lineno <= last
+        for n in ast.walk(scope)
+    )
+
+
+def move_after(site: Site, backward: Site | None) -> Fix | None:
     """The statement that updated (`opt.step()`; a `with torch.no_grad():` holding only the update
-    moves whole) deleted, and inserted after the backward's statement at its indentation."""
+    moves whole) deleted, and inserted after the backward's statement at its indentation; None when
+    the statement binds a name read before the backward (moved, the program would not run)."""
     manual = Fix(FixKind.MOVE_STATEMENT)
     if backward is None:
         return manual
@@ -45,6 +102,10 @@ def move_after(site: Site, backward: Site | None) -> Fix:
             return manual
         located = outer
     moved, anchor = located.node, after.node
+    if site.file == backward.file and _binds_a_name_read_before(source, moved, anchor):
+        return None
+    if site.file != backward.file or function_at(source, moved.lineno) is not function_at(target_source, anchor.lineno):
+        return manual  # another function: its `self` and locals are other objects
     if len(located.block) == 1 or source.indent_of(moved) is None or target_source.indent_of(anchor) is None:
         return manual  # deleting it would leave an empty block, or it shares its line
     first, last = moved.lineno, moved.end_lineno or moved.lineno

@@ -65,7 +65,12 @@ def saved_tensor_overwritten(
         s.sum().backward()        # PyTorch raises here
 
     Fix: make the write out of place (``s = s * 2``), set the module's
-    ``inplace=False``, or move the write (an optimizer step) after backward.
+    ``inplace=False``, or move the write (an optimizer step) after backward
+    (never a statement whose result the forward uses, never into another
+    function). When that backward is a later run of a line above the step (a
+    loop), moving cannot help: run the forward again inside the loop if it
+    ran before it, or, if it runs inside, detach the state the loop carries
+    into the next iteration's graph (``h = h.detach()`` after the step).
     Safe look-alikes: ``relu_`` after Linear/BatchNorm/Dropout/GELU, and
     ``x += f(x)`` where ``f`` saves nothing (``x * 2``, ``x + y``).
 
@@ -126,7 +131,7 @@ def _is_update(write: WriteInfo) -> bool:
 
 def _fixes(write: WriteInfo, backward: Site | None, saved: Site | None) -> tuple[Fix, ...]:
     if _is_update(write):
-        return step_fixes(write.site, backward)
+        return step_fixes(write.site, backward, saved)
     return write_fixes(write.site, saved)
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import weakref
 from typing import Any
 
 import torch
@@ -174,7 +175,8 @@ class _ReentrantBackward:
                 self.original = None
 
 
-_recomputing: dict[type, bool] = {}
+# Weak: a Function class holds its `forward` and that function's globals (a script's tensors).
+_recomputing: "weakref.WeakKeyDictionary[type, bool]" = weakref.WeakKeyDictionary()
 
 
 def _recomputes(function: type) -> bool:

@@ -12,9 +12,14 @@ dispatch mode saw run (autograd's engine checking what a node returned).
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
 import os
 import re
 import sys
+import textwrap
+import weakref
 from types import TracebackType
 from typing import Any
 
@@ -25,7 +30,7 @@ from ..sites import Site
 from .modules import ModuleContext
 from .ops import op_name
 from . import stacks as _stacks
-from .stacks import SAVE_STACK, make_site, resolve_stack
+from .stacks import SAVE_STACK, RawFrame, is_user_file, make_site, resolve_stack
 
 NODE_KEY = "inplace_doctor_created"  # the key in `node.metadata`
 _FUNCTION_FILE = os.path.join("torch", "autograd", "function.py")
@@ -66,6 +71,37 @@ class NodeOrigin:
 
 
 _BackwardCFunction = torch.autograd.function.BackwardCFunction
+
+
+def save_for_backward_frame(node: Any) -> RawFrame | None:
+    """The user's `ctx.save_for_backward(...)` line in a custom Function's `forward`: autograd packs
+    what it saves only when `apply` returns, where the stack shows the `apply` call alone."""
+    forward = getattr(getattr(node, "_forward_cls", None), "forward", None)
+    try:
+        code = getattr(inspect.unwrap(forward), "__code__", None) if forward is not None else None
+    except ValueError:  # a wrapper loop
+        return None
+    return _save_line(code.co_filename, code) if code is not None else None
+
+
+@functools.lru_cache(maxsize=256)
+def _save_line(file: str, code: Any) -> RawFrame | None:
+    """(file, line, name) of the one `save_for_backward` call in `code`'s source, when the file is the
+    user's and there is exactly one; None otherwise. Keyed by the code object, which holds no globals
+    (a function would keep the script's namespace, and its tensors, alive), and its file: equal code
+    objects from two files compare equal."""
+    if not is_user_file(file):
+        return None
+    try:
+        lines, first = inspect.getsourcelines(code)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    calls = [
+        n.lineno for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "save_for_backward"
+    ]
+    return (file, first + calls[0] - 1, code.co_name) if len(calls) == 1 else None
 
 
 def record_creation(node: Any, module: ModuleContext | None, op: Any, stack: Any = None) -> None:
@@ -120,7 +156,10 @@ def _made_at(node: Any) -> MadeAt | None:
     return None
 
 
-_saved_attr_cache: dict[type, tuple[tuple[str, str], ...]] = {}
+_saved_attr_cache: dict[type, tuple[tuple[str, str], ...]] = {}  # autograd's own node types: they live as long as torch
+# A custom Function's node type holds the Function, its `forward` and that function's globals (a
+# script's namespace, its model and tensors): remembered weakly, so the program's objects go with it.
+_custom_attr_cache: "weakref.WeakKeyDictionary[type, tuple[tuple[str, str], ...]]" = weakref.WeakKeyDictionary()
 
 
 def saved_attrs(node: Any) -> tuple[tuple[str, str], ...]:
@@ -128,23 +167,30 @@ def saved_attrs(node: Any) -> tuple[tuple[str, str], ...]:
     cls = type(node)
     attrs = _saved_attr_cache.get(cls)
     if attrs is None:
-        prefix = _compat.RAW_SAVED_PREFIX
-        attrs = tuple((a, a[len(prefix) :]) for a in dir(node) if a.startswith(prefix))
-        _saved_attr_cache[cls] = attrs
+        custom = isinstance(node, _BackwardCFunction)
+        attrs = _custom_attr_cache.get(cls) if custom else None
+        if attrs is None:
+            prefix = _compat.RAW_SAVED_PREFIX
+            attrs = tuple((a, a[len(prefix) :]) for a in dir(node) if a.startswith(prefix))
+            (_custom_attr_cache if custom else _saved_attr_cache)[cls] = attrs
     return attrs
 
 
 _ENGINE_FILE = os.path.join("torch", "autograd", "graph.py")
 
 
-def packed_in_backward(node: Any, limit: int = 100_000) -> tuple[list[Any], bool]:
-    """What the saved-tensor hooks packed for the nodes a backward that stopped at `node` had not
-    run: those of its whole graph (from the roots `backward`/`grad` was called with, found in this
-    thread's frames), or, when they are not found (a device thread runs it), those under `node`
-    (nothing under a node runs before it); and whether the whole graph was found."""
+def not_reached(
+    node: Any | None, predicted: set[int], record_type: type, limit: int = 100_000
+) -> tuple[frozenset[int], bool]:
+    """The keys in `predicted` of the `record_type` records the saved-tensor hooks packed for the
+    nodes a backward that stopped at `node` had not run: those of its whole graph (from the roots
+    `backward`/`grad` was called with, found in this thread's frames), or, when they are not found
+    (a device thread runs it), those under `node` (nothing under a node runs before it); and
+    whether the whole graph was found."""
     roots = _backward_roots()
     packed = _packed_under(roots if roots is not None else [node], limit)
-    return packed, roots is not None
+    keys = frozenset(held.key for held in packed if type(held) is record_type and held.key in predicted)
+    return keys, roots is not None
 
 
 def _backward_roots() -> list[Any] | None:
@@ -155,7 +201,8 @@ def _backward_roots() -> list[Any] | None:
             outputs = _compat.frame_locals(frame).get("t_outputs")
             if not isinstance(outputs, (tuple, list)):
                 return None
-            return [getattr(o, "grad_fn", None) if isinstance(o, torch.Tensor) else getattr(o, "node", None) for o in outputs]
+            # a tensor's node, or a GradientEdge's
+            return [o.grad_fn if isinstance(o, torch.Tensor) else getattr(o, "node", None) for o in outputs]
         frame = frame.f_back  # type: ignore[assignment]
     return None
 

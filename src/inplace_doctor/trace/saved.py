@@ -16,7 +16,7 @@ from .. import _compat
 from ..events import Event, SavedInfo, SavedTensorFreed, SavedTensorReached, StaleSavedTensorUsed
 from .autograd_facts import saved_field_is_read
 from .modules import ModuleContext, ModulePaths
-from .nodes import MadeAt, packed_in_backward, record_creation, saved_attrs
+from .nodes import MadeAt, not_reached, record_creation, save_for_backward_frame, saved_attrs
 from .ops import op_name
 from .owner import Busy, Sink
 from .blame import the_programs_error
@@ -65,8 +65,8 @@ class SavedRecord(MadeAt):
     """
 
     __slots__ = (  # and MadeAt's: stack, module, op
-        "tensor", "key", "in_backward", "version", "node", "field", "read", "used",
-        "overwritten", "fingerprint", "seen", "handout", "written_at", "grad", "bytes_before", "node_serial", "__weakref__",
+        "tensor", "key", "in_backward", "version", "node", "field", "read", "used", "__weakref__",
+        "overwritten", "fingerprint", "seen", "handout", "written_at", "grad", "bytes_before", "node_serial", "inner",
     )
 
     def __init__(
@@ -97,6 +97,8 @@ class SavedRecord(MadeAt):
         #: `WriteRecorder.before_write_through_alias` so that unpack can tell a change from a restore
         self.grad = grad
         self.bytes_before: Any = None
+        #: a custom Function's `ctx.save_for_backward(...)` line, below the `apply` call the stack ends at
+        self.inner: RawFrame | None = None
 
     def span(self) -> tuple[int, int, int] | None:
         return storage_span(self.tensor)
@@ -106,6 +108,8 @@ class SavedRecord(MadeAt):
         if not isinstance(self.stack, tuple):
             self.stack = resolve_stack(self.stack, SAVE_STACK)
         frames, api, in_region = self.stack
+        if self.inner is not None and frames[-1:] != (self.inner,):
+            frames = (*frames, self.inner)
         return frames, api, self.module, "backward" if self.in_backward else "forward", in_region
 
     def place(self) -> SavedPlace:
@@ -160,7 +164,7 @@ class SavedTensors:
         self.last_op: Any = None
         # keys of saved tensors a write changed: backward reaching them, or their release, settles it
         self._overwritten_keys: set[int] = set()
-        #: those of them a backward that raised had not reached (`packed_in_backward`): their
+        #: those of them a backward that raised had not reached (`nodes.not_reached`): their
         #: release after it (the graph dropped) does not say their graph was never backpropagated
         self._stopped_above: set[int] = set()
         #: the fast tracer's (`saved_fast.py`): weakrefs to the records packed since the last
@@ -243,10 +247,9 @@ class SavedTensors:
         if key in self._overwritten_keys:
             # Freed without backward reading it: whatever was predicted for it cannot happen ...
             self._overwritten_keys.discard(key)
-            if key in self._stopped_above:  # ... unless a backward stopped at an error above it first
-                self._stopped_above.discard(key)
-            else:
+            if key not in self._stopped_above:  # ... unless a backward that raised stopped before it
                 self._sink(SavedTensorFreed(key))
+            self._stopped_above.discard(key)
 
     def unpack(self, record: SavedRecord) -> torch.Tensor:
         t = record.tensor
@@ -267,11 +270,9 @@ class SavedTensors:
             node_name = node.name() if node is not None else record.node
             original = RuntimeError(pytorch_stale_message(t, node_name, version, record.version))
             the_programs_error(original)  # PyTorch's own check, which the hooks switched off: not the tool's crash
-            packed, whole = packed_in_backward(node) if node is not None else ([], False)
-            stopped = {held.key for held in packed if type(held) is SavedRecord and held.key in self._overwritten_keys}
+            stopped, whole = not_reached(node, self._overwritten_keys, SavedRecord)
             self._stopped_above |= stopped
-            del packed
-            error = self._sink(StaleSavedTensorUsed(record.info(), node_name, version, frozenset(stopped) if whole else None))
+            error = self._sink(StaleSavedTensorUsed(record.info(), node_name, version, stopped if whole else None))
             # The traceback keeps this frame alive (autograd may hold the error
             # for a while): it must not keep the saved tensor alive too.
             del t, record
@@ -347,6 +348,7 @@ class SavedTensors:
         serial = self._nodes_seen
         op = None
         custom = False
+        inner: RawFrame | None = None
         found = False
         for attr, field in attrs:
             try:
@@ -370,10 +372,12 @@ class SavedTensors:
                     custom = isinstance(node, _BackwardCFunction)
                     if custom:
                         op = f"{node_name.removesuffix('Backward')}.apply"
+                        inner = save_for_backward_frame(node)
                     elif last_op is not None:
                         op = op_name(last_op)
                 if custom:  # what the user's backward reads: ctx.saved_tensors
                     where = "saved_tensors" + where[len(field):]
+                    record.inner = inner
                 record.node = node_name
                 record.node_serial = serial
                 record.field = where

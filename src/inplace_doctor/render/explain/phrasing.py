@@ -14,6 +14,7 @@ import re
 from ...rules.phrasing import qualified as qualified  # how rules name places too; here for the explainers
 from ...rules.phrasing import where as where
 from ...rules.source import passed_argument
+from ...findings import FixKind
 from ...sites import Site, module_ref
 
 
@@ -52,18 +53,32 @@ def without_comment(code: str) -> str:
     return code
 
 
-def step_fix(site: Site, backward: Site | None, owner: str | None, target: str | None = None) -> str:
+def step_fix(
+    site: Site, backward: Site | None, owner: str | None, target: str | None = None, kinds: frozenset[FixKind] | None = None
+) -> str:
     """An update of parameters or buffers (an optimizer step, a `no_grad` write to a weight) between a
-    forward and the backward that needs that forward's values: keep the update, move it or the forward."""
+    forward and the backward that needs that forward's values: keep the update, move it or the forward;
+    `kinds`: the fixes the rule found (no move for a statement whose result the forward uses; only a
+    detach when that backward is a later run of a line above the update)."""
     if site.api and site.api.endswith(".step"):
         step = f"`{site.api}` at {site.location}"
     else:
         step = f"the update of `{target}` at {site.location}" if target else f"the update at {site.location}"
     later = f"the backward at {backward.location}" if backward is not None and backward.file else "the later backward"
+    if kinds is not None and FixKind.DETACH_CARRIED in kinds:
+        return (
+            f"{later} runs again in a later iteration and reaches the graph an earlier iteration built before "
+            f"{step}, through a tensor the loop carries from one iteration to the next (a recurrent state, a "
+            "running total kept as a tensor): detach that tensor after the step (`h = h.detach()`), so each "
+            "backward stops at its own iteration's graph; moving the step cannot help"
+        )
+    kinds = frozenset({FixKind.RECOMPUTE, FixKind.MOVE_STATEMENT}) if kinds is None else kinds
     recompute = (
         f"run the forward that {later} uses again after {step}, so its graph holds the updated parameters "
         "(pytorch/examples' DCGAN calls the discriminator again for the generator's loss)"
     )
+    if FixKind.MOVE_STATEMENT not in kinds:
+        return recompute
     if not (site.api and site.api.endswith(".step")):
         return f"{recompute}; or move {step} after {later}, if that backward is meant to use the old values"
     whose = f"{owner}'s" if owner else "the stepped parameters'"

@@ -140,7 +140,8 @@ def _fix(finding: Finding, backward: Site | None, root_label: str) -> str:
     if _is_update(finding):
         # A parameter or buffer update is the program's intent: never drop it, order it.
         owner = (root_label or target.split(".")[0]) if target else None
-        return step_fix(write, backward, owner, qualified(target, root_label) if target else None)
+        kinds = frozenset(f.kind for f in finding.fixes) or None
+        return step_fix(write, backward, owner, qualified(target, root_label) if target else None, kinds)
     return fix_for_write(write, root_label, finding.saved)
 
 
