@@ -319,6 +319,9 @@ class _InnerGraph(torch.autograd.Function):
         return g * b, g * a
 
 
+# `ctx.inner`'s graph (MulBackward0 saved h, which `h.add_(1)` overwrites) is never backpropagated
+# and is freed with the outputs inside the session: no finding. (A cache keyed by the Function's
+# class once kept it alive past the session, where it was reported unconfirmed.)
 def _custom_functions() -> list[torch.Tensor]:
     x, w = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
     a, b = x * 1, w * 1
@@ -441,7 +444,7 @@ def _vmapped() -> list[torch.Tensor]:
 
 @pytest.mark.parametrize(
     ("program", "expected"),
-    [(_custom_functions, 7), (_batch_norm_data_writes, 1), (_list_fields, 3),
+    [(_custom_functions, 6), (_batch_norm_data_writes, 1), (_list_fields, 3),
      (_raised_mid_op, 2), (_raised_with_a_hand_out, 2), (_double_backward, 2), (_vmapped, 2)],
     ids=["custom-functions", "batch-norm-data", "list-fields", "raised-mid-op", "raised-hand-out",
          "double-backward", "vmap"],

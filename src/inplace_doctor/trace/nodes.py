@@ -180,7 +180,7 @@ _ENGINE_FILE = os.path.join("torch", "autograd", "graph.py")
 
 
 def not_reached(
-    node: Any | None, predicted: set[int], record_type: type, limit: int = 100_000
+    node: Any | None, predicted: set[int], record_type: type[Any], limit: int = 100_000
 ) -> tuple[frozenset[int], bool]:
     """The keys in `predicted` of the `record_type` records the saved-tensor hooks packed for the
     nodes a backward that stopped at `node` had not run: those of its whole graph (from the roots
@@ -209,7 +209,8 @@ def _backward_roots() -> list[Any] | None:
 
 def _packed_under(nodes: list[Any], limit: int) -> list[Any]:
     seen: dict[int, Any] = {}  # id -> node, held while walking: no id is reused meanwhile
-    todo, packed = list(nodes), []
+    todo = list(nodes)
+    packed: list[Any] = []
     while todo and len(seen) < limit:
         current = todo.pop()
         if current is None or id(current) in seen:
