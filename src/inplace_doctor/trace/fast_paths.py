@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,7 +40,7 @@ from torch import nn
 
 from .blame import passed_through
 from .inplace_calls import InplaceCalls
-from .shared_patches import Shared
+from .code_swap import SwappedCodes
 
 _stack_length = torch._C._len_torch_function_stack
 _stack_at = torch._C._get_function_stack_at
@@ -96,21 +95,15 @@ def _put_back(before: list[Any], ours: list[InplaceCalls]) -> None:
 _ENTRY = "_inplace_doctor_fused_entry"  # the name the entry codes call, in each class's module
 
 
-class FusedPaths(Shared[object]):
-    """While any session is in, each class's `forward` runs an entry code of the same signature:
-    `return _inplace_doctor_fused_entry(k)(<its arguments>)`, which runs torch's code (a copy of
-    the function) with the thread's modes lifted where the fused path can be taken.
-
-    As `inplace_entry._FlagFunctions` does for `torch.nn.functional`: the function object stays
-    torch's and only its `__code__` is swapped (put back when the last session leaves), so
-    `torch.jit.script` of these modules reads torch's source and globals, and a subclass's
+class FusedPaths(SwappedCodes[object]):
+    """While any session is in, each class's `forward` runs an entry code of the same signature
+    (`code_swap.py`, as `inplace_entry._FlagFunctions` for `torch.nn.functional`): `return
+    _inplace_doctor_fused_entry(k)(<its arguments>)`, which runs torch's code (a copy of the
+    function) with the thread's modes lifted where the fused path can be taken. A subclass's
     `super().forward(...)` is seen too. A session enters it as a context (`fused_paths()`)."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.functions: list[Any] = []
-        self.codes: list[tuple[Any, Any]] = []  # (torch's code, the entry code)
-        self.bodies: list[Any] = []  # torch's code as a function of its own
+        super().__init__(_ENTRY, f"__import__({__name__!r}, fromlist=['_FUSED'])._FUSED.body")
 
     def _prepare(self) -> None:
         for cls in FUSED_PATH_MODULES:
@@ -120,45 +113,9 @@ class FusedPaths(Shared[object]):
             parameters = inspect.signature(value).parameters
             if any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in parameters.values()):
                 continue
-            key, arguments = len(self.functions), ", ".join(parameters)
-            # A call that began just as the last session left finds the name gone: torch's code.
-            source = (
-                f"def forward({arguments}):\n    try:\n        entered = {_ENTRY}\n"
-                f"    except NameError:\n        entered = __import__({__name__!r}, fromlist=['_FUSED'])._FUSED.body\n"
-                f"    return entered({key})({arguments})\n"
-            )
-            namespace: dict[str, Any] = {}
-            exec(compile(source, value.__code__.co_filename, "exec"), namespace)  # noqa: S102 (our own text)
-            code = value.__code__
-            entry = namespace["forward"].__code__.replace(
-                co_filename=code.co_filename, co_name=code.co_name, co_firstlineno=code.co_firstlineno,
-                **({"co_qualname": code.co_qualname} if hasattr(code, "co_qualname") else {}),
-            )
-            body = types.FunctionType(code, value.__globals__, value.__name__, value.__defaults__)
-            body.__kwdefaults__ = value.__kwdefaults__
-            self.functions.append(value)
-            self.codes.append((code, entry))
-            self.bodies.append(body)
+            self.add(value, list(parameters))
 
-    def install(self) -> None:
-        if not self.functions:
-            self._prepare()
-        for function, (_, entry) in zip(self.functions, self.codes):
-            function.__globals__[_ENTRY] = self.entry
-            function.__code__ = entry
-
-    def uninstall(self) -> None:
-        for function, (code, entry) in zip(self.functions, self.codes):
-            if function.__code__ is entry:
-                function.__code__ = code
-            if function.__globals__.get(_ENTRY) == self.entry:
-                del function.__globals__[_ENTRY]
-
-    def body(self, key: int) -> Any:
-        """Torch's code of function `key`, whatever the sessions."""
-        return self.bodies[key]
-
-    def entry(self, key: int) -> Any:
+    def entry(self, key: int, *args: Any) -> Any:
         """What function `key` runs: torch's code, with the modes lifted where its fused path may run."""
         return functools.partial(_run_lifted, self.bodies[key]) if _stack_length() else self.bodies[key]
 

@@ -46,7 +46,6 @@ import functools
 import inspect
 import itertools
 import sys
-import types
 from typing import Any
 
 import torch
@@ -55,7 +54,8 @@ import torch.nn.functional as F
 from .. import _compat
 from .blame import passed_through
 from .inplace_calls import ENTRY_CODES, InplaceCalls, _augmented_target
-from .shared_patches import ABSENT, Shared, SharedGroup, SharedPatch
+from .code_swap import SwappedCodes
+from .shared_patches import ABSENT, SharedGroup, SharedPatch
 from .stacks import is_user_file
 
 _stack_length = torch._C._len_torch_function_stack
@@ -254,22 +254,14 @@ def _unwrapped(value: Any) -> Any:
         return value
 
 
-class _FlagFunctions(Shared[InplaceEntries]):
+class _FlagFunctions(SwappedCodes[InplaceEntries]):
     """Each `torch.nn.functional` function with an `inplace` parameter runs, while a session is in,
-    an entry code of the same signature: `return _inplace_doctor_entry(k, inplace)(<its arguments>)`
-    (torch's code run directly, where a call began just as the last session left),
-    which hands back torch's code (a copy of the function) to run, under the mode of each session
-    of the calling thread when `inplace` is True.
-
-    The function object stays torch's (`activation is F.relu` holds, references bound before the
-    session see the calls, `torch.jit.script` reads its source from its file and line); only its
-    `__code__` is swapped, and put back when the last session leaves."""
+    an entry code of the same signature (`code_swap.py`): `return _inplace_doctor_entry(k,
+    inplace)(<its arguments>)`, which hands back torch's code (a copy of the function) to run,
+    under the mode of each session of the calling thread when `inplace` is True."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.functions: list[Any] = []
-        self.codes: list[tuple[Any, Any]] = []  # (torch's code, the entry code)
-        self.bodies: list[Any] = []  # torch's code as a function of its own
+        super().__init__(_ENTRY, f"__import__({__name__!r}, fromlist=['_FLAGS'])._FLAGS.body")
 
     def _prepare(self) -> None:
         found = [_unwrapped(v) for v in vars(F).values()]
@@ -281,46 +273,7 @@ class _FlagFunctions(Shared[InplaceEntries]):
             names = list(parameters)
             if "inplace" not in names or any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in parameters.values()):
                 continue
-            key = len(self.functions)
-            arguments = ", ".join(names)
-            # A call of another thread that began just before the last session left finds the name
-            # gone: it runs torch's code (not the function again: a code another tool swapped in over
-            # the entry, a copy of it, stays after the session and would call itself).
-            source = (
-                f"def {value.__name__}({arguments}):\n    try:\n        entered = {_ENTRY}\n"
-                f"    except NameError:\n        entered = __import__({__name__!r}, fromlist=['_FLAGS'])._FLAGS.body\n"
-                f"    return entered({key}, inplace)({arguments})\n"
-            )
-            namespace: dict[str, Any] = {}
-            exec(compile(source, value.__code__.co_filename, "exec"), namespace)  # noqa: S102 (our own text)
-            code = value.__code__
-            entry = namespace[value.__name__].__code__.replace(
-                co_filename=code.co_filename, co_name=code.co_name, co_firstlineno=code.co_firstlineno,
-                **({"co_qualname": code.co_qualname} if hasattr(code, "co_qualname") else {}),
-            )
-            body = types.FunctionType(code, value.__globals__, value.__name__, value.__defaults__)
-            body.__kwdefaults__ = value.__kwdefaults__
-            self.functions.append(value)
-            self.codes.append((code, entry))
-            self.bodies.append(body)
-
-    def install(self) -> None:
-        if not self.functions:
-            self._prepare()
-        setattr(F, _ENTRY, self.entry)
-        for function, (_, entry) in zip(self.functions, self.codes):
-            function.__code__ = entry
-
-    def uninstall(self) -> None:
-        for function, (code, entry) in zip(self.functions, self.codes):
-            if function.__code__ is entry:
-                function.__code__ = code
-        if F.__dict__.get(_ENTRY) == self.entry:
-            delattr(F, _ENTRY)
-
-    def body(self, key: int, inplace: Any) -> Any:
-        """Torch's code of function `key`, whatever the sessions."""
-        return self.bodies[key]
+            self.add(value, names, ", inplace")
 
     def entry(self, key: int, inplace: Any) -> Any:
         """What function `key` runs: torch's code, under the sessions' modes for `inplace=True`."""
