@@ -21,7 +21,7 @@ import sys
 import textwrap
 import weakref
 from types import TracebackType
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -179,17 +179,15 @@ def saved_attrs(node: Any) -> tuple[tuple[str, str], ...]:
 _ENGINE_FILE = os.path.join("torch", "autograd", "graph.py")
 
 
-def not_reached(
-    node: Any | None, predicted: set[int], record_type: type[Any], limit: int = 100_000
-) -> tuple[frozenset[int], bool]:
-    """The keys in `predicted` of the `record_type` records the saved-tensor hooks packed for the
-    nodes a backward that stopped at `node` had not run: those of its whole graph (from the roots
+def not_reached(node: Any | None, stands: Callable[[Any], bool], limit: int = 100_000) -> tuple[frozenset[int], bool]:
+    """The keys of the records (those `stands` keeps) the saved-tensor hooks packed for the nodes a
+    backward that stopped at `node` had not run: those of its whole graph (from the roots
     `backward`/`grad` was called with, found in this thread's frames), or, when they are not found
     (a device thread runs it), those under `node` (nothing under a node runs before it); and
     whether the whole graph was found."""
     roots = _backward_roots()
     packed = _packed_under(roots if roots is not None else [node], limit)
-    keys = frozenset(held.key for held in packed if type(held) is record_type and held.key in predicted)
+    keys = frozenset(held.key for held in packed if stands(held))
     return keys, roots is not None
 
 

@@ -8,7 +8,7 @@ hooks); autograd's node-creation hook names the node and field holding it.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import torch
 
@@ -23,7 +23,8 @@ from .blame import the_programs_error
 from .fingerprint import fingerprint
 from .pytorch_errors import pytorch_stale_message, written_here
 from . import stacks as _stacks
-from .stacks import SAVE_STACK, RawFrame, make_site, resolve_stack, resolve_stacks
+from .saved_place import SavedPlace
+from .stacks import SAVE_STACK, RawFrame, make_site, resolve_stack
 from .storage import storage_key, storage_span
 
 _detach = torch._C.TensorBase.detach
@@ -34,25 +35,6 @@ _SavedTensor = _compat.SavedTensor
 _BackwardCFunction = torch.autograd.function.BackwardCFunction
 _Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
 _COMPACT_AT = 4096  # weakrefs of records packed and not yet indexed, before the freed ones are dropped
-
-
-class SavedPlace(NamedTuple):
-    """Who saved a tensor and where (`SavedRecord.place()`); `stack` is a capture or its resolution."""
-
-    node: str | None
-    field: str | None
-    op: str | None
-    module: ModuleContext | None
-    in_backward: bool
-    stack: Any
-
-    @staticmethod
-    def resolve_all(places: list["SavedPlace"]) -> dict[int, tuple[tuple[RawFrame, ...], str | None, bool]]:
-        """id(place.stack) -> (user frames, torch api, inside a checkpoint region), in one batch."""
-        todo = {id(p.stack): p.stack for p in places if not isinstance(p.stack, tuple)}
-        resolved = dict(zip(todo, resolve_stacks(list(todo.values()), SAVE_STACK)))
-        resolved.update((id(p.stack), p.stack) for p in places if isinstance(p.stack, tuple))
-        return resolved
 
 
 class SavedRecord(MadeAt):
@@ -162,10 +144,10 @@ class SavedTensors:
         self._nodes_seen = 0  # nodes whose saved tensors were flushed: the records' `node_serial`
         #: the last op the dispatch mode ran: the op of the next node created
         self.last_op: Any = None
-        # keys of saved tensors a write changed: backward reaching them, or their release, settles it
-        self._overwritten_keys: set[int] = set()
-        #: those of them a backward that raised had not reached (`nodes.not_reached`): their
-        #: release after it (the graph dropped) does not say their graph was never backpropagated
+        # keys of saved tensors a write changed (-> whether by a version bump): backward reaching
+        # them, or their release, settles it
+        self._overwritten_keys: dict[int, bool] = {}
+        #: those a backward that raised had not reached (`_stands`): their release after it says nothing
         self._stopped_above: set[int] = set()
         #: the fast tracer's (`saved_fast.py`): weakrefs to the records packed since the last
         #: node-creation hook, which names them; None where nodes are named lazily
@@ -246,7 +228,7 @@ class SavedTensors:
                 del self._by_storage[ptr]
         if key in self._overwritten_keys:
             # Freed without backward reading it: whatever was predicted for it cannot happen ...
-            self._overwritten_keys.discard(key)
+            self._overwritten_keys.pop(key, None)
             if key not in self._stopped_above:  # ... unless a backward that raised stopped before it
                 self._sink(SavedTensorFreed(key))
             self._stopped_above.discard(key)
@@ -258,7 +240,7 @@ class SavedTensors:
             self.contents.on_unpack(record, t)
         if record.overwritten:
             record.overwritten = False
-            self._overwritten_keys.discard(record.key)
+            self._overwritten_keys.pop(record.key, None)
             if t._version == record.version:  # changed without a version bump: backward reads the new values
                 if record.bytes_before is not None and fingerprint(t) == record.bytes_before:
                     self._emit(SavedTensorFreed(record.key))  # ... unless they are the saved ones, put back
@@ -270,7 +252,7 @@ class SavedTensors:
             node_name = node.name() if node is not None else record.node
             original = RuntimeError(pytorch_stale_message(t, node_name, version, record.version))
             the_programs_error(original)  # PyTorch's own check, which the hooks switched off: not the tool's crash
-            stopped, whole = not_reached(node, self._overwritten_keys, SavedRecord)
+            stopped, whole = not_reached(node, self._stands)
             self._stopped_above |= stopped
             error = self._sink(StaleSavedTensorUsed(record.info(), node_name, version, stopped if whole else None))
             # The traceback keeps this frame alive (autograd may hold the error
@@ -284,20 +266,27 @@ class SavedTensors:
             raise error from original
         return t
 
-    def mark_overwritten(self, record: SavedRecord) -> None:
-        """A write changed `record`'s tensor: backward reaching it, or its release, settles what follows."""
+    def mark_overwritten(self, record: SavedRecord, by_version: bool) -> None:
+        """A write changed `record`'s tensor (`by_version`: bumped the version it shares): backward
+        reaching it, or its release, settles what follows."""
         record.overwritten = True
-        self._overwritten_keys.add(record.key)
+        self._overwritten_keys[record.key] = by_version
+
+    def _stands(self, held: Any) -> bool:
+        """A record whose prediction still stands: changed, by a version bump not undone since
+        (FSDP2 puts its refills' versions back), or without one."""
+        by_version = self._overwritten_keys.get(held.key) if type(held) is SavedRecord else None
+        return by_version is not None and (not by_version or held.tensor._version != held.version)
 
     def predicted(self, key: int) -> None:
         """Something was predicted for saved tensor `key`: its release without backward says it cannot happen."""
-        self._overwritten_keys.add(key)
+        self._overwritten_keys[key] = False
 
     def is_predicted(self, key: int) -> bool:
         return key in self._overwritten_keys
 
     def settled(self, key: int) -> None:
-        self._overwritten_keys.discard(key)
+        self._overwritten_keys.pop(key, None)
 
     def versions_on(self, storage_ptr: int) -> list[tuple[Any, int]]:
         """(weakref to the record, its tensor's version now) of each live record on one storage."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import linecache
 import os
 import re
@@ -269,33 +270,47 @@ def frames_from_traceback(tb: TracebackType | None) -> tuple[tuple[RawFrame, ...
 
 
 
-try:
-    import torch.nn.parallel.distributed as _ddp_module
-
-    _DDP_FILE: str | None = _ddp_module.__file__
-except Exception:  # torch built without distributed support
-    _DDP_FILE = None
-# DistributedDataParallel methods that overwrite parameters or buffers on purpose, under
-# `torch.autograd.graph._unsafe_preserve_version_counter` (buffer broadcast at each forward,
-# parameter sync at construction): PyTorch hides these writes from autograd by design.
-_DDP_SYNC_FUNCTIONS = frozenset(
-    {"_sync_buffers", "_sync_module_buffers", "_default_broadcast_coalesced",
-     "_distributed_broadcast_coalesced", "_sync_params_and_buffers", "_broadcast_coalesced"}
-)
+def _module_file(name: str) -> str | None:
+    try:
+        return importlib.import_module(name).__file__
+    except Exception:  # torch built without distributed support
+        return None
 
 
-def in_ddp_state_sync() -> bool:
-    """Whether DistributedDataParallel's own parameter/buffer synchronisation is on the stack.
+# Code of frameworks that overwrites parameters or buffers on purpose, file -> its functions:
+# DistributedDataParallel's methods under `torch.autograd.graph._unsafe_preserve_version_counter`
+# (buffer broadcast at each forward, parameter sync at construction), which PyTorch hides from
+# autograd by design; FSDP2's copy-outs (`fsdp::split_with_sizes_copy` refills the unsharded
+# parameters before backward with the values forward used, `fsdp::chunk_cat` fills gradient
+# buffers): the fast tracer sees the aten ops inside them, not the `fsdp::` op.
+_SYNC_FUNCTIONS = {
+    file: functions
+    for file, functions in (
+        (_module_file("torch.nn.parallel.distributed"), frozenset({
+            "_sync_buffers", "_sync_module_buffers", "_default_broadcast_coalesced",
+            "_distributed_broadcast_coalesced", "_sync_params_and_buffers", "_broadcast_coalesced",
+        })),
+        (_module_file("torch.distributed.fsdp._fully_shard._fsdp_collectives"),
+         frozenset({"split_with_sizes_copy", "chunk_cat"})),
+    )
+    if file is not None
+}
 
-    Called for every write: outside an initialised process group (where DDP
-    cannot sync) it answers without walking the stack.
+
+def in_framework_state_sync() -> bool:
+    """Whether DistributedDataParallel's or FSDP2's own writes of parameters, buffers or their
+    gradients are on the stack (`_SYNC_FUNCTIONS`).
+
+    Called for every write: outside an initialised process group (where they
+    cannot run) it answers without walking the stack.
     """
-    if _DDP_FILE is None or not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+    if not _SYNC_FUNCTIONS or not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return False
     f: FrameType | None = sys._getframe(1)
     while f is not None:
         code = f.f_code
-        if code.co_filename == _DDP_FILE and code.co_name in _DDP_SYNC_FUNCTIONS:
+        functions = _SYNC_FUNCTIONS.get(code.co_filename)
+        if functions is not None and code.co_name in functions:
             return True
         f = f.f_back
     return False

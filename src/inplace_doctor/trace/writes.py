@@ -31,7 +31,7 @@ from .owner import Busy
 from .recompute import RecomputeCheck
 from .saved import SavedRecord, SavedTensors
 from .saved_writes import SAVED_THEN_WRITTEN
-from .stacks import MAX_STACK, capture_stack, in_ddp_state_sync, make_site, resolve_stack
+from .stacks import MAX_STACK, capture_stack, in_framework_state_sync, make_site, resolve_stack
 from .storage import elements_overlap, storage_key, storage_span
 
 
@@ -273,7 +273,7 @@ class WriteRecorder:
                 if record.node is not None and node_key in reported:
                     continue
                 reported.add(node_key)
-                self._saved.mark_overwritten(record)
+                self._saved.mark_overwritten(record, shares)
                 self._emit(
                     SavedTensorOverwritten(
                         write=write.info,
@@ -315,8 +315,9 @@ def _frameworks_own(func: Any) -> bool:
     the unsharded parameters before backward with the values forward used, after freeing them with
     a storage resize no op shows; `fsdp.chunk_cat` fills gradient buffers). When the allocator gave
     the refilled storage the same address, the refill was taken for a `.data`-like write to the
-    weights forward saved (IPD104 on a clean job)."""
-    return in_ddp_state_sync() or getattr(func, "namespace", None) == "fsdp"
+    weights forward saved (IPD104 on a clean job). The fast tracer sees the aten ops inside those:
+    their Python implementations are found on the stack."""
+    return in_framework_state_sync() or getattr(func, "namespace", None) == "fsdp"
 
 
 def _labelled(args: Any, kwargs: dict[str, Any]) -> list[tuple[str, torch.Tensor]]:
