@@ -7,7 +7,7 @@ import dataclasses
 import itertools
 import random
 import sys
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, TypeVar
 
 import torch
 
@@ -16,27 +16,26 @@ from ..errors import UsageError
 from ..trace.storage import storage_span
 from .attributes import PlainAttributes
 
+T = TypeVar("T")
+
 
 def tensors_in(value: Any) -> list[torch.Tensor]:
     """Tensors inside nested lists, tuples, dicts (and dict-like model outputs) and dataclasses."""
-    found: list[torch.Tensor] = []
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, torch.Tensor):
-            found.append(item)
-        else:
-            stack.extend(value for _, value in _items(item))
-    return found
+    return _found_in(value, torch.Tensor)
 
 
 def generators_in(value: Any) -> list[torch.Generator]:
     """The `torch.Generator`s inside nested lists, tuples, dicts and dataclasses (a model's input)."""
-    found: list[torch.Generator] = []
+    return _found_in(value, torch.Generator)
+
+
+def _found_in(value: Any, kind: type[T]) -> list[T]:
+    """The `kind` objects inside nested containers (`_items`); a tensor is not looked into."""
+    found: list[T] = []
     stack = [value]
     while stack:
         item = stack.pop()
-        if isinstance(item, torch.Generator):
+        if isinstance(item, kind):
             found.append(item)
         elif not isinstance(item, torch.Tensor):
             stack.extend(value for _, value in _items(item))
