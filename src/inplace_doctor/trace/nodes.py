@@ -186,9 +186,7 @@ def not_reached(node: Any | None, stands: Callable[[Any], bool], limit: int = 10
     (a device thread runs it), those under `node` (nothing under a node runs before it); and
     whether the whole graph was found."""
     roots = _backward_roots()
-    packed = _packed_under(roots if roots is not None else [node], limit)
-    keys = frozenset(held.key for held in packed if stands(held))
-    return keys, roots is not None
+    return _kept_under(roots if roots is not None else [node], stands, limit), roots is not None
 
 
 def _backward_roots() -> list[Any] | None:
@@ -205,10 +203,10 @@ def _backward_roots() -> list[Any] | None:
     return None
 
 
-def _packed_under(nodes: list[Any], limit: int) -> list[Any]:
+def _kept_under(nodes: list[Any], stands: Callable[[Any], bool], limit: int) -> frozenset[int]:
     seen: dict[int, Any] = {}  # id -> node, held while walking: no id is reused meanwhile
     todo = list(nodes)
-    packed: list[Any] = []
+    keys: set[int] = set()
     while todo and len(seen) < limit:
         current = todo.pop()
         if current is None or id(current) in seen:
@@ -220,10 +218,11 @@ def _packed_under(nodes: list[Any], limit: int) -> list[Any]:
             except RuntimeError:  # freed
                 continue
             for saved in raw if isinstance(raw, (tuple, list)) else (raw,):
-                if isinstance(saved, _compat.SavedTensor):
-                    packed.append(saved.data)
+                if isinstance(saved, _compat.SavedTensor) and stands(held := saved.data):
+                    keys.add(held.key)
         todo.extend(next_node for next_node, _ in getattr(current, "next_functions", ()))
-    return packed
+    return frozenset(keys)
+
 
 def custom_backward_in_traceback(tb: TracebackType | None) -> NodeOrigin | None:
     """The custom Function node whose Python `backward` the traceback ran through (innermost)."""
