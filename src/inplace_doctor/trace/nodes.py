@@ -21,7 +21,7 @@ import sys
 import textwrap
 import weakref
 from types import TracebackType
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -31,6 +31,8 @@ from .modules import ModuleContext
 from .ops import op_name
 from . import stacks as _stacks
 from .stacks import SAVE_STACK, RawFrame, is_user_file, make_site, resolve_stack
+
+_SavedTensor = _compat.SavedTensor
 
 NODE_KEY = "inplace_doctor_created"  # the key in `node.metadata`
 _FUNCTION_FILE = os.path.join("torch", "autograd", "function.py")
@@ -176,6 +178,20 @@ def saved_attrs(node: Any) -> tuple[tuple[str, str], ...]:
     return attrs
 
 
+def saved_objects(node: Any) -> Iterator[tuple[str, Any]]:
+    """(where, saved-tensor object) of each tensor `node` still holds: `field`, or `field[i]` for a
+    list field's i-th; a field already freed (backward ran) holds none."""
+    for attr, field in saved_attrs(node):
+        try:
+            raw = getattr(node, attr)
+        except RuntimeError:  # freed
+            continue
+        if isinstance(raw, _SavedTensor):
+            yield field, raw
+        elif isinstance(raw, (tuple, list)):
+            yield from ((f"{field}[{i}]", saved) for i, saved in enumerate(raw) if isinstance(saved, _SavedTensor))
+
+
 _ENGINE_FILE = os.path.join("torch", "autograd", "graph.py")
 
 
@@ -212,14 +228,9 @@ def _kept_under(nodes: list[Any], stands: Callable[[Any], bool], limit: int) -> 
         if current is None or id(current) in seen:
             continue
         seen[id(current)] = current
-        for attr, _ in saved_attrs(current):
-            try:
-                raw = getattr(current, attr)
-            except RuntimeError:  # freed
-                continue
-            for saved in raw if isinstance(raw, (tuple, list)) else (raw,):
-                if isinstance(saved, _compat.SavedTensor) and stands(held := saved.data):
-                    keys.add(held.key)
+        for _, saved in saved_objects(current):
+            if stands(held := saved.data):
+                keys.add(held.key)
         todo.extend(next_node for next_node, _ in getattr(current, "next_functions", ()))
     return frozenset(keys)
 

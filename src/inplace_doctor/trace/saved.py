@@ -16,7 +16,7 @@ from .. import _compat
 from ..events import Event, SavedInfo, SavedTensorFreed, SavedTensorReached, StaleSavedTensorUsed
 from .autograd_facts import saved_field_is_read
 from .modules import ModuleContext, ModulePaths
-from .nodes import MadeAt, not_reached, record_creation, save_for_backward_frame, saved_attrs
+from .nodes import MadeAt, not_reached, record_creation, save_for_backward_frame, saved_attrs, saved_objects
 from .ops import op_name
 from .owner import Busy, Sink
 from .blame import the_programs_error
@@ -31,7 +31,6 @@ _detach = torch._C.TensorBase.detach
 _DisableTorchDispatch = _compat.DisableTorchDispatch
 _dispatch_modes = _compat.dispatch_mode_count
 _current_node = _compat.current_autograd_node
-_SavedTensor = _compat.SavedTensor
 _BackwardCFunction = torch.autograd.function.BackwardCFunction
 _Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
 _COMPACT_AT = 4096  # weakrefs of records packed and not yet indexed, before the freed ones are dropped
@@ -339,39 +338,28 @@ class SavedTensors:
         custom = False
         inner: RawFrame | None = None
         found = False
-        for attr, field in attrs:
-            try:
-                raw = getattr(node, attr)
-            except RuntimeError:  # already freed
+        for where, saved in saved_objects(node):
+            record = saved.data
+            if type(record) is not SavedRecord or record.node is not None:
                 continue
-            if isinstance(raw, _SavedTensor):
-                named: Any = ((field, raw),)
-            elif isinstance(raw, (tuple, list)):
-                named = [(f"{field}[{i}]", saved) for i, saved in enumerate(raw) if isinstance(saved, _SavedTensor)]
-            else:
-                continue
-            for where, saved in named:
-                record = saved.data
-                if type(record) is not SavedRecord or record.node is not None:
-                    continue
-                if not found:
-                    found = True
-                    if node_name is None:
-                        node_name = node.name()
-                    custom = isinstance(node, _BackwardCFunction)
-                    if custom:
-                        op = f"{node_name.removesuffix('Backward')}.apply"
-                        inner = save_for_backward_frame(node)
-                    elif last_op is not None:
-                        op = op_name(last_op)
-                if custom:  # what the user's backward reads: ctx.saved_tensors
-                    where = "saved_tensors" + where[len(field):]
-                    record.inner = inner
-                record.node = node_name
-                record.node_serial = serial
-                record.field = where
-                record.op = op
-                record.read = saved_field_is_read(node, node_name, where)  # type: ignore[arg-type]
+            if not found:
+                found = True
+                if node_name is None:
+                    node_name = node.name()
+                custom = isinstance(node, _BackwardCFunction)
+                if custom:
+                    op = f"{node_name.removesuffix('Backward')}.apply"
+                    inner = save_for_backward_frame(node)
+                elif last_op is not None:
+                    op = op_name(last_op)
+            if custom:  # what the user's backward reads: ctx.saved_tensors
+                where = "saved_tensors" + where[where.index("["):] if "[" in where else "saved_tensors"
+                record.inner = inner
+            record.node = node_name
+            record.node_serial = serial
+            record.field = where
+            record.op = op
+            record.read = saved_field_is_read(node, node_name, where)  # type: ignore[arg-type]
         return found
 
 
