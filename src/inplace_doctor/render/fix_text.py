@@ -3,8 +3,9 @@
 A rule decides which fixes a finding has (`Finding.fixes`, built by
 `rules/fix_builders.py`); this module only says them. Each sentence is read
 from the record's kind, its edits (path, range, old and new text) and the
-finding's sites, never from another sentence. A fix whose kind needs context
-no record holds falls back to the rule's own sentence (`Finding.fix`).
+finding's sites, never from another sentence. The finding's own `fix` (its
+message, the error `fail_fast` raises) is `said` here too, so every output says
+the same fix; only a finding no record speaks for has words of its explainer's.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import linecache
 
 from ..findings import Applicability, Edit, Finding, Fix, FixKind
 from ..sites import Frame, Site, module_ref, source_line
-from .explain.phrasing import without_comment
+from .code_text import without_comment
 
 
 def fix_lines(finding: Finding, root_label: str) -> list[str]:
@@ -22,6 +23,12 @@ def fix_lines(finding: Finding, root_label: str) -> list[str]:
     proven one says so. Empty when no record says more (the rule's own sentence is printed then)."""
     said = [(fix, text) for fix in finding.fixes if (text := sentence(fix, finding, root_label))]
     return [f"{'fix' if i == 0 else 'or'}: {text}{_trust(fix)}" for i, (fix, text) in enumerate(said)]
+
+
+def said(finding: Finding, root_label: str) -> str:
+    """The finding's fixes as one sentence, alternatives joined by "; or ": `Finding.fix` (the message,
+    the error `fail_fast` raises) says what `fix_lines` prints. "" when no record says one."""
+    return "; or ".join(text for fix in finding.fixes if (text := sentence(fix, finding, root_label)))
 
 
 def _trust(fix: Fix) -> str:
@@ -39,7 +46,10 @@ def sentence(fix: Fix, finding: Finding, root_label: str) -> str:
     """What `fix` does, in words; "" when the record alone cannot say it."""
     edit = fix.edits[0] if fix.edits else None
     maker = _EDITED.get(fix.kind) if edit is not None else _MANUAL.get(fix.kind)
-    return maker(fix, finding, root_label) if maker is not None else ""
+    text = maker(fix, finding, root_label) if maker is not None else ""
+    if text and finding.code == "IPD106":  # the caller's tensor: a copy made where the model gets it helps too
+        text += ", or clone the input at the top of forward (`x = x.clone()`)"
+    return text
 
 
 def _at(edit: Edit) -> str:
@@ -124,8 +134,6 @@ def _replace(fix: Fix, finding: Finding, root_label: str) -> str:
             ": autograd then differentiates through the change; if the new values must carry no gradient, "
             "compute them from a detached copy (`t.detach().clone()`) and use the copy instead"
         )
-    elif finding.code == "IPD106":
-        tail = ", or clone the input at the top of forward (`x = x.clone()`)"
     return f"{head}replace `{one_line(edit.old)}` with `{one_line(edit.new)}` at {_at(edit)}{tail}"
 
 

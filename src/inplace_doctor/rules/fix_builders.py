@@ -66,14 +66,18 @@ def write_fixes(site: Site, saved: Site | None = None) -> tuple[Fix, ...]:
     if rebound is not None:
         return (made(FixKind.REBIND, source.replace(stmt, rebound)),)
     call = _inplace_method_call(stmt)
-    twin = out_of_place_function(source, call) if call is not None and _on_a_module(source, call) else None
-    if call is not None and (isinstance(stmt, ast.Expr) or (_on_a_module(source, call) and twin is None)):
-        call = None  # its result unused: out of place would drop the write; `init.zeros_(w)` has no twin
-    if call is not None:  # `y = x.add_(1)`: the out-of-place method (x then keeps its values); `y = F.relu_(x)`
-        func = call.func
-        assert isinstance(func, ast.Attribute)
-        new = f"{twin}{_arguments(source, call, func)}" if twin else _renamed_call(source, call, func.attr[:-1])
-        return (made(FixKind.OUT_OF_PLACE, source.replace(call, new)),)
+    func = call.func if call is not None else None
+    if call is not None and isinstance(func, ast.Attribute) and not isinstance(stmt, ast.Expr):
+        # `y = x.add_(1)`: the out-of-place method (x then keeps its values); `y = F.relu_(x)`: the module's
+        # twin; none where there is none (`init.zeros_(w)`, `h.copy_(v)`). A call alone (an `ast.Expr`)
+        # is not made out of place: its result unused, that would drop the write.
+        if _on_a_module(source, call):
+            twin = out_of_place_function(source, call)
+            new = f"{twin}{_arguments(source, call, func)}" if twin else None
+        else:
+            new = _renamed_call(source, call, func.attr[:-1]) if has_method_twin(func.attr) else None
+        if new is not None:
+            return (made(FixKind.OUT_OF_PLACE, source.replace(call, new)),)
     flag = _inplace_keyword(source, stmt)
     if flag is not None:
         return (made(FixKind.FLAG_OFF_AT_CALL, flag),)
@@ -115,8 +119,8 @@ def _rebound(source: Source, stmt: ast.stmt) -> str | None:
     func = call.func
     if not (isinstance(func, ast.Attribute) and _is_inplace_name(func.attr) and _is_reference(func.value)):
         return None
-    if _on_a_module(source, call):
-        return None  # `torch.nn.init.zeros_(w)`, `F.relu_(h)`: a function, not a method of the tensor
+    if _on_a_module(source, call) or not has_method_twin(func.attr):
+        return None  # `torch.nn.init.zeros_(w)`, `F.relu_(h)`: a function; `h.zero_()`: no `Tensor.zero`
     receiver = func.value
     if isinstance(receiver, ast.Attribute) and receiver.attr == "data" and _is_reference(receiver.value):
         receiver = receiver.value
@@ -160,6 +164,14 @@ def _on_a_module(source: Source, call: ast.Call) -> bool:
 
 def _is_inplace_name(name: str) -> bool:
     return name.endswith("_") and not name.startswith("_") and name[:-1].isidentifier()
+
+
+def has_method_twin(name: str) -> bool:
+    """Whether `Tensor` has the out-of-place method of the in-place `name` (`mul` for `mul_`; none
+    for `zero_`, `copy_`, `fill_`, `normal_`, `uniform_`)."""
+    import torch
+
+    return callable(getattr(torch.Tensor, name[:-1], None))
 
 
 def _is_reference(node: ast.expr) -> bool:
