@@ -62,9 +62,9 @@ def write_fixes(site: Site, saved: Site | None = None) -> tuple[Fix, ...]:
     stmt = located.node
     if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, (ast.Name, ast.Attribute)):
         return (made(FixKind.OUT_OF_PLACE, source.replace(stmt, out_of_place(source, stmt))),)
-    rebound = _rebound(source, stmt) or _rebound_function(source, stmt)
-    if rebound is not None:
-        return (made(FixKind.REBIND, source.replace(stmt, rebound)),)
+    rebuilt = rebound(source, stmt) or _rebound_function(source, stmt)
+    if rebuilt is not None:
+        return (made(FixKind.REBIND, source.replace(stmt, rebuilt)),)
     call = _inplace_method_call(stmt)
     func = call.func if call is not None else None
     if call is not None and isinstance(func, ast.Attribute) and not isinstance(stmt, ast.Expr):
@@ -110,7 +110,7 @@ def _bracketed(code: str) -> bool:
     return False
 
 
-def _rebound(source: Source, stmt: ast.stmt) -> str | None:
+def rebound(source: Source, stmt: ast.stmt) -> str | None:
     """`x.relu_()` or `self.h.clamp_(a, b)` as the whole statement, rebound out of place; also
     `t.data.mul_(2)`, rebound on `t` itself."""
     if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
@@ -351,9 +351,9 @@ def silent_write_fixes(site: Site) -> tuple[Fix, ...]:
     if source is None or located is None:
         return ()
     stmt = located.node
-    rebound = _rebound(source, stmt)
-    if rebound is not None:
-        return (made(FixKind.REBIND, source.replace(stmt, rebound)),)
+    rebuilt = rebound(source, stmt)
+    if rebuilt is not None:
+        return (made(FixKind.REBIND, source.replace(stmt, rebuilt)),)
     if (
         isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute)
         and stmt.targets[0].attr == "data" and _is_reference(stmt.targets[0].value)

@@ -2,17 +2,14 @@
 
 A fix is said from the finding's records (`fix_text.said`: edits built from the source by
 `rules/fix_builders.py`); where no record has an edit, in words that quote no code the source
-does not hold. What no record speaks for yet stays here: an optimizer step's manual prose
-(`step_fix`: which backward, which parameters, what moving it changes), and IPD103's pieces of
-several views (`inplace_statement`, `first_inplace_call`, regular expressions over the user's
-line, never over a text of ours).
+does not hold. What no record speaks for stays here: an optimizer step's manual prose (`step_fix`:
+which backward, which parameters, what moving it changes, which the records' `MOVE_STATEMENT` and
+`RECOMPUTE` fixes say apart).
 """
 
 from __future__ import annotations
 
-import ast
 import linecache
-import re
 
 from ...findings import Finding, FixKind
 from ...rules.fix_builders import has_method_twin
@@ -30,10 +27,6 @@ def short_op(op: str) -> str:
 
 def tensor_desc(shape: tuple[int, ...], dtype: str) -> str:
     return f"a [{', '.join(map(str, shape))}] {dtype} tensor"
-
-
-_INPLACE_STATEMENT = re.compile(r"^(?P<target>[A-Za-z_][\w.]*?)\.(?P<name>[a-z][a-z0-9_]*?)_\(.*\)$")
-_RECEIVER = re.compile(r"(?P<name>[A-Za-z_][\w.]*?)\.[a-z][a-z0-9_]*?_\(")
 
 
 def step_fix(
@@ -124,50 +117,3 @@ def unedited_write_fix(site: Site, root_label: str) -> str:
             f"new values are meant (the tensor it wrote then keeps its old values), {clone}"
         )
     return f"compute the new values out of place at {site.location} (a new tensor, not a write into this one), {clone}"
-
-
-def augmented_out_of_place(lhs: str, op: str, rhs: str) -> str:
-    """`x op= rhs` written out of place, `x = x op (rhs)`: Python evaluates the whole right-hand side
-    first, so it is parenthesised unless it is one operand already (`x /= n + eps` is `x = x / (n +
-    eps)`, not `x / n + eps`; `x += a + b` is `x + (a + b)`, which rounds as the original does)."""
-    return f"{lhs} = {lhs} {op} {rhs if _one_operand(rhs) else f'({rhs})'}"
-
-
-def _one_operand(code: str) -> bool:
-    """Whether `code` is an expression no binary operator can split: a name, attribute, call,
-    subscript, literal, or something already in brackets."""
-    code = code.strip()
-    try:
-        node = ast.parse(code, mode="eval").body
-    except SyntaxError:
-        return False
-    if isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant, ast.List)):
-        return True
-    return code.startswith("(") and _closing_bracket(code) == len(code) - 1
-
-
-def inplace_statement(code: str) -> re.Match[str] | None:
-    """`x.relu_()` or `self.h.clamp_(a, b)` as the whole statement (`target`, `name` groups): its
-    effect is the mutation, so an out-of-place form must rebind the target."""
-    return _INPLACE_STATEMENT.match(code)
-
-
-def first_inplace_call(code: str) -> tuple[str, str] | None:
-    """(the first in-place method call in `code`, whole; its receiver): `self.x.clamp_(-1, 1)` and
-    `self.x` in `return f(self.x.clamp_(-1, 1))`."""
-    start = _RECEIVER.search(code)
-    if start is None:
-        return None
-    close = _closing_bracket(code[start.end() - 1 :])
-    return (code[start.start() : start.end() + close], start["name"]) if close >= 0 else None
-
-
-def _closing_bracket(code: str) -> int:
-    """The index of the bracket closing the one `code` opens with (strings are not looked into)."""
-    depth = 0
-    for i, ch in enumerate(code):
-        depth += ch in "([{"
-        depth -= ch in ")]}"
-        if depth == 0:
-            return i
-    return -1
