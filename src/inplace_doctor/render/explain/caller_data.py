@@ -62,7 +62,7 @@ def held_tensor_overwritten(finding: Finding, root_label: str) -> Sentences:
         f"take a real snapshot at {handed_out}: `copy.deepcopy({owner}.state_dict())` or "
         f"`{{k: v.detach().clone() for k, v in {owner}.state_dict().items()}}`"
     )
-    return Sentences(what=what, why=why, fix=fix)
+    return Sentences(what=what, why=why, fix=said(finding, root_label) or fix)
 
 
 # Over the user's source line (`best = model.state_dict()`), not over any text of ours.
