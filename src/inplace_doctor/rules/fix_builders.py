@@ -12,7 +12,7 @@ The forms: `h[i] = v` (a copy before the write, or, when the saving op is in
 that statement itself, the value computed first and written into a copy);
 `x op= y` (out of place, rebound); `x.relu_()` alone (rebound); `F.relu_(h)` alone
 (`h = F.relu(h)`: the twin the imported module has, none for `init.zeros_`); `y = x.add_(1)`
-(the out-of-place method); `inplace=True` at the constructor (in a call over several lines too,
+(the out-of-place method; none where Tensor has none: `h.zero_()`, `h.copy_(v)`); `inplace=True` at the constructor (in a call over several lines too,
 or `nn.ReLU(True)`: by position, where torch.nn's signature puts it) or at a call;
 `t.data.op_()` and `t.data = v` (on the tensor itself); a helper writing into
 its argument (a copy at the call); memory handed out (copied where it is
