@@ -556,7 +556,7 @@ def test_numpy_write_fix_gives_numpy_a_copy():
     path = write("program.py", program)
     finding = only(diagnose(path), "IPD109")
     assert finding.confirmed
-    assert "replace `a = s.detach().numpy()` with `a = s.detach().numpy().copy()` at program.py:5" in finding.fix
+    assert "hand out a copy: replace `s.detach().numpy()` with `s.detach().numpy().copy()` at program.py:5" in finding.fix
     broken = run_plain(path)
     apply(finding.fix, path)
     assert diagnose(path) == [], path.read_text()
