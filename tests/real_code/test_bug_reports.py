@@ -198,13 +198,21 @@ def test_rnn_docstring_loop_names_both_lines():
 
 
 def test_rnn_docstring_loop_fix_gives_the_list_based_forward_of_pr_173888():
-    """The fix printed for the finding that names the write (the warning, see the xfail above):
-    `h_t = h_t.clone()` before each `h_t[layer] = ...`. It must equal PR #173888's list form."""
+    """The fix printed for the finding that names the write (the warning, see the xfail above): the
+    matmul inside the writing statement saved a view of `h_t`, so the value is computed first, then
+    written into a copy (`h_t = h_t.clone()` between the two), the record's edit, as every output
+    prints it. It must equal PR #173888's list form."""
     path = program("rnn_docstring")
     findings = [f for f in diagnose(path) if f.code == "IPD101"]
-    assert "write into a copy (`h_t = h_t.clone()` before `h_t[layer] = torch.tanh(`" in " ".join(f.fix for f in findings)
-    intended = PROGRAMS / "rnn_docstring_intended.py"
-    check_fix(path, findings, intended)
+    fix = " ".join(f.fix for f in findings)
+    assert "compute the value first, then write it into a copy: replace `h_t[layer] = torch.tanh(" in fix, fix
+    (edit,) = {e for f in findings for x in f.fixes for e in x.edits}
+    assert [line.strip() for line in edit.new.splitlines()[-2:]] == ["h_t = h_t.clone()", "h_t[layer] = value"], edit.new
+    text = path.read_text()
+    assert text.count(edit.old) == 1
+    path.write_text(text.replace(edit.old, edit.new))
+    assert diagnose(path) == [], path.read_text()
+    assert_same(run_plain(path), run_plain(PROGRAMS / "rnn_docstring_intended.py"))
 
 
 # -- 2. `x /= x.norm()`: the norm saved its input --------------------------------------------------

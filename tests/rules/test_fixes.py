@@ -268,7 +268,7 @@ def test_a_helper_that_mutates_its_argument_gets_a_copy_at_the_call_not_a_droppe
     """
     intended = program.replace("center(h, h.mean(0).detach())", "h = h - h.mean(0).detach()")
     finding = check(program, intended, "IPD101")
-    assert "`batch` is an argument of `center`" in finding.fix
+    assert "`center` writes into its argument (program.py:4)" in finding.fix
     assert "insert `h = h.clone()` before `center(h, h.mean(0).detach())` at program.py:9" in finding.fix
     # The printed `x -= y` -> `x = x - y` rewrite would have made the subtraction vanish:
     dropped = write("dropped.py", program.replace("batch -= mean", "batch = batch - mean"))
@@ -556,7 +556,7 @@ def test_numpy_write_fix_gives_numpy_a_copy():
     path = write("program.py", program)
     finding = only(diagnose(path), "IPD109")
     assert finding.confirmed
-    assert "replace `a = s.detach().numpy()` with `a = s.detach().numpy().copy()` at program.py:5" in finding.fix
+    assert "hand out a copy: replace `s.detach().numpy()` with `s.detach().numpy().copy()` at program.py:5" in finding.fix
     broken = run_plain(path)
     apply(finding.fix, path)
     assert diagnose(path) == [], path.read_text()
@@ -609,21 +609,27 @@ def test_a_data_rescale_fix_puts_the_factor_into_the_gradient():
 
 
 def test_a_no_grad_write_fix_moves_the_out_of_place_op_out_of_the_block():
+    """The write alone in its `no_grad` block: the record replaces the block by the out-of-place write
+    (before, a regular expression printed `h = h.mul(2)` for the line and "move it out of the block",
+    with no edit behind it)."""
     program = _MASKED.replace("h.detach()[h < 0] = 0", "with torch.no_grad():\n        h.mul_(2)")
     path = write("program.py", program)
     finding = only(diagnose(path), "IPD110")
-    m = REPLACE.search(finding.fix)
-    assert m and (m["old"], m["new"]) == ("h.mul_(2)", "h = h.mul(2)")
-    assert "and move it out of the `torch.no_grad()` block" in finding.fix
-    # As printed: the replacement, out of the block (the `with` line goes, the line is dedented).
-    line = int(m["line"])
-    lines = path.read_text().splitlines(keepends=True)
-    assert lines[line - 2].strip() == "with torch.no_grad():"
-    lines[line - 2 : line] = [lines[line - 1].replace("    " + m["old"], m["new"], 1)]
-    path.write_text("".join(lines))
+    (edit,) = finding.fixes[0].edits
+    assert (edit.old, edit.new) == ("with torch.no_grad():\n    h.mul_(2)", "h = h.mul(2)")
+    assert f"replace `with torch.no_grad(): h.mul_(2)` with `h = h.mul(2)` at program.py:{edit.start.line}" in finding.fix
+    text = path.read_text()
+    path.write_text(text.replace(edit.old, edit.new, 1))
     assert diagnose(path) == []
     assert_same(run_plain(path), run_plain(write("intended.py", program.replace(
         "with torch.no_grad():\n        h.mul_(2)", "h = h * 2"))))
+
+
+def test_a_no_grad_write_that_is_not_alone_in_its_block_is_said_in_words():
+    program = _MASKED.replace("h.detach()[h < 0] = 0", "with torch.no_grad():\n        s = 2\n        h.mul_(s)")
+    finding = only(diagnose(write("program.py", program)), "IPD110")
+    assert finding.fixes == () and "replace `" not in finding.fix
+    assert "move it out of the `torch.no_grad()` block" in finding.fix, finding.fix
 
 
 def line_of_text(path: Path, text: str) -> int:

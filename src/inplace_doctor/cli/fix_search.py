@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..findings import Applicability, Evidence
-from ..render.explain.phrasing import without_comment
+from ..render.code_text import without_comment
 from ..render.fix_text import one_line
 from .errors import CliUsageError
 

@@ -3,8 +3,9 @@
 A rule decides which fixes a finding has (`Finding.fixes`, built by
 `rules/fix_builders.py`); this module only says them. Each sentence is read
 from the record's kind, its edits (path, range, old and new text) and the
-finding's sites, never from another sentence. A fix whose kind needs context
-no record holds falls back to the rule's own sentence (`Finding.fix`).
+finding's sites, never from another sentence. The finding's own `fix` (its
+message, the error `fail_fast` raises) is `said` here too, so every output says
+the same fix; only a finding no record speaks for has words of its explainer's.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from __future__ import annotations
 import ast
 import linecache
 
+from ..causes import ForbiddenCause
 from ..findings import Applicability, Edit, Finding, Fix, FixKind
 from ..sites import Frame, Site, module_ref, source_line
-from .explain.phrasing import without_comment
+from .code_text import without_comment
 
 
 def fix_lines(finding: Finding, root_label: str) -> list[str]:
@@ -22,6 +24,12 @@ def fix_lines(finding: Finding, root_label: str) -> list[str]:
     proven one says so. Empty when no record says more (the rule's own sentence is printed then)."""
     said = [(fix, text) for fix in finding.fixes if (text := sentence(fix, finding, root_label))]
     return [f"{'fix' if i == 0 else 'or'}: {text}{_trust(fix)}" for i, (fix, text) in enumerate(said)]
+
+
+def said(finding: Finding, root_label: str) -> str:
+    """The finding's fixes as one sentence, alternatives joined by "; or ": `Finding.fix` (the message,
+    the error `fail_fast` raises) says what `fix_lines` prints. "" when no record says one."""
+    return "; or ".join(text for fix in finding.fixes if (text := sentence(fix, finding, root_label)))
 
 
 def _trust(fix: Fix) -> str:
@@ -39,7 +47,49 @@ def sentence(fix: Fix, finding: Finding, root_label: str) -> str:
     """What `fix` does, in words; "" when the record alone cannot say it."""
     edit = fix.edits[0] if fix.edits else None
     maker = _EDITED.get(fix.kind) if edit is not None else _MANUAL.get(fix.kind)
-    return maker(fix, finding, root_label) if maker is not None else ""
+    text = maker(fix, finding, root_label) if maker is not None else ""
+    if text and finding.code == "IPD106":  # the caller's tensor: a copy made where the model gets it helps too
+        text += ", or clone the input at the top of forward (`x = x.clone()`)"
+    if text and finding.cause is ForbiddenCause.MULTIPLE_VIEWS and edit is not None:
+        text = several_views(_piece(fix, edit) or text)
+    return text
+
+
+def several_views(piece: str) -> str:
+    """The fix of a write into one of several views returned together (IPD103), around the fix of the
+    piece alone: which tensor was meant to change is the program's, so both choices are named. A
+    `.clone()` of the piece, written, changes neither: the write is lost."""
+    return (
+        f"decide which tensor is meant to change. Only this piece: {piece} (the tensor it came from keeps its "
+        "old values). The tensor it came from too: write into that tensor by index, one piece at a time "
+        "(`t[i] = t[i].op(...)` instead of the views), or build it out of place (`torch.stack`/`torch.cat` of "
+        "the changed pieces). Writing a `.clone()` of the piece changes neither: the write is lost"
+    )
+
+
+def _piece(fix: Fix, edit: Edit) -> str:
+    """The piece's own fix: rebound out of place, or the out-of-place op where its result is used."""
+    if fix.kind is FixKind.REBIND:
+        return f"rebind it out of place: replace `{one_line(edit.old)}` with `{one_line(edit.new)}` at {_at(edit)}"
+    if fix.kind is not FixKind.OUT_OF_PLACE:
+        return ""
+    receiver = _receiver(edit.old)
+    kept = f" (`{receiver}` itself then keeps its old values)" if receiver else ""
+    return (
+        f"use the out-of-place op where its result is used: replace `{one_line(edit.old)}` with "
+        f"`{one_line(edit.new)}` at {_at(edit)}{kept}"
+    )
+
+
+def _receiver(code: str) -> str | None:
+    """`x` of the method call `x.clamp_(-1, 1)` (the edit's own old text)."""
+    try:
+        node = ast.parse(code.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return ast.unparse(node.func.value)
+    return None
 
 
 def _at(edit: Edit) -> str:
@@ -114,19 +164,24 @@ def _replace(fix: Fix, finding: Finding, root_label: str) -> str:
     head = f"use the out-of-place `{_method(edit.new)}` and rebind the name: " if fix.kind is FixKind.REBIND else ""
     tail = ""
     if finding.code == "IPD110":
-        name = _assigned(edit.new) or "t"
-        tail = (
-            f", so autograd records the change; if no gradient should flow back through `{name}`'s history, cut "
-            f"it explicitly before the write (`{name} = {name}.detach()`, then write into it)"
-        )
+        tail = f", so autograd records the change; {cut_history(_assigned(edit.new))}"
     elif finding.code == "IPD104" and ".data" in edit.old:
         tail = (
             ": autograd then differentiates through the change; if the new values must carry no gradient, "
             "compute them from a detached copy (`t.detach().clone()`) and use the copy instead"
         )
-    elif finding.code == "IPD106":
-        tail = ", or clone the input at the top of forward (`x = x.clone()`)"
     return f"{head}replace `{one_line(edit.old)}` with `{one_line(edit.new)}` at {_at(edit)}{tail}"
+
+
+def cut_history(name: str | None) -> str:
+    """IPD110's other choice: the write's dependency on `name`'s history (the tensor's, when the name is
+    not known) cut on purpose."""
+    whose, t, style = (f"`{name}`'s", name, "") if name else ("the tensor's", "t", "-style")
+    return (
+        f"if no gradient should flow back through {whose} history, cut it explicitly before the write "
+        f"(`{t} = {t}.detach()`{style}, then write into it); for a deliberate straight-through estimator, "
+        f"write `{t} = {t} + (new - {t}).detach()`{style}"
+    )
 
 
 def _assigned(code: str) -> str | None:

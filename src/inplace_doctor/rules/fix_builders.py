@@ -12,7 +12,7 @@ The forms: `h[i] = v` (a copy before the write, or, when the saving op is in
 that statement itself, the value computed first and written into a copy);
 `x op= y` (out of place, rebound); `x.relu_()` alone (rebound); `F.relu_(h)` alone
 (`h = F.relu(h)`: the twin the imported module has, none for `init.zeros_`); `y = x.add_(1)`
-(the out-of-place method); `inplace=True` at the constructor (in a call over several lines too,
+(the out-of-place method; none where Tensor has none: `h.zero_()`, `h.copy_(v)`); `inplace=True` at the constructor (in a call over several lines too,
 or `nn.ReLU(True)`: by position, where torch.nn's signature puts it) or at a call;
 `t.data.op_()` and `t.data = v` (on the tensor itself); a helper writing into
 its argument (a copy at the call); memory handed out (copied where it is
@@ -62,18 +62,22 @@ def write_fixes(site: Site, saved: Site | None = None) -> tuple[Fix, ...]:
     stmt = located.node
     if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, (ast.Name, ast.Attribute)):
         return (made(FixKind.OUT_OF_PLACE, source.replace(stmt, out_of_place(source, stmt))),)
-    rebound = _rebound(source, stmt) or _rebound_function(source, stmt)
-    if rebound is not None:
-        return (made(FixKind.REBIND, source.replace(stmt, rebound)),)
+    rebuilt = rebound(source, stmt) or _rebound_function(source, stmt)
+    if rebuilt is not None:
+        return (made(FixKind.REBIND, source.replace(stmt, rebuilt)),)
     call = _inplace_method_call(stmt)
-    twin = out_of_place_function(source, call) if call is not None and _on_a_module(source, call) else None
-    if call is not None and (isinstance(stmt, ast.Expr) or (_on_a_module(source, call) and twin is None)):
-        call = None  # its result unused: out of place would drop the write; `init.zeros_(w)` has no twin
-    if call is not None:  # `y = x.add_(1)`: the out-of-place method (x then keeps its values); `y = F.relu_(x)`
-        func = call.func
-        assert isinstance(func, ast.Attribute)
-        new = f"{twin}{_arguments(source, call, func)}" if twin else _renamed_call(source, call, func.attr[:-1])
-        return (made(FixKind.OUT_OF_PLACE, source.replace(call, new)),)
+    func = call.func if call is not None else None
+    if call is not None and isinstance(func, ast.Attribute) and not isinstance(stmt, ast.Expr):
+        # `y = x.add_(1)`: the out-of-place method (x then keeps its values); `y = F.relu_(x)`: the module's
+        # twin; none where there is none (`init.zeros_(w)`, `h.copy_(v)`). A call alone (an `ast.Expr`)
+        # is not made out of place: its result unused, that would drop the write.
+        if _on_a_module(source, call):
+            twin = out_of_place_function(source, call)
+            new = f"{twin}{_arguments(source, call, func)}" if twin else None
+        else:
+            new = _renamed_call(source, call, func.attr[:-1]) if has_method_twin(func.attr) else None
+        if new is not None:
+            return (made(FixKind.OUT_OF_PLACE, source.replace(call, new)),)
     flag = _inplace_keyword(source, stmt)
     if flag is not None:
         return (made(FixKind.FLAG_OFF_AT_CALL, flag),)
@@ -106,7 +110,7 @@ def _bracketed(code: str) -> bool:
     return False
 
 
-def _rebound(source: Source, stmt: ast.stmt) -> str | None:
+def rebound(source: Source, stmt: ast.stmt) -> str | None:
     """`x.relu_()` or `self.h.clamp_(a, b)` as the whole statement, rebound out of place; also
     `t.data.mul_(2)`, rebound on `t` itself."""
     if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
@@ -115,8 +119,8 @@ def _rebound(source: Source, stmt: ast.stmt) -> str | None:
     func = call.func
     if not (isinstance(func, ast.Attribute) and _is_inplace_name(func.attr) and _is_reference(func.value)):
         return None
-    if _on_a_module(source, call):
-        return None  # `torch.nn.init.zeros_(w)`, `F.relu_(h)`: a function, not a method of the tensor
+    if _on_a_module(source, call) or not has_method_twin(func.attr):
+        return None  # `torch.nn.init.zeros_(w)`, `F.relu_(h)`: a function; `h.zero_()`: no `Tensor.zero`
     receiver = func.value
     if isinstance(receiver, ast.Attribute) and receiver.attr == "data" and _is_reference(receiver.value):
         receiver = receiver.value
@@ -160,6 +164,14 @@ def _on_a_module(source: Source, call: ast.Call) -> bool:
 
 def _is_inplace_name(name: str) -> bool:
     return name.endswith("_") and not name.startswith("_") and name[:-1].isidentifier()
+
+
+def has_method_twin(name: str) -> bool:
+    """Whether `Tensor` has the out-of-place method of the in-place `name` (`mul` for `mul_`; none
+    for `zero_`, `copy_`, `fill_`, `normal_`, `uniform_`)."""
+    import torch
+
+    return callable(getattr(torch.Tensor, name[:-1], None))
 
 
 def _is_reference(node: ast.expr) -> bool:
@@ -339,9 +351,9 @@ def silent_write_fixes(site: Site) -> tuple[Fix, ...]:
     if source is None or located is None:
         return ()
     stmt = located.node
-    rebound = _rebound(source, stmt)
-    if rebound is not None:
-        return (made(FixKind.REBIND, source.replace(stmt, rebound)),)
+    rebuilt = rebound(source, stmt)
+    if rebuilt is not None:
+        return (made(FixKind.REBIND, source.replace(stmt, rebuilt)),)
     if (
         isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute)
         and stmt.targets[0].attr == "data" and _is_reference(stmt.targets[0].value)

@@ -168,7 +168,8 @@ def _indexed(stmt: ast.stmt) -> str | None:
 
 def out_of_place_function(source: Source, call: ast.Call) -> str | None:
     """`F.relu` for `F.relu_(h)`: the out-of-place twin of an in-place function of a module the file
-    imports, when that module, as the program imported it, has one; None else (`init.zeros_` has none)."""
+    imports, when that module, as the program imported it, has one; None else (`init.zeros_` has none,
+    and `init.normal` is not one: torch.nn.init's names without `_` are deprecated in-place aliases)."""
     func = call.func
     if not (isinstance(func, ast.Attribute) and func.attr.endswith("_") and not func.attr.startswith("_")):
         return None
@@ -181,6 +182,8 @@ def out_of_place_function(source: Source, call: ast.Call) -> str | None:
     owner: object = sys.modules.get(dotted) if dotted else None  # never imported here: what the program ran
     for attr in path:
         owner = getattr(owner, attr, None)
+    if getattr(owner, "__name__", None) == "torch.nn.init":
+        return None  # its `normal`, `uniform`, ... are deprecated aliases that write in place too
     twin = getattr(owner, func.attr[:-1], None) if owner is not None else None
     return f"{source.segment(func.value)}.{func.attr[:-1]}" if callable(twin) else None
 

@@ -7,7 +7,7 @@ import re
 from ...causes import ArgumentFacts, CallerDataCause, HeldFacts
 from ...explanations import Sentences, explains
 from ...findings import Finding
-from .phrasing import fix_for_write, tensor_desc, where
+from .phrasing import said, tensor_desc, unedited_write_fix, where
 
 
 @explains("IPD106", CallerDataCause.CALLER_INPUT)
@@ -29,7 +29,8 @@ def caller_input_overwritten(finding: Finding, root_label: str) -> Sentences:
             f"The caller's `{facts.argument}` changes under it: any code that reads it after the call (another "
             "model, a metric, the next accumulation step) silently gets the modified values."
         ),
-        fix=f"{fix_for_write(site, root_label)}, or clone the input at the top of forward (`x = x.clone()`)",
+        fix=said(finding, root_label)  # the records' sentence says the copy at forward's top too
+        or f"{unedited_write_fix(site, root_label)}, or clone the input at the top of forward (`x = x.clone()`)",
     )
 
 
@@ -61,7 +62,7 @@ def held_tensor_overwritten(finding: Finding, root_label: str) -> Sentences:
         f"take a real snapshot at {handed_out}: `copy.deepcopy({owner}.state_dict())` or "
         f"`{{k: v.detach().clone() for k, v in {owner}.state_dict().items()}}`"
     )
-    return Sentences(what=what, why=why, fix=fix)
+    return Sentences(what=what, why=why, fix=said(finding, root_label) or fix)
 
 
 # Over the user's source line (`best = model.state_dict()`), not over any text of ours.

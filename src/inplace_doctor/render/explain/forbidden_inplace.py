@@ -7,8 +7,9 @@ import textwrap
 from ...causes import ForbiddenCause, RaisedFacts
 from ...explanations import Sentences, explains
 from ...findings import Finding
-from .phrasing import first_inplace_call, inplace_statement, where, without_comment
-from ...sites import Site, module_ref
+from ..fix_text import several_views
+from .phrasing import said, where
+from ...sites import module_ref
 
 # cause -> (what the op did, why PyTorch refuses it, the fix)
 _WORDS: dict[ForbiddenCause, tuple[str, str, str]] = {
@@ -58,7 +59,7 @@ def forbidden_inplace(finding: Finding, root_label: str) -> Sentences:
             "backward of this line."
         )
     if finding.cause is ForbiddenCause.MULTIPLE_VIEWS:
-        what, fix = _multiple_views(site, finding.read)
+        what, fix = _multiple_views(finding, root_label)
     ref = module_ref(site, root_label)
     if ref is not None and site.module_inplace:
         fix = f"set `{ref}.inplace = False`; in general, {fix}"
@@ -69,32 +70,13 @@ def forbidden_inplace(finding: Finding, root_label: str) -> Sentences:
     )
 
 
-def _multiple_views(site: Site, views: Site | None) -> tuple[str, str]:
-    """What happened and the fix, for a write into one of several views returned together. The
-    fix names both choices, since which tensor was meant to change is the program's: the piece
-    alone (rebind it out of place), or the tensor it came from too (write that one). A `.clone()`
-    of the piece, written, changes neither: the write is lost."""
+def _multiple_views(finding: Finding, root_label: str) -> tuple[str, str]:
+    """What happened and the fix, for a write into one of several views returned together: the fix
+    of the piece as its records say it (`fix_text.several_views` around it), else in words."""
+    site, views = finding.mutation, finding.read
     made = f" by `{views.op.removeprefix('aten.')}` at {views.location}" if views is not None else ""
     what = f"modifies one of several views returned together{made} (`unbind`, iterating a tensor, `split`, `chunk`)"
-    code = without_comment(site.code or "")
-    statement = inplace_statement(code)
-    call = first_inplace_call(code)
-    if statement and call is not None and call[0] == code:  # one call alone, not `c.mul_(s).add_(m)`
-        target, name = statement["target"], statement["name"]
-        fixed = f"{target} = {code.replace(f'.{name}_(', f'.{name}(', 1)}"
-        piece = f"rebind it out of place: replace `{code}` with `{fixed}` at {site.location}"
-    elif call is not None and not statement:  # its result is used: `f(x.clamp_(a, b))`
-        out_of_place = call[0].replace("_(", "(", 1)
-        piece = (
-            f"use the out-of-place op where its result is used: replace `{call[0]}` with `{out_of_place}` at "
-            f"{site.location} (`{call[1]}` itself then keeps its old values)"
-        )
-    else:
-        piece = f"compute it out of place and bind the result to a new name at {site.location}"
-    fix = (
-        f"decide which tensor is meant to change. Only this piece: {piece} (the tensor it came from keeps its "
-        "old values). The tensor it came from too: write into that tensor by index, one piece at a time "
-        "(`t[i] = t[i].op(...)` instead of the views), or build it out of place (`torch.stack`/`torch.cat` of "
-        "the changed pieces). Writing a `.clone()` of the piece changes neither: the write is lost"
+    fix = said(finding, root_label) or several_views(
+        f"compute it out of place and bind the result to a new name at {site.location}"
     )
     return what, fix

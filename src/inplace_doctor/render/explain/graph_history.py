@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
 from ...causes import GraphHistoryCause, HistoryFacts
 from ...explanations import Sentences, explains
 from ...findings import Finding
-from .phrasing import augmented_out_of_place, tensor_desc, where, without_comment
-from ...sites import Site
+from ..fix_text import cut_history
+from .phrasing import said, tensor_desc, where
 
 _HOW = {
     "detach": "through a `.detach()` alias, a write autograd does not record",
@@ -16,14 +14,6 @@ _HOW = {
     "no_grad": "under `torch.no_grad()`, where autograd records nothing",
     "inference_mode": "under `torch.inference_mode()`, where autograd records nothing",
 }
-# Over the user's source line (the write to rewrite), not over any text of ours.
-_ALIAS = r"(?P<name>[A-Za-z_][\w.]*?)(?:\.detach\(\)|\.data)"
-_ALIAS_INDEXED = re.compile(rf"^{_ALIAS}\s*\[(?P<index>.+)\]\s*=(?!=)\s*(?P<value>.+)$")
-_ALIAS_CALL = re.compile(rf"^{_ALIAS}\.(?P<op>[a-z][a-z0-9_]*?)_\((?P<args>.*)\)$")
-_PLAIN_INDEXED = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)\s*\[(?P<index>.+)\]\s*=(?!=)\s*(?P<value>.+)$")
-_PLAIN_CALL = re.compile(r"^(?P<name>[A-Za-z_][\w.]*?)\.(?P<op>[a-z][a-z0-9_]*?)_\((?P<args>.*)\)$")
-_PLAIN_AUGMENTED = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)\s*(?P<op>\+|-|\*|/)=\s*(?P<value>.+)$")
-
 
 @explains("IPD110", *GraphHistoryCause)
 def graph_tensor_changed_outside_autograd(finding: Finding, root_label: str) -> Sentences:
@@ -45,7 +35,7 @@ def graph_tensor_changed_outside_autograd(finding: Finding, root_label: str) -> 
             "with grad on."
         ),
         why=why,
-        fix=history_fix(write, how, facts.boolean_mask),
+        fix=history_fix(finding, root_label, how),
     )
 
 
@@ -68,45 +58,20 @@ def backward_showed(reached: bool, facts: HistoryFacts) -> str:
     )
 
 
-def history_fix(site: Site, how: str, boolean_mask: bool) -> str:
-    """The write made a change autograd records; or its dependency cut explicitly."""
-    code = without_comment(site.code or "")
-    replacement = _replacement(code, how, boolean_mask)
-    name = replacement[0] if replacement else "t"
-    cut = (
-        f"if no gradient should flow back through `{name}`'s history, cut it explicitly before the write "
-        f"(`{name} = {name}.detach()`, then write into it); for a deliberate straight-through estimator, "
-        f"write `{name} = {name} + (new - {name}).detach()`"
-    )
-    if replacement is None:
-        grad_on = " with grad on" if how in ("no_grad", "inference_mode") else ""
-        return (
-            f"make the write at {site.location} out of place on the tensor itself{grad_on} (`t = t.op(...)`, "
-            f"not through `.detach()`/`.data`), so autograd records it; {cut}"
-        )
-    _, fixed = replacement
-    moved = ""
+def history_fix(finding: Finding, root_label: str, how: str) -> str:
+    """The write made a change autograd records (the records' edit, `fix_text`), or its dependency cut
+    explicitly; in words where no edit was built (a write that is not alone in its `no_grad` block)."""
+    records = said(finding, root_label)
+    if records:
+        return records
+    site = finding.mutation
     if how in ("no_grad", "inference_mode"):
         block = "torch.no_grad()" if how == "no_grad" else "torch.inference_mode()"
-        moved = f" and move it out of the `{block}` block"
-    return f"replace `{code}` with `{fixed}` at {site.location}{moved}, so autograd records the change; {cut}"
-
-
-def _replacement(code: str, how: str, boolean_mask: bool) -> tuple[str, str] | None:
-    """(the written name, the out-of-place statement) for the write's line, when its form is plain."""
-    alias = how in ("detach", "data")
-    indexed = (_ALIAS_INDEXED if alias else _PLAIN_INDEXED).match(code)
-    if indexed:
-        name, index, value = indexed["name"], indexed["index"].strip(), indexed["value"].strip()
-        if boolean_mask and "," not in index:
-            return name, f"{name} = {name}.masked_fill({index}, {value})"
-        return name, f"{name} = {name}.clone(); {name}[{index}] = {value}"
-    call = (_ALIAS_CALL if alias else _PLAIN_CALL).match(code)
-    if call and ")." not in call["args"]:
-        name = call["name"]
-        return name, f"{name} = {name}.{call['op']}({call['args']})"
-    augmented = None if alias else _PLAIN_AUGMENTED.match(code)
-    if augmented:
-        name = augmented["name"]
-        return name, augmented_out_of_place(name, augmented["op"], augmented["value"].strip())
-    return None
+        return (
+            f"make the write at {site.location} out of place on the tensor itself (a new tensor bound to its "
+            f"name) and move it out of the `{block}` block, so autograd records the change; {cut_history(None)}"
+        )
+    return (
+        f"make the write at {site.location} out of place on the tensor itself (a new tensor bound to its name, "
+        f"not a write through `.detach()`/`.data`), so autograd records the change; {cut_history(None)}"
+    )

@@ -15,5 +15,5 @@ def inplace_on_leaf(finding: Finding, root_label: str) -> Sentences:
     return Sentences(
         what=f"{where(site, root_label)} modifies {kind} that requires grad, with grad mode on.",
         why="PyTorch raises at once: the gradient for that leaf would have to flow into a value that no longer exists.",
-        fix=f"if this updates parameters, wrap it in `with torch.no_grad():`; otherwise {fix_for_write(site, root_label)}",
+        fix=f"if this updates parameters, wrap it in `with torch.no_grad():`; otherwise {fix_for_write(finding, root_label)}",
     )

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
 from ...causes import HandOutFacts, OutsideWriteCause, WriteLineSearch
 from ...explanations import Sentences, explains
 from ...findings import Finding
-from ...rules.outside_writes import COPIED_BY_METHOD
 from ...sites import Site
-from .phrasing import tensor_desc, where, without_comment
-
-# Over the user's source line, not over any text of ours. `a = t.detach().numpy()`, `arr = np.from_dlpack(t)`: the hand-out, assigned to a name
-_ASSIGNED = re.compile(r"^(?P<target>[\w.]+)\s*=\s*(?P<value>.+?)\s*$")
-
+from .phrasing import said, tensor_desc, where, without_comment
 
 @explains("IPD109", *OutsideWriteCause)
 def saved_tensor_changed_outside(finding: Finding, root_label: str) -> Sentences:
@@ -49,7 +42,7 @@ def saved_tensor_changed_outside(finding: Finding, root_label: str) -> Sentences
             "compute gradients from the new values. A graph freed without such a backward is harmless."
         )
     written_at = finding.mutation if finding.cause is OutsideWriteCause.WRITE_SEEN else None
-    return Sentences(what=what + ".", why=why, fix=_fix(facts, how, written_at))
+    return Sentences(what=what + ".", why=why, fix=said(finding, root_label) or _fix(facts, how, written_at))
 
 
 def _fix(facts: HandOutFacts, how: str, write: Site | None) -> str:
@@ -67,11 +60,6 @@ def _fix(facts: HandOutFacts, how: str, write: Site | None) -> str:
             "find the code that writes this tensor's memory outside PyTorch (NumPy, DLPack, a pointer, an "
             "extension kernel) and give it a copy (`t.detach().clone()`), or declare the kernel's write"
         )
-    code = without_comment(facts.code)
-    assigned = _ASSIGNED.match(code)
-    if assigned and facts.method in COPIED_BY_METHOD and not assigned["value"].endswith(".copy()"):
-        value = assigned["value"]
-        return f"replace `{code}` with `{assigned['target']} = {value}.copy()` at {facts.handed_out}: {tail}"
     return f"hand out a copy at {facts.handed_out} (`t.detach().clone()` before {how}): {tail}"
 
 

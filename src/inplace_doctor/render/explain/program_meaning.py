@@ -40,7 +40,7 @@ def inplace_changes_result(finding: Finding, root_label: str) -> Sentences:
             "the original values."
         ),
         why=f"The forward silently computes something else; PyTorch raises nothing. {measured}",
-        fix=fix_for_write(write, root_label),
+        fix=fix_for_write(finding, root_label),
     )
 
 

@@ -106,7 +106,7 @@ def saved_tensor_silently_overwritten(finding: Finding, root_label: str) -> Sent
             f"which {_saved_phrase(finding, root_label)}, {alias}."
         ),
         why=why,
-        fix=_fix(finding, None, root_label) if _is_update(finding) else silent_write_fix(write),
+        fix=_fix(finding, None, root_label) if _is_update(finding) else silent_write_fix(finding, root_label),
     )
 
 
@@ -142,7 +142,7 @@ def _fix(finding: Finding, backward: Site | None, root_label: str) -> str:
         owner = (root_label or target.split(".")[0]) if target else None
         kinds = frozenset(f.kind for f in finding.fixes) or None
         return step_fix(write, backward, owner, qualified(target, root_label) if target else None, kinds)
-    return fix_for_write(write, root_label, finding.saved)
+    return fix_for_write(finding, root_label)
 
 
 def _saved_phrase(finding: Finding, root_label: str) -> str:
