@@ -1,0 +1,500 @@
+"""optimize, checked against ground truth on models built to fool it.
+
+The worst thing optimize can do is call a site safe that is not: the user applies the config and
+their outputs or gradients change without a word. So every plan here is checked by running the
+model twice outside the tool, with the plan's flags applied and with every `inplace` off, for two
+optimizer steps from the same seed, and comparing outputs, parameter and input gradients, buffers,
+parameters and the inputs themselves bit for bit. The models: one module instance called at a safe
+and an unsafe place, forwards that depend on the mode, a flag or the input's shape, hooks that read
+a module's input after it ran, writes into views of a parameter or of the input, a tensor returned
+beside its in-place activation, a module reused in a loop, a Sequential sharing a module, functional
+calls whose flag is a module attribute, dropout, BatchNorm in eval, a buffer updated in forward,
+checkpointed regions, and a forward that raises. test_optimize.py covers the plain decisions, the
+zoo and the CLI; test_restore_adversarial.py what optimize leaves behind on hard-to-restore models.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torch.utils.checkpoint as cp
+from torch import nn
+
+import inplace_doctor as ipd
+from inplace_doctor.engines.optimize import inplace_modules
+
+
+def sgd(params: Any) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+
+
+# --------------------------------------------------------------------------
+# the models
+# --------------------------------------------------------------------------
+
+
+class SharedTwoPlaces(nn.Module):
+    """One ReLU instance: after a Linear (safe), then on a tensor the add reads after it (not)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(8, 8), nn.Linear(8, 8)
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc2(self.act(self.fc1(x)))
+        return h + self.act(h)
+
+
+class SharedAfterSigmoid(nn.Module):
+    """One ReLU instance: after a Linear (safe), then on sigmoid's output, which sigmoid saved."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(8, 8), nn.Linear(8, 8)
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(torch.sigmoid(self.fc2(self.act(self.fc1(x)))))
+
+
+class ResidualInEval(nn.Module):
+    """Train: a plain activation; eval: the activation's input is read again by a residual add."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x)
+        return self.act(h) if self.training else h + self.act(h)
+
+
+class ResidualByFlag(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor, residual: bool = False) -> torch.Tensor:
+        h = self.fc(x)
+        return h + self.act(h) if residual else self.act(h)
+
+
+class ResidualForLargeBatches(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x)
+        return h + self.act(h) if x.shape[0] > 4 else self.act(h)
+
+
+def _add_input(module: nn.Module, inp: tuple[torch.Tensor, ...], out: torch.Tensor) -> torch.Tensor:
+    return out + inp[0]  # the activation's input, read after the activation ran
+
+
+def _stash_input(module: nn.Module, inp: tuple[torch.Tensor, ...]) -> None:
+    module.__dict__["stashed"] = inp[0]
+
+
+class HookReadsInput(nn.Module):
+    """A forward hook that adds the activation's input to its output (a residual written as a hook)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(8, 8), nn.Linear(8, 8)
+        self.act = nn.ReLU(inplace=True)
+        self.act.register_forward_hook(_add_input)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class PreHookStashesInput(nn.Module):
+    """A forward pre-hook keeps the activation's input; forward reads it after the activation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(8, 8), nn.Linear(8, 8)
+        self.act = nn.Hardtanh(-0.5, 0.5, inplace=True)
+        self.act.register_forward_pre_hook(_stash_input)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.act(self.fc1(x))
+        return self.fc2(y) * self.act.__dict__.pop("stashed").sum()
+
+
+class ActOnParameterView(nn.Module):
+    """The activation runs on a view of a parameter: in place, it writes the parameter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(4, 8))
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.act(self.table[0:2]).t()
+
+
+class ActOnInputView(nn.Module):
+    """The activation runs on a slice of the caller's input (which needs no gradient)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 8)
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.act(x[:, :4]))
+
+
+class ReturnsItsInputToo(nn.Module):
+    """Returns the pre-activation beside the activation: in place, both outputs are the activation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.fc(x)
+        return h, self.act(h)
+
+
+class LoopKeepsPreActivations(nn.Module):
+    """An RNN-like loop that keeps each step's pre-activation and stacks them at the end."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = nn.Linear(16, 8)
+        self.act = nn.Tanh()
+        self.gate = nn.ReLU(inplace=True)
+
+    def forward(self, xs: torch.Tensor) -> torch.Tensor:
+        h = xs.new_zeros(xs.shape[1], 8)
+        kept = []
+        for x in xs:
+            z = self.cell(torch.cat([x, h], 1))
+            kept.append(z)
+            h = self.act(self.gate(z))
+        return torch.stack(kept).sum(0) + h
+
+
+class LoopSafe(nn.Module):
+    """The same loop, keeping each step's output (written before it is kept): safe."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = nn.Linear(16, 8)
+        self.gate = nn.ReLU(inplace=True)
+
+    def forward(self, xs: torch.Tensor) -> torch.Tensor:
+        h = xs.new_zeros(xs.shape[1], 8)
+        kept = []
+        for x in xs:
+            h = self.gate(self.cell(torch.cat([x, h], 1)))
+            kept.append(h)
+        return torch.stack(kept).sum(0)
+
+
+def shared_sequential() -> nn.Module:
+    """A Sequential holding one ReLU twice: after a Linear, and after a Sigmoid (which saved its output)."""
+    act = nn.ReLU(inplace=True)
+    return nn.Sequential(nn.Linear(8, 8), act, nn.Linear(8, 8), nn.Sigmoid(), act, nn.Linear(8, 1))
+
+
+def shared_sequential_safe() -> nn.Module:
+    act = nn.ReLU(inplace=True)
+    return nn.Sequential(nn.Linear(8, 8), act, nn.Linear(8, 8), act, nn.Linear(8, 1))
+
+
+class GateBlock(nn.Module):
+    """A block whose own `inplace` attribute controls a functional call, read by a residual."""
+
+    def __init__(self, residual: bool) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.inplace = True
+        self.residual = residual
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x)
+        y = F.relu(h, inplace=self.inplace)
+        return y + h if self.residual else y
+
+
+class TwoGates(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.safe, self.unsafe = GateBlock(residual=False), GateBlock(residual=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.unsafe(self.safe(x))
+
+
+class DropoutResidual(nn.Module):
+    """In-place dropout read again by a residual, and one after a Linear (safe)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(8, 8), nn.Linear(8, 8)
+        self.drop_safe = nn.Dropout(0.5, inplace=True)
+        self.drop_residual = nn.Dropout(0.5, inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc2(self.drop_safe(self.fc1(x)))
+        return h + self.drop_residual(h)
+
+
+def conv_bn_relu() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(inplace=True),
+        nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(inplace=True),
+        nn.Flatten(), nn.Linear(4 * 6 * 6, 2),
+    )
+
+
+class EmaOfPreActivation(nn.Module):
+    """A buffer updated in forward from the activation's input, after the activation ran."""
+
+    ema: torch.Tensor
+    calls: torch.Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = nn.ReLU(inplace=True)
+        self.register_buffer("ema", torch.zeros(8))
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x)
+        y = self.act(h)
+        with torch.no_grad():
+            self.ema.mul_(0.9).add_(h.mean(0), alpha=0.1)
+            self.calls += 1
+        return y
+
+
+class CheckpointedActivation(nn.Module):
+    """A non-idempotent in-place activation checkpointed on its own: the recompute applies it again
+    to the tensor the forward already wrote."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(8, 8), nn.Linear(8, 8)
+        self.act = nn.ELU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(cp.checkpoint(self.act, self.fc1(x), use_reentrant=False))
+
+
+class CheckpointedBlock(nn.Module):
+    """A checkpointed Linear-ReLU-Linear block: the ReLU writes a tensor made inside the region."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(8, 8), nn.ReLU(inplace=True), nn.Linear(8, 8))
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(cp.checkpoint(self.block, x, use_reentrant=False))
+
+
+# --------------------------------------------------------------------------
+# ground truth: the plan applied vs. everything out of place, outside the tool
+# --------------------------------------------------------------------------
+
+Inputs = Callable[[], tuple[tuple[Any, ...], dict[str, Any]]]
+
+
+def randn(*shape: int, grad: bool = False) -> Inputs:
+    def make() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (torch.randn(*shape, requires_grad=grad),), {}
+    return make
+
+
+@dataclass
+class Case:
+    factory: Callable[[], nn.Module]
+    inputs: Inputs
+    train: bool = True
+    unsafe: set[str] = field(default_factory=set)  # sites the plan must switch off
+
+
+CASES: dict[str, Case] = {
+    "one ReLU, safe then read by a residual": Case(SharedTwoPlaces, randn(4, 8), unsafe={"act"}),
+    "one ReLU, safe then after a sigmoid": Case(SharedAfterSigmoid, randn(4, 8), unsafe={"act"}),
+    "residual only in eval, planned in train": Case(ResidualInEval, randn(4, 8)),
+    "residual only in eval, planned in eval": Case(ResidualInEval, randn(4, 8), train=False, unsafe={"act"}),
+    "residual by a keyword flag": Case(
+        ResidualByFlag, lambda: ((torch.randn(4, 8),), {"residual": True}), unsafe={"act"}),
+    "residual for large batches, a small one": Case(ResidualForLargeBatches, randn(4, 8)),
+    "residual for large batches, a large one": Case(ResidualForLargeBatches, randn(8, 8), unsafe={"act"}),
+    "forward hook reads the input": Case(HookReadsInput, randn(4, 8), unsafe={"act"}),
+    "pre-hook stashes the input": Case(PreHookStashesInput, randn(4, 8), unsafe={"act"}),
+    "activation on a parameter's view": Case(ActOnParameterView, randn(4, 8), unsafe={"act"}),
+    "activation on the input's view": Case(ActOnInputView, randn(4, 8), unsafe={"act"}),
+    "activation on the input's view, input requires grad": Case(
+        ActOnInputView, randn(4, 8, grad=True), unsafe={"act"}),
+    "pre-activation returned too": Case(ReturnsItsInputToo, randn(4, 8), unsafe={"act"}),
+    "loop keeps pre-activations": Case(LoopKeepsPreActivations, randn(3, 4, 8), unsafe={"gate"}),
+    "loop keeps activations": Case(LoopSafe, randn(3, 4, 8)),
+    "Sequential shares a ReLU after a sigmoid": Case(shared_sequential, randn(4, 8), unsafe={"1"}),
+    "Sequential shares a ReLU, both safe": Case(shared_sequential_safe, randn(4, 8)),
+    "functional call flagged by a module attribute": Case(TwoGates, randn(4, 8), unsafe={"unsafe"}),
+    "in-place dropout, train": Case(DropoutResidual, randn(4, 8), unsafe={"drop_residual"}),
+    "in-place dropout, eval": Case(DropoutResidual, randn(4, 8), train=False),
+    "conv-BN-ReLU, train": Case(conv_bn_relu, randn(2, 3, 6, 6)),
+    "conv-BN-ReLU, eval": Case(conv_bn_relu, randn(2, 3, 6, 6), train=False),
+    "buffer from the pre-activation": Case(EmaOfPreActivation, randn(4, 8), unsafe={"act"}),
+    "checkpointed in-place ELU": Case(CheckpointedActivation, randn(4, 8), unsafe={"act"}),
+    "checkpointed block": Case(CheckpointedBlock, randn(4, 8)),
+}
+
+
+def flags_of(model: nn.Module) -> dict[str, bool]:
+    return {name: m.inplace for name, m in inplace_modules(model).items()}
+
+
+@dataclass
+class Observed:
+    """What a program did over its steps: every tensor it produced or left, by name."""
+
+    tensors: dict[str, torch.Tensor]
+    error: str | None = None
+
+
+def run_program(model: nn.Module, case: Case, steps: int = 2) -> Observed:
+    """`steps` training steps of `model` from seed 0, every tensor the user could look at kept."""
+    torch.manual_seed(0)
+    opt = sgd(model.parameters())
+    seen: dict[str, torch.Tensor] = {}
+    try:
+        for step in range(steps):
+            args, kwargs = case.inputs()
+            out = model(*args, **kwargs)
+            outs = out if isinstance(out, tuple) else (out,)
+            sum(o.sum() for o in outs).backward()
+            for i, o in enumerate(outs):
+                seen[f"step {step} output {i}"] = o.detach().clone()
+            for i, a in enumerate(args):
+                seen[f"step {step} input {i} after"] = a.detach().clone()
+                if a.grad is not None:
+                    seen[f"step {step} input {i} grad"] = a.grad.clone()
+            for name, p in model.named_parameters():
+                seen[f"step {step} grad of {name}"] = p.grad.clone()
+            opt.step()
+            opt.zero_grad()
+            for name, t in model.state_dict().items():
+                seen[f"step {step} {name} after"] = t.clone()
+        seen["RNG after"] = torch.get_rng_state()
+    except RuntimeError as e:
+        return Observed(seen, f"{type(e).__name__}: {str(e).splitlines()[0]}")
+    return Observed(seen)
+
+
+def differences(a: Observed, b: Observed) -> list[str]:
+    if a.error or b.error:
+        return [f"planned raises {a.error}" if a.error else "", f"plain raises {b.error}" if b.error else ""]
+    return [k for k in b.tensors if k not in a.tensors or not torch.equal(a.tensors[k], b.tensors[k])]
+
+
+def planned_and_plain(case: Case, config: dict[str, bool]) -> tuple[Observed, Observed]:
+    torch.manual_seed(0)
+    shipped = case.factory().train(case.train)
+    planned, plain = copy.deepcopy(shipped), copy.deepcopy(shipped)
+    ipd.apply_config(planned, config)
+    ipd.apply_config(plain, {name: False for name in flags_of(plain)})
+    return run_program(planned, case), run_program(plain, case)
+
+
+@dataclass
+class Optimized:
+    plan: ipd.Plan
+    model: nn.Module
+    before: dict[str, Any]  # the model, its input and the RNG as they were before optimize
+
+
+def _state(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "state": {k: v.clone() for k, v in model.state_dict().items()},
+        "flags": flags_of(model),
+        "training": {n: m.training for n, m in model.named_modules()},
+        "inputs": [(a.clone(), a._version, a.requires_grad, a.grad) for a in args if isinstance(a, torch.Tensor)],
+        "kwargs": dict(kwargs),
+        "rng": torch.get_rng_state(),
+    }
+
+
+@pytest.fixture(scope="module")
+def optimized() -> Callable[[str], Optimized]:
+    cache: dict[str, Optimized] = {}
+
+    def get(name: str) -> Optimized:
+        if name not in cache:
+            case = CASES[name]
+            torch.manual_seed(0)
+            model = case.factory().train(case.train)
+            args, kwargs = case.inputs()
+            before = _state(model, args, kwargs)
+            plan = ipd.optimize(model, *args, optimizer=sgd, suggest_checkpoint=False, **kwargs)
+            assert _equal_states(before, _state(model, args, kwargs)), "optimize changed the model, its input or the RNG"
+            cache[name] = Optimized(plan, model, before)
+        return cache[name]
+    return get
+
+
+def _equal_states(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return (
+        a["flags"] == b["flags"] and a["training"] == b["training"] and a["kwargs"] == b["kwargs"]
+        and a["state"].keys() == b["state"].keys() and all(torch.equal(a["state"][k], b["state"][k]) for k in a["state"])
+        and torch.equal(a["rng"], b["rng"])
+        and len(a["inputs"]) == len(b["inputs"])
+        and all(torch.equal(x[0], y[0]) and x[1:] == y[1:] for x, y in zip(a["inputs"], b["inputs"]))
+    )
+
+
+# --------------------------------------------------------------------------
+# the decisions, against ground truth
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_plan_changes_nothing_the_user_can_observe(name: str, optimized: Callable[[str], Optimized]) -> None:
+    case, plan = CASES[name], optimized(name).plan
+    planned, plain = planned_and_plain(case, plan.config())
+    assert plain.error is None, plain.error  # the ground truth itself runs
+    assert not differences(planned, plain), (differences(planned, plain), str(plan))
+    assert bool(plan.verified), str(plan.verified)
+    assert plan.mode == ("train" if case.train else "eval")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_unsafe_sites_are_switched_off_and_only_they(name: str, optimized: Callable[[str], Optimized]) -> None:
+    # Conservative is not wrong, but a safe site called unsafe is a saving lost with a false reason.
+    case, plan = CASES[name], optimized(name).plan
+    modules = {d.site: d for d in plan.decisions if d.kind == "module"}
+    assert {site for site, d in modules.items() if d.safe is False} == case.unsafe, str(plan)
+    assert all(not modules[site].inplace and modules[site].evidence for site in case.unsafe)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_written_config_sets_a_fresh_instance_as_planned(name: str, optimized: Callable[[str], Optimized], tmp_path) -> None:
+    case, plan = CASES[name], optimized(name).plan
+    path = tmp_path / "inplace.toml"
+    plan.write(path)
+    fresh = case.factory()
+    ipd.apply_config(fresh, path)
+    assert flags_of(fresh) == {**flags_of(case.factory()), **plan.config()}
