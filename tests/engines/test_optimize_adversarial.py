@@ -312,6 +312,34 @@ class CheckpointedBlock(nn.Module):
         return self.head(cp.checkpoint(self.block, x, use_reentrant=False))
 
 
+class RaisesBeforeTheResidual(nn.Module):
+    """Shipped, forward raises at `first` (in place on a leaf that requires grad), before `second` runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.ReLU(inplace=True)
+        self.fc = nn.Linear(8, 8)
+        self.second = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(self.first(x))
+        return h + self.second(h)
+
+
+class FunctionalByOtherName(nn.Module):
+    """Functional calls whose flag is an attribute not called `inplace`: sites optimize cannot set,
+    reported with the line to change."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(8, 8), nn.Linear(8, 8)
+        self.first_in_place = self.second_in_place = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc2(F.relu(self.fc1(x), inplace=self.first_in_place))  # safe
+        return h + F.relu(h, inplace=self.second_in_place)  # read by the add
+
+
 # --------------------------------------------------------------------------
 # ground truth: the plan applied vs. everything out of place, outside the tool
 # --------------------------------------------------------------------------
@@ -361,6 +389,8 @@ CASES: dict[str, Case] = {
     "buffer from the pre-activation": Case(EmaOfPreActivation, randn(4, 8), unsafe={"act"}),
     "checkpointed in-place ELU": Case(CheckpointedActivation, randn(4, 8), unsafe={"act"}),
     "checkpointed block": Case(CheckpointedBlock, randn(4, 8)),
+    "forward raises before the residual": Case(
+        RaisesBeforeTheResidual, randn(4, 8, grad=True), unsafe={"first", "second"}),
 }
 
 
@@ -498,3 +528,87 @@ def test_the_written_config_sets_a_fresh_instance_as_planned(name: str, optimize
     fresh = case.factory()
     ipd.apply_config(fresh, path)
     assert flags_of(fresh) == {**flags_of(case.factory()), **plan.config()}
+
+
+@pytest.mark.parametrize("name", [name for name, case in CASES.items() if case.unsafe])
+def test_the_ground_truth_sees_what_the_shipped_flags_change(name: str) -> None:
+    # The comparison above can fail: as shipped, each of these models computes something else
+    # than its out-of-place program, or raises.
+    case = CASES[name]
+    shipped, plain = planned_and_plain(case, {})
+    assert shipped.error is not None or differences(shipped, plain)
+
+
+def test_a_module_first_reached_once_an_earlier_site_is_off_is_decided_on_evidence(
+    optimized: Callable[[str], Optimized],
+) -> None:
+    plan = optimized("forward raises before the residual").plan
+    second = next(d for d in plan.decisions if d.site == "second")
+    assert second.safe is False and "IPD105" in second.reason and plan.never_executed == []
+    assert "shipped configuration raises" in second.reason and "lets the step run" not in second.reason
+
+
+# --------------------------------------------------------------------------
+# functional calls: decided, reported, not set
+# --------------------------------------------------------------------------
+
+
+def test_functional_calls_are_decided_against_ground_truth() -> None:
+    torch.manual_seed(0)
+    model, x = FunctionalByOtherName(), torch.randn(4, 8)
+    plan = ipd.optimize(model, x, optimizer=sgd, suggest_checkpoint=False)
+    first, second = sorted((d for d in plan.decisions if d.kind == "call"), key=lambda d: int(d.site.rsplit(":", 1)[1]))
+    assert first.safe is True and first.inplace
+    assert second.safe is False and not second.inplace and "IPD105" in second.reason
+    assert f"{second.site}: change to inplace=False" in plan.toml() and plan.config() == {}
+    # The lines changed as the config says give the out-of-place program; as shipped they do not.
+    case = Case(FunctionalByOtherName, randn(4, 8))
+
+    def program(first: bool, second: bool) -> Observed:
+        torch.manual_seed(0)
+        model = FunctionalByOtherName()
+        model.first_in_place, model.second_in_place = first, second
+        return run_program(model, case)
+
+    plain = program(False, False)
+    assert differences(program(True, True), plain)
+    assert not differences(program(True, False), plain)
+
+
+# --------------------------------------------------------------------------
+# a site optimize would turn on, whose forward hook keeps its input
+# --------------------------------------------------------------------------
+
+
+class WantsInplace(nn.Module):
+    """An out-of-place activation whose in-place form lowers the peak (test_optimize.py's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 2048)
+        self.act = nn.Hardtanh(inplace=False)
+        self.fc2 = nn.Linear(2048, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            h = self.fc(x)
+        return self.fc2(self.act(h))
+
+
+def test_a_site_whose_forward_hook_keeps_its_input_is_not_turned_on() -> None:
+    # Feature extraction: the hook keeps the activation's input; in place it would keep the
+    # activation's output, read after forward where neither audit nor verify looks.
+    torch.manual_seed(0)
+    model, x = WantsInplace(), torch.randn(128, 16) * 4
+    unhooked = ipd.optimize(model, x, suggest_checkpoint=False)
+    assert unhooked.config() == {"act": True}  # it would be turned on: it lowers the peak
+    kept: list[torch.Tensor] = []
+    model.act.register_forward_hook(lambda module, inp, out: kept.append(inp[0]))
+    plan = ipd.optimize(model, x, suggest_checkpoint=False, enable_safe=True)
+    act = next(d for d in plan.decisions if d.site == "act")
+    assert plan.config() == {"act": False} and "forward hook" in act.reason
+    kept.clear()
+    configured = copy.deepcopy(model)
+    plan.apply(configured)
+    configured(x)
+    assert torch.equal(kept[-1], model.fc(x).detach())  # the hook keeps what it kept as shipped

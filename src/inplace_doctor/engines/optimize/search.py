@@ -3,8 +3,9 @@ safe ones save) and verify (proof), each a method of `Search`; see decide.py for
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
@@ -52,6 +53,9 @@ class Search:
     def __post_init__(self) -> None:
         self.modules = inplace_modules(self.model)
         self.shipped = {path: bool(m.inplace) for path, m in self.modules.items()}
+        # A forward (pre-)hook is handed the module's input, which in place is its output: what the
+        # hook keeps of it may be read after forward, where no audit or verify run sees it.
+        self.hooked = {path for path, m in self.modules.items() if m._forward_hooks or m._forward_pre_hooks}
 
     def configured(self, flags: Mapping[str, bool]) -> tuple[torch.nn.Module, Any]:
         """A copy of the model with `flags` set, and a copy of the optimizer over it."""
@@ -74,19 +78,12 @@ class Search:
         self.say("tracing which modules run")
         copy_, _ = copy_for_training(self.model)
         seen: set[str] = set()
-        handles = [
-            m.register_forward_pre_hook(lambda mod, inp, name=name: seen.add(name))
-            for name, m in inplace_modules(copy_).items()
-        ]
         calls = FunctionalInplace(set())
         try:
-            with calls:
+            with calls, _noting_calls(copy_, seen):
                 training_step(copy_, *private_copies(self.args, self.kwargs), self.loss_fn, None)
         except RuntimeError:
-            pass  # the shipped configuration may break backward: forward already ran
-        finally:
-            for h in handles:
-                h.remove()
+            pass  # the shipped configuration may break backward (forward already ran), or forward: see find_unsafe
         self.executed, self.call_sites = seen, list(calls.seen)
         self.rng.restore()
 
@@ -105,19 +102,25 @@ class Search:
         """1. Audit with every executed flag on (the unsafe ones off), until no finding names a
         flag; returns the findings that name no site."""
         other: list[Finding] = []
-        for round_ in range(len(self.executed) + 2):
+        for round_ in range(len(self.modules) + 2):
             self.say(f"auditing with {len(self.executed) - len(self.unsafe)} flags on (round {round_ + 1})")
             flags = {p: (p not in self.unsafe) for p in self.executed}
             self.rng.restore()
             args, kwargs = private_copies(self.args, self.kwargs)  # audit of the caller's would write them, and their versions move
-            report = audit(copy_for_training(self.model, flags=flags)[0], *args, loss_fn=self.loss_fn, **kwargs)
-            new = False
+            copy_ = copy_for_training(self.model, flags=flags)[0]
+            # A forward that raised in an earlier round (an unsafe site's write) ran only up to
+            # there: the modules it reaches now are sites too, audited from the next round.
+            ran: set[str] = set()
+            with _noting_calls(copy_, ran):
+                report = audit(copy_, *args, loss_fn=self.loss_fn, **kwargs)
+            new = bool(ran - self.executed)
+            self.executed |= ran
             other = []
             for f in report.findings:
                 if f.severity not in (Severity.ERROR, Severity.WARNING):
                     continue
                 path = f.mutation.module
-                if path is not None and flags.get(path):
+                if path is not None and flags.get(path, path in ran and self.shipped.get(path)):
                     self.unsafe.setdefault(path, []).append(_describe(f))
                     new = True
                 elif _site_of_call(f) in self.call_sites:
@@ -136,15 +139,15 @@ class Search:
         self.say("measuring memory with the unsafe sites off")
         base_peak = self.measure(base).peak
         savings: dict[str, int] = {}
-        off_safe = [p for p in safe if not base[p]]
+        off_safe = [p for p in safe if not base[p] and p not in self.hooked]  # hooked ones: left off
         if not off_safe:
             return base_peak, savings, dict(base)
         self.say(f"measuring memory with all {len(safe)} safe sites on")
-        group_saving = base_peak - self.measure({**base, **{p: True for p in safe}}).peak
+        group_saving = base_peak - self.measure({**base, **{p: True for p in off_safe}}).peak
         if enable_safe:
             for p in off_safe:
                 savings[p] = group_saving
-            return base_peak, savings, {**base, **{p: True for p in safe}}
+            return base_peak, savings, {**base, **{p: True for p in off_safe}}
         plan_flags = dict(base)
         if group_saving > 0:
             for i, p in enumerate(off_safe):
@@ -181,6 +184,20 @@ class Search:
         for c in culprit_calls:
             self.unsafe_calls.setdefault(c.where, []).append(f"verify: {verified.first_difference}")
         return True
+
+
+@contextlib.contextmanager
+def _noting_calls(model: torch.nn.Module, seen: set[str]) -> Iterator[None]:
+    """Adds to `seen` the path of each module of `model` with an `inplace` option as it is called."""
+    handles = [
+        m.register_forward_pre_hook(lambda mod, inp, name=name: seen.add(name))
+        for name, m in inplace_modules(model).items()
+    ]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def _site_of_call(f: Finding) -> str | None:
