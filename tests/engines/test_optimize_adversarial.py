@@ -326,6 +326,29 @@ class RaisesBeforeTheResidual(nn.Module):
         return h + self.second(h)
 
 
+class ResidualFromTheSecondCall(nn.Module):
+    """A forward that changes after its first call (a warm-up counted in a buffer): from then on a
+    residual reads the input of `act`, and `late` runs (it never ran in the first call)."""
+
+    calls: torch.Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = nn.ReLU(inplace=True)
+        self.late = nn.ReLU(inplace=True)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        warm = bool(self.calls > 0)
+        self.calls += 1
+        h = self.fc(x)
+        if not warm:
+            return self.act(h)
+        h = h + self.act(h)
+        return h + self.late(h)
+
+
 class FunctionalByOtherName(nn.Module):
     """Functional calls whose flag is an attribute not called `inplace`: sites optimize cannot set,
     reported with the line to change."""
@@ -389,6 +412,7 @@ CASES: dict[str, Case] = {
     "buffer from the pre-activation": Case(EmaOfPreActivation, randn(4, 8), unsafe={"act"}),
     "checkpointed in-place ELU": Case(CheckpointedActivation, randn(4, 8), unsafe={"act"}),
     "checkpointed block": Case(CheckpointedBlock, randn(4, 8)),
+    "residual from the second call on": Case(ResidualFromTheSecondCall, randn(4, 8), unsafe={"act", "late"}),
     "forward raises before the residual": Case(
         RaisesBeforeTheResidual, randn(4, 8, grad=True), unsafe={"first", "second"}),
 }
@@ -468,6 +492,24 @@ def _state(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> d
     }
 
 
+def shipped_off(factory: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
+    """`factory`'s model with every `inplace` off: what optimize(enable_safe=True) may turn on."""
+    def make() -> nn.Module:
+        model = factory()
+        for m in inplace_modules(model).values():
+            m.inplace = False
+        return model
+    return make
+
+
+# Each case again shipped all out of place, planned with enable_safe=True: here optimize itself
+# switches the sites it calls safe on, so a wrong "safe" shows as a difference.
+CASES.update({
+    f"{name}, shipped off, enable_safe": Case(shipped_off(case.factory), case.inputs, case.train, case.unsafe)
+    for name, case in list(CASES.items())
+})
+
+
 @pytest.fixture(scope="module")
 def optimized() -> Callable[[str], Optimized]:
     cache: dict[str, Optimized] = {}
@@ -479,7 +521,8 @@ def optimized() -> Callable[[str], Optimized]:
             model = case.factory().train(case.train)
             args, kwargs = case.inputs()
             before = _state(model, args, kwargs)
-            plan = ipd.optimize(model, *args, optimizer=sgd, suggest_checkpoint=False, **kwargs)
+            plan = ipd.optimize(model, *args, optimizer=sgd, suggest_checkpoint=False,
+                                enable_safe=name.endswith("enable_safe"), **kwargs)
             assert _equal_states(before, _state(model, args, kwargs)), "optimize changed the model, its input or the RNG"
             cache[name] = Optimized(plan, model, before)
         return cache[name]
@@ -530,7 +573,7 @@ def test_the_written_config_sets_a_fresh_instance_as_planned(name: str, optimize
     assert flags_of(fresh) == {**flags_of(case.factory()), **plan.config()}
 
 
-@pytest.mark.parametrize("name", [name for name, case in CASES.items() if case.unsafe])
+@pytest.mark.parametrize("name", [name for name, case in CASES.items() if case.unsafe and "shipped off" not in name])
 def test_the_ground_truth_sees_what_the_shipped_flags_change(name: str) -> None:
     # The comparison above can fail: as shipped, each of these models computes something else
     # than its out-of-place program, or raises.
@@ -612,3 +655,25 @@ def test_a_site_whose_forward_hook_keeps_its_input_is_not_turned_on() -> None:
     plan.apply(configured)
     configured(x)
     assert torch.equal(kept[-1], model.fc(x).detach())  # the hook keeps what it kept as shipped
+
+
+# --------------------------------------------------------------------------
+# what it measures is measured; what it writes is only what it was asked to
+# --------------------------------------------------------------------------
+
+
+def test_the_saving_of_a_site_kept_on_is_what_memory_measures_with_it_off(tmp_path, monkeypatch) -> None:
+    torch.manual_seed(0)
+    model, x = WantsInplace(), torch.randn(128, 16)
+    model.act.inplace = True
+    monkeypatch.chdir(tmp_path)
+    plan = ipd.optimize(model, x, optimizer=sgd, suggest_checkpoint=False)
+    assert os.listdir(tmp_path) == []  # optimize writes no file of its own
+    act = next(d for d in plan.decisions if d.site == "act")
+    off = copy.deepcopy(model)
+    off.act.inplace = False
+    on_peak, off_peak = ipd.memory(model, x, optimizer=sgd).peak, ipd.memory(off, x, optimizer=sgd).peak
+    assert plan.peak_planned == plan.peak_shipped == on_peak
+    assert act.inplace and act.saves_bytes == off_peak - on_peak > 0, act.reason
+    assert plan.time_planned > 0 and plan.time_shipped == plan.time_planned  # no flag changed: timed once
+    assert tomllib.loads(plan.toml())["inplace-doctor"]["peak-planned-bytes"] == on_peak

@@ -81,7 +81,8 @@ class Search:
         calls = FunctionalInplace(set())
         try:
             with calls, _noting_calls(copy_, seen):
-                training_step(copy_, *private_copies(self.args, self.kwargs), self.loss_fn, None)
+                for _ in range(max(1, self.steps)):  # as many as verify runs: a forward may change after its first call
+                    training_step(copy_, *private_copies(self.args, self.kwargs), self.loss_fn, None)
         except RuntimeError:
             pass  # the shipped configuration may break backward (forward already ran), or forward: see find_unsafe
         self.executed, self.call_sites = seen, list(calls.seen)
@@ -175,12 +176,15 @@ class Search:
         """Mark the sites verify names as unsafe; whether there were any (then search again)."""
         if verified.equivalent:
             return False
-        culprits = [c for c in verified.culprits if c.kind == "module" and plan_flags.get(c.where)]
+        # A module no traced run reached that verify names ran as shipped there: a site too.
+        culprits = [c for c in verified.culprits if c.kind == "module"
+                    and plan_flags.get(c.where, c.where not in plan_flags and self.shipped.get(c.where))]
         culprit_calls = [c for c in verified.culprits if c.kind == "call" and c.where not in self.unsafe_calls]
         if not culprits and not culprit_calls:
             return False  # nothing left to switch off: reported as not verified
         for c in culprits:
             self.unsafe.setdefault(c.where, []).append(f"verify: {verified.first_difference}")
+            self.executed.add(c.where)
         for c in culprit_calls:
             self.unsafe_calls.setdefault(c.where, []).append(f"verify: {verified.first_difference}")
         return True
