@@ -173,6 +173,23 @@ class ReadsAViewTakenBefore(nn.Module):
         return self.act(h)[:, 4:] + kept
 
 
+class KeepsForTheNextCall(nn.Module):
+    """Keeps the pre-activation (detached, so sharing its memory) as a plain attribute that the next
+    call reads: the write shows one step later, outside any buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = nn.ReLU(inplace=True)
+        self.previous = torch.zeros(4, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x)
+        out = self.act(h) + self.previous
+        self.previous = h.detach()
+        return out
+
+
 class ReturnsItsInputToo(nn.Module):
     """Returns the pre-activation beside the activation: in place, both outputs are the activation."""
 
@@ -414,6 +431,7 @@ CASES: dict[str, Case] = {
     "activation on the input's view, input requires grad": Case(
         ActOnInputView, randn(4, 8, grad=True), unsafe={"act"}),
     "a view of the pre-activation read after": Case(ReadsAViewTakenBefore, randn(4, 8), unsafe={"act"}),
+    "pre-activation kept for the next call": Case(KeepsForTheNextCall, randn(4, 8), unsafe={"act"}),
     "pre-activation returned too": Case(ReturnsItsInputToo, randn(4, 8), unsafe={"act"}),
     "loop keeps pre-activations": Case(LoopKeepsPreActivations, randn(3, 4, 8), unsafe={"gate"}),
     "loop keeps activations": Case(LoopSafe, randn(3, 4, 8)),
