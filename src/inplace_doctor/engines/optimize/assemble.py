@@ -139,7 +139,7 @@ def _module_decisions(search: Search, decided: Decided, measured: Measured) -> l
         elif path in search.hooked and not flag:
             out.append(Decision(path, "module", kind, shipped[path], flag, True,
                                 "no finding names it, but left off: a forward hook on it is handed its input, "
-                                "which in place would be its output (what the hook keeps would change)"))
+                                "which in place it overwrites (what the hook keeps would change)"))
         else:
             out.append(Decision(path, "module", kind, shipped[path], flag, True, "safe: kept as shipped"))
     return out

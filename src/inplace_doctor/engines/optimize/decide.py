@@ -21,7 +21,7 @@ safe only if every call is):
    own); otherwise they are reported "safe, saves 0 bytes": enabling them adds
    risk for no gain. `enable_safe=True` turns them all on. A safe site with
    a forward (pre-)hook is never turned on: the hook is handed its input,
-   which in place would be its output, and what it keeps is read where no
+   which in place the module overwrites, and what it keeps is read where no
    audit or verify run looks.
 3. Proof: `verify` compares the planned configuration with the out-of-place
    program (outputs, loss, gradients, buffers, inputs, and parameters after

@@ -53,8 +53,8 @@ class Search:
     def __post_init__(self) -> None:
         self.modules = inplace_modules(self.model)
         self.shipped = {path: bool(m.inplace) for path, m in self.modules.items()}
-        # A forward (pre-)hook is handed the module's input, which in place is its output: what the
-        # hook keeps of it may be read after forward, where no audit or verify run sees it.
+        # A forward (pre-)hook is handed the module's input, which in place the module overwrites:
+        # what the hook keeps of it may be read after forward, where no audit or verify run sees it.
         self.hooked = {path for path, m in self.modules.items() if m._forward_hooks or m._forward_pre_hooks}
 
     def configured(self, flags: Mapping[str, bool]) -> tuple[torch.nn.Module, Any]:
@@ -143,7 +143,7 @@ class Search:
         off_safe = [p for p in safe if not base[p] and p not in self.hooked]  # hooked ones: left off
         if not off_safe:
             return base_peak, savings, dict(base)
-        self.say(f"measuring memory with all {len(safe)} safe sites on")
+        self.say(f"measuring memory with the {len(off_safe)} safe sites shipped off switched on")
         group_saving = base_peak - self.measure({**base, **{p: True for p in off_safe}}).peak
         if enable_safe:
             for p in off_safe:
