@@ -629,6 +629,18 @@ def test_a_module_first_reached_once_an_earlier_site_is_off_is_decided_on_eviden
 # --------------------------------------------------------------------------
 
 
+def test_a_call_whose_flag_is_a_module_s_inplace_is_not_called_safe_beside_its_finding(
+    optimized: Callable[[str], Optimized],
+) -> None:
+    # `F.relu(h, inplace=self.inplace)`: its finding is charged to the module's flag, which is set
+    # off; the line itself is listed too, and must not read "no finding names this call".
+    plan = optimized("functional call flagged by a module attribute").plan
+    unsafe = next(d for d in plan.decisions if d.site == "unsafe")
+    (call,) = [d for d in plan.decisions if d.kind == "call"]
+    assert call.site.rsplit(":", 1)[1] in unsafe.reason  # the same line
+    assert "no finding names" not in call.reason and "of unsafe, decided above" in call.reason
+
+
 def test_functional_calls_are_decided_against_ground_truth() -> None:
     torch.manual_seed(0)
     model, x = FunctionalByOtherName(), torch.randn(4, 8)

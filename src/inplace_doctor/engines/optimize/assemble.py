@@ -68,12 +68,13 @@ def build_plan(search: Search, decided: Decided, measured: Measured, input_specs
     decisions = _module_decisions(search, decided, measured)
     for call in search.call_sites:
         evidence = search.unsafe_calls.get(call, [])
+        under = sorted(search.calls_under_flags.get(call, ()))
+        safe = ("safe: no finding names this call" if not under else
+                f"safe apart from its writes under the `inplace` flag of {', '.join(under)}, decided above")
         decisions.append(
             Decision(
                 site=call, kind="call", module_type=None, shipped=True, inplace=not evidence,
-                safe=not evidence,
-                reason=("unsafe: " + evidence[0]) if evidence else "safe: no finding names this call",
-                evidence=evidence,
+                safe=not evidence, reason=("unsafe: " + evidence[0]) if evidence else safe, evidence=evidence,
             )
         )
     model = search.model

@@ -49,6 +49,8 @@ class Search:
     unsafe_calls: dict[str, list[str]] = field(default_factory=dict)  # file:line -> evidence
     executed: set[str] = field(default_factory=set)  # inplace-capable modules one step runs
     call_sites: list[str] = field(default_factory=list)  # functional inplace=True calls (file:line)
+    # call -> the module sites whose flag a finding at that call was charged to (`inplace=self.inplace`)
+    calls_under_flags: dict[str, set[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.modules = inplace_modules(self.model)
@@ -123,6 +125,8 @@ class Search:
                 path = f.mutation.module
                 if path is not None and flags.get(path, path in ran and self.shipped.get(path)):
                     self.unsafe.setdefault(path, []).append(_describe(f))
+                    if _site_of_call(f) in self.call_sites:
+                        self.calls_under_flags.setdefault(_site_of_call(f) or "", set()).add(path)
                     new = True
                 elif _site_of_call(f) in self.call_sites:
                     self.unsafe_calls.setdefault(_site_of_call(f) or "", []).append(_describe(f))
