@@ -440,6 +440,7 @@ CASES: dict[str, Case] = {
     "functional call flagged by a module attribute": Case(TwoGates, randn(4, 8), unsafe={"unsafe"}),
     "in-place dropout, train": Case(DropoutResidual, randn(4, 8), unsafe={"drop_residual"}),
     "in-place dropout, eval": Case(DropoutResidual, randn(4, 8), train=False),
+    "in-place RReLU, train": Case(lambda: nn.Sequential(nn.Linear(8, 8), nn.RReLU(inplace=True), nn.Linear(8, 1)), randn(4, 8)),
     "conv-BN-ReLU, train": Case(conv_bn_relu, randn(2, 3, 6, 6)),
     "conv-BN-ReLU, eval": Case(conv_bn_relu, randn(2, 3, 6, 6), train=False),
     "buffer from the pre-activation": Case(EmaOfPreActivation, randn(4, 8), unsafe={"act"}),
@@ -601,6 +602,7 @@ def test_the_written_config_sets_a_fresh_instance_as_planned(name: str, optimize
     case, plan = CASES[name], optimized(name).plan
     path = tmp_path / "inplace.toml"
     plan.write(path)
+    assert os.listdir(tmp_path) == ["inplace.toml"]  # the file named, and no temporary left beside it
     fresh = case.factory()
     ipd.apply_config(fresh, path)
     assert flags_of(fresh) == {**flags_of(case.factory()), **plan.config()}
