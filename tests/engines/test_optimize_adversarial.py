@@ -29,6 +29,7 @@ from torch import nn
 
 import inplace_doctor as ipd
 from inplace_doctor.engines.optimize import inplace_modules
+from inplace_doctor.engines.verify import ATOL, RTOL
 
 
 def sgd(params: Any) -> torch.optim.Optimizer:
@@ -738,3 +739,33 @@ def test_a_view_read_after_the_write_is_unsafe_whatever_the_traced_batch_holds()
         model.fc.bias += 10
     plan = ipd.optimize(model, torch.randn(4, 8), suggest_checkpoint=False)
     assert plan.config() == {"act": False}
+
+
+# --------------------------------------------------------------------------
+# every activation torch.nn offers in place, switched on by optimize
+# --------------------------------------------------------------------------
+
+ACTIVATIONS = ["ReLU", "ReLU6", "LeakyReLU", "ELU", "CELU", "SELU", "SiLU", "Hardswish", "Hardsigmoid", "Hardtanh",
+               "Mish", "RReLU", "Threshold", "Dropout", "AlphaDropout", "FeatureAlphaDropout"]
+# In place, their backward computes from the result instead of the input: equal within verify's
+# tolerance, not bit for bit (measured: 1.5e-8 on a Linear's weight gradient).
+FROM_THE_RESULT = {"ELU", "CELU", "SELU"}
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_each_in_place_activation_optimize_switches_on_changes_nothing(name: str) -> None:
+    def factory() -> nn.Module:
+        act = nn.Threshold(0.1, 0.0) if name == "Threshold" else getattr(nn, name)()
+        act.inplace = False
+        return nn.Sequential(nn.Linear(8, 8), act, nn.Linear(8, 1))
+
+    case = Case(factory, randn(4, 8))
+    torch.manual_seed(0)
+    plan = ipd.optimize(factory(), torch.randn(4, 8), optimizer=sgd, suggest_checkpoint=False, enable_safe=True)
+    assert plan.config() == {"1": True}, str(plan)
+    planned, plain = planned_and_plain(case, plan.config())
+    if name not in FROM_THE_RESULT:
+        assert not differences(planned, plain)
+    else:
+        assert planned.error is None and all(
+            torch.allclose(planned.tensors[k], plain.tensors[k], atol=ATOL, rtol=RTOL) for k in plain.tensors)
