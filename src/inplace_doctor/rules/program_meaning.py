@@ -61,9 +61,11 @@ def inplace_changes_result(event: OriginalValueRead, ctx: RuleContext) -> Findin
     (``identity = x.clone()``) before the in-place call.
 
     Not seen: explicit in-place methods (``x.relu_()``, ``x.add_(y)``),
-    which say what they do, and reads after the forward returns (a caller
-    reading its own input again is IPD106). The difference is measured on
-    this input only.
+    which say what they do, reads after the forward returns (a caller
+    reading its own input again is IPD106), and reads of another object
+    over the same memory taken before the write (``kept = h[:, :4]`` or
+    ``h.detach()``, then ``act(h)``, then ``kept`` read). The difference is
+    measured on this input only.
 
     Mode: fast (the default) and deep: the fast tracer serves it (the in-place calls are seen at the torch
     level in both modes; every op enters Python only inside a call handed an object one overwrote,

@@ -291,6 +291,7 @@ class InplaceCalls(TorchFunctionMode):
                     else:
                         snapshot = target.clone(memory_format=torch.contiguous_format)
         stack = capture_stack() if self.measures else None
+        version = real._version  # unchanged after the call: it wrote nothing (dropout in eval, p=0)
         if real is target:
             out = call_through(func, args, kwargs)
         else:
@@ -304,7 +305,7 @@ class InplaceCalls(TorchFunctionMode):
             finally:
                 if hidden is not None:
                     self.overwritten[id(real)] = hidden
-        if out is not real:
+        if out is not real or real._version == version:
             return out
         with _DisableTorchFunction(), _compat.DisableTorchDispatch(), self.own_work:
             if real.requires_grad:

@@ -34,6 +34,10 @@ from .storage import storage_key
 #: also their outputs (after the kernel: the recompute runs it); `rrelu_with_noise_` saves its
 #: result; `_fused_moving_avg_obs_fq_helper` saves none of what it writes.
 SAVED_THEN_WRITTEN: dict[str, str] = {"aten.rrelu_with_noise": "noise"}
+#: op name -> the argument its kernel writes after its own node saved it: backward reads what the
+#: kernel wrote, which is what it needs (no finding). The class above, and the in-place
+#: `rrelu_with_noise_`, outside it only because it also saves its result after the kernel.
+WRITES_ITS_OWN_SAVE: dict[str, str] = {**SAVED_THEN_WRITTEN, "aten.rrelu_with_noise_": "noise"}
 
 SAMPLE = 3  # values of the written and of the saved tensor kept for the message
 

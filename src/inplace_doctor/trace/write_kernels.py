@@ -3,10 +3,11 @@
 Each kernel is registered with `torch.library` at the `ADInplaceOrView` key
 (the key whose generated kernels bump version counters), so only ops that
 write enter Python; every other op stays in C++. A kernel redispatches below
-its key, bumps the written tensors' versions where it replaced PyTorch's own
-`ADInplaceOrView` kernel (mutating ops without one, such as `_foreach_*_` and
-the fused optimizer kernels, bump elsewhere and are only recorded), then hands
-the op and the tensors it wrote to the recorder of the current context.
+its key, bumps the versions of the written tensors it returns (as PyTorch's
+own kernel does, which it replaced; mutating ops without one, such as
+`_foreach_*_` and the fused optimizer kernels, bump elsewhere and are only
+recorded), then hands the op and the tensors it wrote to the recorder of the
+current context.
 
 Known limitations:
 - Registration is process-wide: while any `WriteKernels` is entered, and for
@@ -133,7 +134,10 @@ def _kernel(op: Any, spec: WriteSpec, own: Any) -> Callable[..., Any]:
             hooks[0](op, written, args)
         with below():
             out = run(keyset, args, kwargs, hooks)
-        increment_version(written)
+        # As PyTorch's kernel does: the written tensors the op returns, not the others it writes
+        # (`rrelu_with_noise_`'s noise, batch norm's running statistics keep their versions).
+        returned = out if isinstance(out, (tuple, list)) else (out,)
+        increment_version([t for t in written if any(t is r for r in returned)])
         if hooks is not None:
             hooks[1](op, written)
         return out

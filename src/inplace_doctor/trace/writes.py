@@ -30,7 +30,7 @@ from .ops import op_name, writes_bytes
 from .owner import Busy
 from .recompute import RecomputeCheck
 from .saved import SavedRecord, SavedTensors
-from .saved_writes import SAVED_THEN_WRITTEN
+from .saved_writes import WRITES_ITS_OWN_SAVE
 from .stacks import MAX_STACK, capture_stack, in_framework_state_sync, make_site, resolve_stack
 from .storage import elements_overlap, storage_key, storage_span
 
@@ -160,7 +160,7 @@ class WriteRecorder:
         if argument is not None:
             self._caller_input_written(info, *argument)
         if candidates:
-            self.pending.append(PendingWrite(info, span, candidates, t, SAVED_THEN_WRITTEN.get(op_name(func))))
+            self.pending.append(PendingWrite(info, span, candidates, t, WRITES_ITS_OWN_SAVE.get(op_name(func))))
 
     def _state_written_again(self, func: Any, t: torch.Tensor, span: tuple[int, int, int]) -> None:
         if self._forward_state.pop(span[0])() is None:  # that tensor died; its memory was reused

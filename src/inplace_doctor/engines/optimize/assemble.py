@@ -68,12 +68,13 @@ def build_plan(search: Search, decided: Decided, measured: Measured, input_specs
     decisions = _module_decisions(search, decided, measured)
     for call in search.call_sites:
         evidence = search.unsafe_calls.get(call, [])
+        under = sorted(search.calls_under_flags.get(call, ()))
+        safe = ("safe: no finding names this call" if not under else
+                f"safe apart from its writes under the `inplace` flag of {', '.join(under)}, decided above")
         decisions.append(
             Decision(
                 site=call, kind="call", module_type=None, shipped=True, inplace=not evidence,
-                safe=not evidence,
-                reason=("unsafe: " + evidence[0]) if evidence else "safe: no finding names this call",
-                evidence=evidence,
+                safe=not evidence, reason=("unsafe: " + evidence[0]) if evidence else safe, evidence=evidence,
             )
         )
     model = search.model
@@ -116,10 +117,10 @@ def _module_decisions(search: Search, decided: Decided, measured: Measured) -> l
             effect = (mem_shipped.peak - decided.base_peak) if (mem_shipped is not None and shipped[path]) else None
             reason = "unsafe: " + evidence[0]
             if shipped[path]:
-                if mem_shipped is None:
-                    reason += "; switching it off is what lets the step run"
+                n = sum(1 for p in unsafe if shipped.get(p))
+                if mem_shipped is None:  # which of them raised is not measured: they are switched off together
+                    reason += f"; the shipped configuration raises, and runs with the {n} unsafe site(s) switched off"
                 else:
-                    n = sum(1 for p in unsafe if shipped.get(p))
                     reason += f"; the {n} unsafe site(s) switched off together change the peak by {fmt_bytes(-(effect or 0))}"
             out.append(Decision(path, "module", kind, shipped[path], False, False, reason,
                                 saves_bytes=effect, evidence=evidence))
@@ -136,6 +137,10 @@ def _module_decisions(search: Search, decided: Decided, measured: Measured) -> l
             else:
                 reason = "safe, saves 0 bytes at the peak: left off (enabling it adds risk for no gain)"
             out.append(Decision(path, "module", kind, shipped[path], flag, True, reason, saves_bytes=saving))
+        elif path in search.hooked and not flag:
+            out.append(Decision(path, "module", kind, shipped[path], flag, True,
+                                "no finding names it, but left off: a forward hook on it is handed its input, "
+                                "which in place it overwrites (what the hook keeps would change)"))
         else:
             out.append(Decision(path, "module", kind, shipped[path], flag, True, "safe: kept as shipped"))
     return out

@@ -13,11 +13,16 @@ safe only if every call is):
    later read, IPD106 the caller's input, IPD102/103 a leaf or view, ...).
    Turn those off and audit again until no finding names a flag: one site's
    write can reach another's tensor only through aliasing the first created.
+   A module first reached in a later round (the forward raised before it
+   with an unsafe site on) is a site from then on.
 2. Effect: measure the training step's peak (`ipd.memory`) with the unsafe
    sites off and the safe ones as shipped, and with every safe one on. Safe
    sites are turned on only where that lowers the peak (each measured on its
    own); otherwise they are reported "safe, saves 0 bytes": enabling them adds
-   risk for no gain. `enable_safe=True` turns them all on.
+   risk for no gain. `enable_safe=True` turns them all on. A safe site with
+   a forward (pre-)hook is never turned on: the hook is handed its input,
+   which in place the module overwrites, and what it keeps is read where no
+   audit or verify run looks.
 3. Proof: `verify` compares the planned configuration with the out-of-place
    program (outputs, loss, gradients, buffers, inputs, and parameters after
    optimizer steps). A site it names is turned off and the plan is redone, so

@@ -3,8 +3,9 @@ safe ones save) and verify (proof), each a method of `Search`; see decide.py for
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
@@ -48,10 +49,15 @@ class Search:
     unsafe_calls: dict[str, list[str]] = field(default_factory=dict)  # file:line -> evidence
     executed: set[str] = field(default_factory=set)  # inplace-capable modules one step runs
     call_sites: list[str] = field(default_factory=list)  # functional inplace=True calls (file:line)
+    # call -> the module sites whose flag a finding at that call was charged to (`inplace=self.inplace`)
+    calls_under_flags: dict[str, set[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.modules = inplace_modules(self.model)
         self.shipped = {path: bool(m.inplace) for path, m in self.modules.items()}
+        # A forward (pre-)hook is handed the module's input, which in place the module overwrites:
+        # what the hook keeps of it may be read after forward, where no audit or verify run sees it.
+        self.hooked = {path for path, m in self.modules.items() if m._forward_hooks or m._forward_pre_hooks}
 
     def configured(self, flags: Mapping[str, bool]) -> tuple[torch.nn.Module, Any]:
         """A copy of the model with `flags` set, and a copy of the optimizer over it."""
@@ -74,19 +80,13 @@ class Search:
         self.say("tracing which modules run")
         copy_, _ = copy_for_training(self.model)
         seen: set[str] = set()
-        handles = [
-            m.register_forward_pre_hook(lambda mod, inp, name=name: seen.add(name))
-            for name, m in inplace_modules(copy_).items()
-        ]
         calls = FunctionalInplace(set())
         try:
-            with calls:
-                training_step(copy_, *private_copies(self.args, self.kwargs), self.loss_fn, None)
+            with calls, _noting_calls(copy_, seen):
+                for _ in range(max(1, self.steps)):  # as many as verify runs: a forward may change after its first call
+                    training_step(copy_, *private_copies(self.args, self.kwargs), self.loss_fn, None)
         except RuntimeError:
-            pass  # the shipped configuration may break backward: forward already ran
-        finally:
-            for h in handles:
-                h.remove()
+            pass  # the shipped configuration may break backward (forward already ran), or forward: see find_unsafe
         self.executed, self.call_sites = seen, list(calls.seen)
         self.rng.restore()
 
@@ -105,20 +105,28 @@ class Search:
         """1. Audit with every executed flag on (the unsafe ones off), until no finding names a
         flag; returns the findings that name no site."""
         other: list[Finding] = []
-        for round_ in range(len(self.executed) + 2):
+        for round_ in range(len(self.modules) + 2):
             self.say(f"auditing with {len(self.executed) - len(self.unsafe)} flags on (round {round_ + 1})")
             flags = {p: (p not in self.unsafe) for p in self.executed}
             self.rng.restore()
             args, kwargs = private_copies(self.args, self.kwargs)  # audit of the caller's would write them, and their versions move
-            report = audit(copy_for_training(self.model, flags=flags)[0], *args, loss_fn=self.loss_fn, **kwargs)
-            new = False
+            copy_ = copy_for_training(self.model, flags=flags)[0]
+            # A forward that raised in an earlier round (an unsafe site's write) ran only up to
+            # there: the modules it reaches now are sites too, audited from the next round.
+            ran: set[str] = set()
+            with _noting_calls(copy_, ran):
+                report = audit(copy_, *args, loss_fn=self.loss_fn, **kwargs)
+            new = bool(ran - self.executed)
+            self.executed |= ran
             other = []
             for f in report.findings:
                 if f.severity not in (Severity.ERROR, Severity.WARNING):
                     continue
                 path = f.mutation.module
-                if path is not None and flags.get(path):
+                if path is not None and flags.get(path, path in ran and self.shipped.get(path)):
                     self.unsafe.setdefault(path, []).append(_describe(f))
+                    if _site_of_call(f) in self.call_sites:
+                        self.calls_under_flags.setdefault(_site_of_call(f) or "", set()).add(path)
                     new = True
                 elif _site_of_call(f) in self.call_sites:
                     self.unsafe_calls.setdefault(_site_of_call(f) or "", []).append(_describe(f))
@@ -136,15 +144,15 @@ class Search:
         self.say("measuring memory with the unsafe sites off")
         base_peak = self.measure(base).peak
         savings: dict[str, int] = {}
-        off_safe = [p for p in safe if not base[p]]
+        off_safe = [p for p in safe if not base[p] and p not in self.hooked]  # hooked ones: left off
         if not off_safe:
             return base_peak, savings, dict(base)
-        self.say(f"measuring memory with all {len(safe)} safe sites on")
-        group_saving = base_peak - self.measure({**base, **{p: True for p in safe}}).peak
+        self.say(f"measuring memory with the {len(off_safe)} safe sites shipped off switched on")
+        group_saving = base_peak - self.measure({**base, **{p: True for p in off_safe}}).peak
         if enable_safe:
             for p in off_safe:
                 savings[p] = group_saving
-            return base_peak, savings, {**base, **{p: True for p in safe}}
+            return base_peak, savings, {**base, **{p: True for p in off_safe}}
         plan_flags = dict(base)
         if group_saving > 0:
             for i, p in enumerate(off_safe):
@@ -172,15 +180,32 @@ class Search:
         """Mark the sites verify names as unsafe; whether there were any (then search again)."""
         if verified.equivalent:
             return False
-        culprits = [c for c in verified.culprits if c.kind == "module" and plan_flags.get(c.where)]
+        # A module no traced run reached that verify names ran as shipped there: a site too.
+        culprits = [c for c in verified.culprits if c.kind == "module"
+                    and plan_flags.get(c.where, c.where not in plan_flags and self.shipped.get(c.where))]
         culprit_calls = [c for c in verified.culprits if c.kind == "call" and c.where not in self.unsafe_calls]
         if not culprits and not culprit_calls:
             return False  # nothing left to switch off: reported as not verified
         for c in culprits:
             self.unsafe.setdefault(c.where, []).append(f"verify: {verified.first_difference}")
+            self.executed.add(c.where)
         for c in culprit_calls:
             self.unsafe_calls.setdefault(c.where, []).append(f"verify: {verified.first_difference}")
         return True
+
+
+@contextlib.contextmanager
+def _noting_calls(model: torch.nn.Module, seen: set[str]) -> Iterator[None]:
+    """Adds to `seen` the path of each module of `model` with an `inplace` option as it is called."""
+    handles = [
+        m.register_forward_pre_hook(lambda mod, inp, name=name: seen.add(name))
+        for name, m in inplace_modules(model).items()
+    ]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def _site_of_call(f: Finding) -> str | None:
