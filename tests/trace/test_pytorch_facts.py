@@ -196,6 +196,18 @@ def test_batchnorm_training_updates_running_mean_without_version_bump():
     assert bn.running_mean._version == before
 
 
+def test_an_inplace_op_bumps_the_versions_of_what_it_returns_not_of_every_argument_it_writes():
+    """`rrelu_with_noise_` writes `noise` (`Tensor(b!)` in its schema) and returns only `self`:
+    PyTorch's generated ADInplaceOrView kernel bumps the returned tensor's version alone, so a write
+    kernel of the tool's that bumped `noise` too made backward raise where plain PyTorch does not."""
+    schema = aten.rrelu_with_noise_.default._schema
+    written = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    assert written == ["self", "noise"] and len(schema.returns) == 1
+    x, noise = torch.randn(5).clone(), torch.empty(5)
+    aten.rrelu_with_noise_(x, noise, 0.1, 0.3, True)
+    assert (x._version, noise._version) == (1, 0)
+
+
 # --- 4. saved_tensors_hooks disable autograd's own version check --------------
 
 
