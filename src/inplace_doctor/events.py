@@ -33,7 +33,9 @@ class SavedInfo:
     @property
     def slot(self) -> str:
         if self.node is None:
-            return f"the output of {self.site.op}"
+            if self.site.op == "checkpoint":
+                return "the input of the checkpointed region"
+            return f"the output of {self.site.op}" if not self.site.op.startswith("<") else "a saved tensor"
         return f"{self.node}.{self.field}" if self.field else self.node
 
 

@@ -10,10 +10,11 @@ import ast
 import functools
 import linecache
 import re
+from dataclasses import replace
 
 from ...rules.phrasing import qualified as qualified  # how rules name places too; here for the explainers
 from ...rules.phrasing import where as where
-from ...rules.source import passed_argument
+from ...rules.source import grad_off_copy, names_a_module, passed_argument, read, statement_at, tensor_method_exists
 from ...findings import FixKind
 from ...sites import Site, module_ref
 
@@ -33,6 +34,7 @@ _AUGMENTED = re.compile(r"^(?P<lhs>[\w.\[\]:, ]+?)\s*(?P<op>\+|-|\*|/|//|@|%|\*\
 _INPLACE_CALL = re.compile(r"\.(?P<name>[a-z][a-z0-9_]*?)_\(")
 _INPLACE_STATEMENT = re.compile(r"^(?P<target>[A-Za-z_][\w.]*?)\.(?P<name>[a-z][a-z0-9_]*?)_\(.*\)$")
 _RECEIVER = re.compile(r"(?P<name>[A-Za-z_][\w.]*?)\.[a-z][a-z0-9_]*?_\(")
+_WRITTEN_RECEIVER = re.compile(r"^(?P<base>[A-Za-z_]\w*)(?:\[[^=]*\]|\.detach\(\))*\.[a-z][a-z0-9_]*?_\(.*\)$")
 _ASSIGNED = re.compile(r"^[A-Za-z_][\w.,\s]*=[^=]")
 
 
@@ -133,17 +135,26 @@ def fix_for_write(site: Site, root_label: str, saved: Site | None = None) -> str
     argument = argument_fix(site, code)
     if argument:
         return argument
+    grad_off = _copy_before_grad_off(site)
+    if grad_off:
+        return grad_off
     match = _AUGMENTED.match(code)
     if match and "[" not in match["lhs"]:  # `x[i] = x[i] + y` would still write into x: a copy below
         lhs, op, rhs = match["lhs"].strip(), match["op"], match["rhs"].strip()
         return f"replace `{code}` with `{augmented_out_of_place(lhs, op, rhs)}` at {site.location}"
     statement = _INPLACE_STATEMENT.match(code)
+    if statement and not tensor_method_exists(statement["name"]):  # `s.copy_(v)`: no `copy`
+        statement = None
+    receiver = _WRITTEN_RECEIVER.match(code)
+    if receiver and not statement and not names_a_module(site.file, receiver["base"]):
+        base = receiver["base"]  # `s.copy_(v)` or `b[2].zero_()` alone: out of place would drop the write
+        return f"write into a copy (`{base} = {base}.clone()` before `{code}`) at {site.location}"
     if statement:  # `x.relu_()` alone: its effect is the mutation, so the out-of-place form must rebind
         target, name = statement["target"], statement["name"]
         fixed = f"{target} = {code.replace(f'.{name}_(', f'.{name}(', 1)}"
         return f"use the out-of-place `{name}` and rebind the name: replace `{code}` with `{fixed}` at {site.location}"
     call = _INPLACE_CALL.search(code)
-    if call:
+    if call and tensor_method_exists(call["name"]) and not _bare_call(code):  # a bare call's result is dropped
         name = call["name"]
         fixed = code.replace(f".{name}_(", f".{name}(", 1)
         receiver = _RECEIVER.search(code.split("=", 1)[-1] if "=" in code else code)
@@ -169,9 +180,35 @@ def fix_for_write(site: Site, root_label: str, saved: Site | None = None) -> str
             f"(torch.where) at {site.location}"
         )
     op = short_op(site.op)
-    if op.endswith("_"):
+    if op.endswith("_") and tensor_method_exists(op[:-1]):
         return f"use the out-of-place form of `{op}` (`{op[:-1]}`) at {site.location}, or modify a `.clone()`"
     return f"modify a `.clone()` of the tensor instead at {site.location}"
+
+
+def _copy_before_grad_off(site: Site) -> str:
+    """The fix for a write inside `with torch.no_grad():` (or `inference_mode()`): a result made out of
+    place there carries no gradient, so the copy is made before the block; "" for a write outside one."""
+    source = read(site.file)
+    located = statement_at(source, site.line) if source is not None else None
+    copy = grad_off_copy(source, located.node) if source is not None and located is not None else None
+    if source is None or copy is None:
+        return ""
+    name, block = copy
+    opening = source.line_text(block.lineno).strip()
+    at = replace(site, line=block.lineno).location
+    why = "made out of place inside that block, the result would carry no gradient"
+    if name is None:
+        return f"write into a `.clone()` made before `{opening}` at {at}: {why}"
+    return f"write into a copy (`{name} = {name}.clone()` before `{opening}`) at {at}: {why}"
+
+
+def _bare_call(code: str) -> bool:
+    """Whether `code` is a call alone (`s.detach().mul_(2)`): its out-of-place form would drop the write."""
+    try:
+        body = ast.parse(code).body
+    except SyntaxError:
+        return False
+    return len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Call)
 
 
 def augmented_out_of_place(lhs: str, op: str, rhs: str) -> str:
