@@ -804,3 +804,26 @@ def test_both_tracers_name_what_saved_the_tensor(name: str) -> None:
     assert fast_slot == deep_slot, (fast, deep)
     for message in (fast, deep):
         assert "<unknown op>" not in message and "the output of <" not in message, message
+
+
+@pytest.mark.parametrize("deep", [False, True], ids=["fast", "deep"])
+@pytest.mark.parametrize(
+    "name, counter_only",
+    [
+        ("write_to_the_base_of_a_saved_view_outside_it", True),
+        ("write_to_a_view_of_the_saved_tensor", False),
+        ("write_that_changes_no_value", False),
+    ],
+)
+def test_a_write_beside_the_saved_elements_is_not_said_to_overwrite_them(name: str, counter_only: bool, deep: bool) -> None:
+    """`b[2].zero_()` after `b[0].sin()` changes no element autograd saved; PyTorch raises because the
+    view shares the base's version counter. The finding says exactly that, and is still an error."""
+    fn, _ = CASES[name]
+    session = ipd.watch(deep=deep)
+    with pytest.raises(RuntimeError), session:
+        _run_raising(fn)
+    (finding,) = [f for f in session.findings if f.code == "IPD101"]
+    assert finding.severity is Severity.ERROR and finding.confirmed is True
+    assert getattr(finding.facts, "counter_only", None) is counter_only
+    assert ("changing none of the elements autograd saved" in finding.what) is counter_only, finding.what
+    assert ("overwrote" in finding.what) is not counter_only, finding.what
