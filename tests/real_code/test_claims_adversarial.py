@@ -521,6 +521,31 @@ def reentrant_checkpoint_input_written() -> Grads:
     return {"w": w.grad}
 
 
+def out_argument_under_no_grad() -> Grads:
+    w = _w(4)
+    s = torch.sigmoid(w * 1)  # <saved>
+    with torch.no_grad():
+        torch.add(s, 1, out=s)  # <write>
+    s.sum().backward()
+    return {"w": w.grad}
+
+
+def data_rebound_to_new_values() -> Grads:
+    w = _w(4)
+    s = torch.sigmoid(w * 1)  # <saved>
+    s.data = torch.zeros(4, dtype=torch.float64)  # <write>
+    (s * 1).sum().backward()
+    return {"w": w.grad}
+
+
+def grad_with_respect_to_the_written_tensor() -> Grads:
+    w = _w(4)
+    s = torch.sigmoid(w * 1)
+    s.mul_(2)  # <write>
+    (g,) = torch.autograd.grad((s * s).sum(), s)
+    return {"g": g}
+
+
 Case = tuple[Callable[[], Grads], Truth]
 CASES: dict[str, Case] = {
     fn.__name__: (fn, truth)
@@ -573,6 +598,9 @@ CASES: dict[str, Case] = {
         (data_write_the_backward_does_not_reach, Truth.HARMLESS),
         (hook_scales_its_gradient_in_place, Truth.HARMLESS),
         (reentrant_checkpoint_input_written, Truth.RAISES),
+        (out_argument_under_no_grad, Truth.RAISES),
+        (data_rebound_to_new_values, Truth.HARMLESS),
+        (grad_with_respect_to_the_written_tensor, Truth.HARMLESS),
     ]
 }
 
@@ -827,3 +855,45 @@ def test_a_write_beside_the_saved_elements_is_not_said_to_overwrite_them(name: s
     assert getattr(finding.facts, "counter_only", None) is counter_only
     assert ("changing none of the elements autograd saved" in finding.what) is counter_only, finding.what
     assert ("overwrote" in finding.what) is not counter_only, finding.what
+
+
+class _TwoHeads(torch.nn.Module):
+    """Two outputs; the second's saved sigmoid output is overwritten in forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.lin(x)
+        a = torch.sigmoid(h)
+        b = torch.sigmoid(h * 2)  # <head-saved>
+        b.mul_(2)  # <head-write>
+        return a, b
+
+
+@pytest.mark.parametrize("deep", [False, True], ids=["fast", "deep"])
+@pytest.mark.parametrize("only_first", [True, False], ids=["loss-of-the-first-head", "default-loss"])
+def test_audit_claims_an_error_only_where_its_backward_raised(only_first: bool, deep: bool) -> None:
+    """`audit` with a loss of the first head only: PyTorch raises nothing (the written tensor is not on
+    the loss's path), so the claim is an unconfirmed info saying so; with the default loss (both heads)
+    its backward raises, and the claim is a confirmed error."""
+    model, x = _TwoHeads(), torch.randn(2, 4)
+    loss_fn = (lambda out: out[0].sum()) if only_first else None
+    torch.manual_seed(0)
+    if only_first:  # the truth: no error, plainly
+        loss_fn(model(x)).backward()
+    else:
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            sum(o.sum() for o in model(x)).backward()
+    (finding,) = ipd.audit(model, x, loss_fn=loss_fn, deep=deep).findings
+    forward = _TwoHeads.forward
+    assert finding.code == "IPD101"
+    assert finding.mutation.line == _marker(forward, "head-write") and finding.saved is not None
+    assert finding.saved.line == _marker(forward, "head-saved")
+    if only_first:
+        assert (finding.severity, finding.confirmed) == (Severity.INFO, False)
+        assert "not on the loss's path" in finding.unconfirmed_reason and "will raise" in finding.why
+    else:
+        assert (finding.severity, finding.confirmed) == (Severity.ERROR, True)
+        assert "raised" in finding.why and "will raise" not in finding.why
