@@ -715,8 +715,9 @@ def test_the_claim_matches_what_pytorch_did(name: str, deep: bool) -> None:
         assert f.saved is not None and saved in {f.saved.line} | {fr.line for fr in f.saved.stack}, said
     if truth in (Truth.RAISES, Truth.SILENT):
         assert f.confirmed is True, said
-    if truth is Truth.RAISES:
+    if truth is Truth.RAISES:  # one write raised: one finding, one occurrence (not the dropped graphs' too)
         assert "raised" in f.why and "will raise" not in f.why, said
+        assert len(main) == 1 and f.count == 1, said
 
 
 # ---------------------------------------------------------------------------
