@@ -46,7 +46,10 @@ def saved_tensor_overwritten(
     What: an op saved a tensor for its backward (``sigmoid`` saves its output,
     ``mm``/``conv`` save their inputs, ``sin``/``pow`` their input), and a later
     in-place op (``relu_``, ``+=``, ``x[i] = v``, an optimizer step) wrote to
-    that tensor or a view of it, bumping its version counter.
+    that tensor or a view of it, bumping its version counter. A write to
+    another part of its base (``b[2].zero_()`` after ``b[0].sin()``) changes
+    no saved element but bumps the counter the views share: PyTorch raises
+    all the same, and the finding says that no saved element changed.
 
     Why: when backward reaches the saving node, autograd compares versions and
     raises "one of the variables needed for gradient computation has been
