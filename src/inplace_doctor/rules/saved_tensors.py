@@ -104,6 +104,8 @@ def saved_tensor_overwritten(
         if prior is None:
             return _stale_without_write(event, ctx)
         write, saved, counter_only = prior.write, prior.saved, not prior.saved_elements_written
+        if saved.node is None:  # named since the write (`h.mul_(h)`: its node's hook ran after it)
+            saved = event.saved
         confirmed = True
         backward = backward_site()
     return make_finding(
