@@ -14,6 +14,12 @@ one the case names. Then it runs under `watch()` (the fast tracer) and `watch(de
   ended is allowed, worded as a condition: "will raise" only for "a backward that reaches" it);
 - RAISES_AT_OP: PyTorch refuses the op itself: an IPD102/IPD103 error at the write.
 
+The fix a raising case's finding carries is a claim too: it names only methods tensors have, never
+replaces a call alone by its out-of-place form (which drops the write), and its edits, applied, run
+without error and compute the meant program's gradients. Both tracers name the saving slot alike; a
+write beside the saved elements is not said to overwrite them; a graph alive but never
+backpropagated is an unconfirmed info; `audit` with a loss that does not reach the write likewise.
+
 What tests/rules, tests/real_code/test_bug_reports*.py, test_correct_programs_adversarial.py and
 tests/trace/test_stopped_backward.py cover is not repeated: these are the edges of what an op saves
 (an operand that does not require grad, ops that save their output or nothing), which backward
@@ -546,6 +552,15 @@ def grad_with_respect_to_the_written_tensor() -> Grads:
     return {"g": g}
 
 
+def numpy_write_the_backward_does_not_reach() -> Grads:
+    w, v = _w(4), _w(4)
+    s = torch.sigmoid(w * 1)
+    loss = (s * 3).sum() + (v * 2).sum()
+    s.detach().numpy()[:] = 0  # <write>
+    loss.backward(inputs=[v])
+    return {"v": v.grad}
+
+
 Case = tuple[Callable[[], Grads], Truth]
 CASES: dict[str, Case] = {
     fn.__name__: (fn, truth)
@@ -601,6 +616,7 @@ CASES: dict[str, Case] = {
         (out_argument_under_no_grad, Truth.RAISES),
         (data_rebound_to_new_values, Truth.HARMLESS),
         (grad_with_respect_to_the_written_tensor, Truth.HARMLESS),
+        (numpy_write_the_backward_does_not_reach, Truth.HARMLESS),
     ]
 }
 
