@@ -149,6 +149,8 @@ class VersionFacts:
     then: VersionFacts | None = field(default=None, metadata=WORDS_ONLY)
     then_at: str = field(default="", metadata=WORDS_ONLY)
     updates: bool = field(default=False, metadata=WORDS_ONLY)
+    #: the write bumped the counter the saved tensor shares but changed none of its saved elements
+    counter_only: bool = field(default=False, metadata=WORDS_ONLY)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,9 @@ class SavedInfo:
     @property
     def slot(self) -> str:
         if self.node is None:
-            return f"the output of {self.site.op}"
+            if self.site.op == "checkpoint":
+                return "the input of the checkpointed region"
+            return f"the output of {self.site.op}" if not self.site.op.startswith("<") else "a saved tensor"
         return f"{self.node}.{self.field}" if self.field else self.node
 
 
@@ -65,6 +67,9 @@ class SavedTensorOverwritten:
     shares_version_counter: bool
     already_used_by_backward: bool
     write_bumped_a_version: bool = True  # False: the op bumps no counter at all (fused optimizers)
+    #: False: the write bumped the counter the saved tensor shares (another row of its base, a
+    #: metadata-only op) without touching an element it saved; autograd raises all the same
+    saved_elements_written: bool = True
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,9 @@ PROGRAMS: dict[str, tuple[str, str, bool]] = {
     "functional_result_used": ("h = torch.sigmoid(x)\ny = F.relu_(h)\n(y * 2).sum().backward()\n", "IPD101", True),
     "string_holding_an_inplace_call": ("h = torch.sigmoid(x)\ny = len('z.relu_(') * h.add_(1)\ny.sum().backward()\n", "IPD101", True),
     # Tensor has no `zero` or `copy` method: `h = h.zero()` would not run
-    "zero_method": ("h = torch.sigmoid(x)\nh.zero_()\nh.sum().backward()\n", "IPD101", False),
-    "copy_method": ("h = torch.sigmoid(x)\nh.copy_(torch.ones(4))\nh.sum().backward()\n", "IPD101", False),
+    # no `Tensor.zero`/`Tensor.copy`: a copy before the write (`h = h.clone()`), not a made-up method
+    "zero_method": ("h = torch.sigmoid(x)\nh.zero_()\nh.sum().backward()\n", "IPD101", True),
+    "copy_method": ("h = torch.sigmoid(x)\nh.copy_(torch.ones(4))\nh.sum().backward()\n", "IPD101", True),
     "data_copy": ("h = torch.sigmoid(x)\nh.data.copy_(torch.ones(4))\nh.sum().backward()\n", "IPD104", False),
     "data_method": ("h = torch.sigmoid(x)\nh.data.mul_(2)\nh.sum().backward()\n", "IPD104", True),
     "augmented": ("h = torch.sigmoid(x)\nh += 1  # shift\nh.sum().backward()\n", "IPD101", True),

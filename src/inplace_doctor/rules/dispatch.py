@@ -190,7 +190,7 @@ class Analyzer:
                 continue
             recorded = self._record(finding, confirming)
             if confirming and finding.confirmed:
-                recorded = self._fold_pending(recorded)
+                recorded = self._fold_pending(recorded, getattr(event, "stopped_before", None))
             produced.append(recorded)
         if settled and any(p.code == "IPD101" for p in produced):
             # The rule names the last write before backward; each earlier one predicted for the same
@@ -228,11 +228,14 @@ class Analyzer:
         place = place_of(finding, self.root_label)
         return finding.with_(places=(place,)) if place and finding.places != (place,) else finding
 
-    def _fold_pending(self, confirmed: Finding) -> Finding:
+    def _fold_pending(self, confirmed: Finding, in_graph: frozenset[int] | None = None) -> Finding:
         """Predictions still pending with the confirmed finding's cause (the other parameters one
-        `opt.step()` overwrote) fold into it: backward stopped at the first, they share its fix."""
+        `opt.step()` overwrote) fold into it: backward stopped at the first, they share its fix. Only
+        those in the graph of the backward that raised (`in_graph`, when known): one in another graph
+        (a first-order graph beside the double backward that raised) was not reached and may be freed."""
         key = confirmed.dedupe_key
-        for saved_key in [k for k, fs in self.pending.items() if any(f.dedupe_key == key for f in fs)]:
+        keys = [k for k, fs in self.pending.items() if any(f.dedupe_key == key for f in fs)]
+        for saved_key in [k for k in keys if in_graph is None or k in in_graph]:
             rest = []
             for f in self.pending[saved_key]:
                 if f.dedupe_key == key:
@@ -262,6 +265,8 @@ class Analyzer:
             self.findings.append(finding)
             return finding
         old = self.findings[index]
+        if old.confirmed and finding.confirmed is False:
+            return old  # backward never reached this one (a graph beside the one that raised): not an occurrence
         places = old.places + tuple(p for p in finding.places if p not in old.places)
         alternatives = old.fix_alternatives
         said = self._fixes_said.setdefault(key, [_fixed_by(old)])

@@ -10,7 +10,9 @@ not a literal) is `manual`, with no edits. The English for each fix is made in
 
 The forms: `h[i] = v` (a copy before the write, or, when the saving op is in
 that statement itself, the value computed first and written into a copy);
-`x op= y` (out of place, rebound); `x.relu_()` alone (rebound); `F.relu_(h)` alone
+`x op= y` (out of place, rebound); `x.relu_()` alone (rebound, when tensors have `relu`; `s.copy_(v)`,
+`b[2].zero_()`, `s.detach().mul_(2)` alone: a copy before the write); a write inside `with torch.no_grad():`
+(a copy before the block: made out of place inside it, the result would carry no gradient); `F.relu_(h)` alone
 (`h = F.relu(h)`: the twin the imported module has, none for `init.zeros_`); `y = x.add_(1)`
 (the out-of-place method; none where Tensor has none: `h.zero_()`, `h.copy_(v)`); `inplace=True` at the constructor (in a call over several lines too,
 or `nn.ReLU(True)`: by position, where torch.nn's signature puts it) or at a call;
@@ -27,7 +29,8 @@ from ..findings import Applicability, Edit, Fix, FixKind
 from ..sites import Frame, Site, WriteForm
 from .fix_moves import step_fixes
 from .source import (
-    Located, Source, function_at, out_of_place_function, passed_argument, read, statement_at, written_statement,
+    Located, Source, function_at, grad_off_copy, indexed_base, out_of_place_function, passed_argument, read,
+    statement_at, tensor_method_exists, written_name, written_receiver, written_statement,
 )
 
 _OPS: dict[type[ast.operator], str] = {
@@ -60,33 +63,38 @@ def write_fixes(site: Site, saved: Site | None = None) -> tuple[Fix, ...]:
     if argument is not None:
         return (argument,)
     stmt = located.node
+    copy = grad_off_copy(source, stmt)
+    if copy is not None:  # out of place inside `no_grad` would carry no gradient: a copy before the block
+        name, block = copy
+        edit = source.insert_before(block, f"{name} = {name}.clone()") if name else None
+        return (made(FixKind.CLONE_BEFORE_WRITE, edit) if edit else Fix(FixKind.CLONE_BEFORE_WRITE),)
     if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, (ast.Name, ast.Attribute)):
         return (made(FixKind.OUT_OF_PLACE, source.replace(stmt, out_of_place(source, stmt))),)
     rebuilt = rebound(source, stmt) or _rebound_function(source, stmt)
     if rebuilt is not None:
         return (made(FixKind.REBIND, source.replace(stmt, rebuilt)),)
     call = _inplace_method_call(stmt)
+    twin = out_of_place_function(source, call) if call is not None and _on_a_module(source, call) else None
+    if call is not None and (isinstance(stmt, ast.Expr) or (_on_a_module(source, call) and twin is None)):
+        call = None  # its result unused: out of place would drop the write; `init.zeros_(w)` has no twin
     func = call.func if call is not None else None
-    if call is not None and isinstance(func, ast.Attribute) and not isinstance(stmt, ast.Expr):
-        # `y = x.add_(1)`: the out-of-place method (x then keeps its values); `y = F.relu_(x)`: the module's
-        # twin; none where there is none (`init.zeros_(w)`, `h.copy_(v)`). A call alone (an `ast.Expr`)
-        # is not made out of place: its result unused, that would drop the write.
-        if _on_a_module(source, call):
-            twin = out_of_place_function(source, call)
-            new = f"{twin}{_arguments(source, call, func)}" if twin else None
-        else:
-            new = _renamed_call(source, call, func.attr[:-1]) if has_method_twin(func.attr) else None
-        if new is not None:
-            return (made(FixKind.OUT_OF_PLACE, source.replace(call, new)),)
+    if isinstance(func, ast.Attribute) and not twin and not tensor_method_exists(func.attr[:-1]):
+        call = None  # `y = s.copy_(v)`: tensors have no `copy`
+    if call is not None:  # `y = x.add_(1)`: the out-of-place method (x then keeps its values); `y = F.relu_(x)`
+        func = call.func
+        assert isinstance(func, ast.Attribute)
+        new = f"{twin}{_arguments(source, call, func)}" if twin else _renamed_call(source, call, func.attr[:-1])
+        return (made(FixKind.OUT_OF_PLACE, source.replace(call, new)),)
     flag = _inplace_keyword(source, stmt)
     if flag is not None:
         return (made(FixKind.FLAG_OFF_AT_CALL, flag),)
-    written = _indexed_base(stmt)
-    if written is not None:
-        if saved is not None and saved.file == site.file and _spans(stmt, saved.line):
-            return (compute_then_write(source, located, written),)
-        return (made(FixKind.CLONE_BEFORE_WRITE, source.insert_before(stmt, f"{written} = {written}.clone()")),)
-    return ()
+    written, receiver = indexed_base(stmt), written_receiver(stmt)
+    name = written or (receiver if receiver not in _imported(source) else None)  # `init.zeros_(w)`: no name
+    if name is None:
+        return ()
+    if saved is not None and saved.file == site.file and _spans(stmt, saved.line):  # read and written alike
+        return (compute_then_write(source, located, name) if written else Fix(FixKind.COMPUTE_THEN_WRITE),)
+    return (made(FixKind.CLONE_BEFORE_WRITE, source.insert_before(stmt, f"{name} = {name}.clone()")),)
 
 
 def out_of_place(source: Source, stmt: ast.AugAssign) -> str:
@@ -119,8 +127,10 @@ def rebound(source: Source, stmt: ast.stmt) -> str | None:
     func = call.func
     if not (isinstance(func, ast.Attribute) and _is_inplace_name(func.attr) and _is_reference(func.value)):
         return None
-    if _on_a_module(source, call) or not has_method_twin(func.attr):
-        return None  # `torch.nn.init.zeros_(w)`, `F.relu_(h)`: a function; `h.zero_()`: no `Tensor.zero`
+    if _on_a_module(source, call):
+        return None  # `torch.nn.init.zeros_(w)`, `F.relu_(h)`: a function, not a method of the tensor
+    if not tensor_method_exists(func.attr[:-1]):
+        return None  # `s.copy_(v)`, `h.zero_()`: no out-of-place method; a copy before the write instead
     receiver = func.value
     if isinstance(receiver, ast.Attribute) and receiver.attr == "data" and _is_reference(receiver.value):
         receiver = receiver.value
@@ -164,14 +174,6 @@ def _on_a_module(source: Source, call: ast.Call) -> bool:
 
 def _is_inplace_name(name: str) -> bool:
     return name.endswith("_") and not name.startswith("_") and name[:-1].isidentifier()
-
-
-def has_method_twin(name: str) -> bool:
-    """Whether `Tensor` has the out-of-place method of the in-place `name` (`mul` for `mul_`; none
-    for `zero_`, `copy_`, `fill_`, `normal_`, `uniform_`)."""
-    import torch
-
-    return callable(getattr(torch.Tensor, name[:-1], None))
 
 
 def _is_reference(node: ast.expr) -> bool:
@@ -253,19 +255,6 @@ def _inplace_position(module_type: str | None) -> int | None:
     return names.index("inplace") if "inplace" in names else None
 
 
-def _indexed_base(stmt: ast.stmt) -> str | None:
-    """`h` of `h[m] = v` / `h[m] += v` (the name whose tensor an indexed write changes)."""
-    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
-        target: ast.expr = stmt.targets[0]
-    elif isinstance(stmt, (ast.AugAssign, ast.AnnAssign)):
-        target = stmt.target
-    else:
-        return None
-    if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
-        return target.value.id
-    return None
-
-
 def _spans(stmt: ast.stmt, line: int | None) -> bool:
     return line is not None and stmt.lineno <= line <= (stmt.end_lineno or stmt.lineno)
 
@@ -304,7 +293,7 @@ def argument_fix(site: Site, source: Source, located: Located) -> Fix | None:
     may rely on the change, so the write stays and the caller passes a copy."""
     if len(site.stack) < 2 or site.stack[-1].function in ("forward", "<module>"):
         return None
-    written = _written_name(located.node)
+    written = written_name(located.node)
     function = function_at(source, located.node.lineno)
     if written is None or function is None or function.name != site.stack[-1].function:
         return None
@@ -321,20 +310,6 @@ def argument_fix(site: Site, source: Source, located: Located) -> Fix | None:
     if passed is None:
         return Fix(FixKind.CLONE_BEFORE_WRITE)
     return made(FixKind.CLONE_BEFORE_WRITE, caller_source.insert_before(call_site.node, f"{passed} = {passed}.clone()"))
-
-
-def _written_name(stmt: ast.stmt) -> str | None:
-    """The plain name a statement writes into: `x += y`, `x[m] = v`, `x.relu_()`."""
-    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
-        return stmt.target.id
-    indexed = _indexed_base(stmt)
-    if indexed is not None:
-        return indexed
-    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-        func = stmt.value.func
-        if isinstance(func, ast.Attribute) and _is_inplace_name(func.attr) and isinstance(func.value, ast.Name):
-            return func.value.id
-    return None
 
 
 def _passed(stmt: ast.stmt, function: str, params: list[str], name: str) -> str | None:

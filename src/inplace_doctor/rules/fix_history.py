@@ -13,8 +13,8 @@ import ast
 
 from ..findings import Fix, FixKind
 from ..sites import Site
-from .fix_builders import has_method_twin, made, out_of_place, rebound, silent_write_fixes
-from .source import Source, read, statement_at
+from .fix_builders import made, out_of_place, rebound, silent_write_fixes
+from .source import Source, read, statement_at, tensor_method_exists
 
 
 def history_fixes(site: Site, how: str, boolean_mask: bool) -> tuple[Fix, ...]:
@@ -30,7 +30,7 @@ def history_fixes(site: Site, how: str, boolean_mask: bool) -> tuple[Fix, ...]:
     stmt = located.node
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
         func = stmt.value.func
-        if isinstance(func, ast.Attribute) and _alias_of(func.value) is not None and has_method_twin(func.attr):
+        if isinstance(func, ast.Attribute) and _alias_of(func.value) is not None and tensor_method_exists(func.attr[:-1]):
             name = _alias_of(func.value)
             rest = source.segment(stmt.value)[len(source.segment(func)) :]
             return (made(FixKind.REBIND, source.replace(stmt, f"{name} = {name}.{func.attr.removesuffix('_')}{rest}")),)

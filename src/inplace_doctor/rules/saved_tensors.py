@@ -46,7 +46,10 @@ def saved_tensor_overwritten(
     What: an op saved a tensor for its backward (``sigmoid`` saves its output,
     ``mm``/``conv`` save their inputs, ``sin``/``pow`` their input), and a later
     in-place op (``relu_``, ``+=``, ``x[i] = v``, an optimizer step) wrote to
-    that tensor or a view of it, bumping its version counter.
+    that tensor or a view of it, bumping its version counter. A write to
+    another part of its base (``b[2].zero_()`` after ``b[0].sin()``) changes
+    no saved element but bumps the counter the views share: PyTorch raises
+    all the same, and the finding says that no saved element changed.
 
     Why: when backward reaches the saving node, autograd compares versions and
     raises "one of the variables needed for gradient computation has been
@@ -91,7 +94,7 @@ def saved_tensor_overwritten(
             return None  # IPD104's case
         if event.write.in_checkpoint and event.saved.is_checkpoint_input:
             return None  # a checkpointed region writing its own input: IPD108 explains it
-        write, saved = event.write, event.saved
+        write, saved, counter_only = event.write, event.saved, not event.saved_elements_written
         confirmed: bool | None = None
         backward = None
     else:
@@ -100,7 +103,9 @@ def saved_tensor_overwritten(
             return None
         if prior is None:
             return _stale_without_write(event, ctx)
-        write, saved = prior.write, prior.saved
+        write, saved, counter_only = prior.write, prior.saved, not prior.saved_elements_written
+        if saved.node is None:  # named since the write (`h.mul_(h)`: its node's hook ran after it)
+            saved = event.saved
         confirmed = True
         backward = backward_site()
     return make_finding(
@@ -111,16 +116,18 @@ def saved_tensor_overwritten(
         saved=saved.site,
         confirmed=confirmed,
         slot=saved.slot,
-        facts=_version_facts(write, saved, event.version_now, backward),
+        facts=_version_facts(write, saved, event.version_now, backward, counter_only),
         target=write.target,
         root_label=ctx.root_label,
     )
 
 
-def _version_facts(write: WriteInfo, saved: SavedInfo, version_now: int | None, backward: Site | None) -> VersionFacts:
+def _version_facts(
+    write: WriteInfo, saved: SavedInfo, version_now: int | None, backward: Site | None, counter_only: bool = False
+) -> VersionFacts:
     return VersionFacts(
         saved.version, version_now, node=saved.node, write_shape=write.shape, write_dtype=write.dtype,
-        saved_shape=saved.shape, backward=backward,
+        saved_shape=saved.shape, backward=backward, counter_only=counter_only,
     )
 
 

@@ -188,6 +188,41 @@ def out_of_place_function(source: Source, call: ast.Call) -> str | None:
     return f"{source.segment(func.value)}.{func.attr[:-1]}" if callable(twin) else None
 
 
+def written_receiver(stmt: ast.stmt) -> str | None:
+    """`h` of `h.copy_(v)`, `h[0].zero_()` or `h.detach().mul_(2)` alone, when no rebinding fixes it (no
+    out-of-place method, or a part or alias of `h` written): the name whose tensor a copy before the write
+    protects."""
+    call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
+    func = call.func if call is not None else None
+    if not (isinstance(func, ast.Attribute) and func.attr.endswith("_") and not func.attr.startswith("_")):
+        return None
+    receiver = func.value
+    while True:
+        if isinstance(receiver, ast.Subscript):
+            receiver = receiver.value
+        elif isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute) and not receiver.args and (
+            receiver.func.attr == "detach"  # an alias sharing the memory and the version counter
+        ):
+            receiver = receiver.func.value
+        else:
+            return receiver.id if isinstance(receiver, ast.Name) else None
+
+
+def names_a_module(path: str | None, name: str) -> bool:
+    """Whether the file at `path` binds `name` by an import (`F`, `init`, `torch`): a call on it is
+    a function of that module, not a method of a tensor."""
+    source = read(path)
+    return source is not None and name in _modules_bound(source)
+
+
+def tensor_method_exists(name: str) -> bool:
+    """Whether tensors have a method `name`: the out-of-place twin of `relu_` exists, those of
+    `copy_`, `zero_`, `fill_`, `normal_` do not (a fix must never name a method that is not there)."""
+    import torch  # the package's own import of torch; here only when a fix is built
+
+    return callable(getattr(torch.Tensor, name, None))
+
+
 def _modules_bound(source: Source) -> dict[str, str]:
     """Name -> the module an import binds to it (`import torch.nn.functional as F`: F; `from torch.nn
     import init`: init; `import torch.nn`: torch)."""
@@ -207,6 +242,72 @@ def enclosing(source: Source, node: ast.stmt) -> Located | None:
             if any(node in inner for _, inner in _own_blocks(stmt)):
                 return Located(stmt, tuple(block), owner)
     return None
+
+
+def grad_off_block(source: Source, node: ast.stmt) -> ast.With | None:
+    """The outermost `with torch.no_grad():` (`inference_mode()`, `set_grad_enabled(False)`) around
+    `node`: a result made out of place inside it carries no gradient, a copy made before it does."""
+    found: ast.With | None = None
+    located = enclosing(source, node)
+    while located is not None:
+        if isinstance(located.node, ast.With) and any(_turns_grad_off(i.context_expr) for i in located.node.items):
+            found = located.node
+        located = enclosing(source, located.node)
+    return found
+
+
+def _turns_grad_off(expr: ast.expr) -> bool:
+    if not isinstance(expr, ast.Call):
+        return False
+    name = expr.func.attr if isinstance(expr.func, ast.Attribute) else getattr(expr.func, "id", "")
+    first = expr.args[0] if expr.args else None
+    false = isinstance(first, ast.Constant) and first.value is False
+    return false if name == "set_grad_enabled" else name in ("no_grad", "inference_mode") and not false
+
+
+def indexed_base(stmt: ast.stmt) -> str | None:
+    """`h` of `h[m] = v` / `h[m] += v` (the name whose tensor an indexed write changes)."""
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        target: ast.expr = stmt.targets[0]
+    elif isinstance(stmt, (ast.AugAssign, ast.AnnAssign)):
+        target = stmt.target
+    else:
+        return None
+    if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+        return target.value.id
+    return None
+
+
+def written_name(stmt: ast.stmt) -> str | None:
+    """The plain name a statement writes into: `x += y`, `x[m] = v`, `x.relu_()`."""
+    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+        return stmt.target.id
+    indexed = indexed_base(stmt)
+    if indexed is not None:
+        return indexed
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        func = stmt.value.func
+        if isinstance(func, ast.Attribute) and func.attr.endswith("_") and not func.attr.startswith("_") and isinstance(func.value, ast.Name):
+            return func.value.id
+    return None
+
+
+def grad_off_copy(source: Source, stmt: ast.stmt) -> tuple[str | None, ast.With] | None:
+    """For a write inside a grad-off block (`grad_off_block`): the name a copy made before the block
+    rebinds (None when the write has no plain name, or the block binds it) and the block."""
+    block = grad_off_block(source, stmt)
+    if block is None:
+        return None
+    name = written_name(stmt) or written_receiver(stmt)
+    return (name if name is not None and name not in _bound_in(block, stmt) else None), block
+
+
+def _bound_in(block: ast.stmt, besides: ast.stmt) -> set[str]:
+    """Names a statement inside `block` other than `besides` binds (a copy before the block would miss them)."""
+    inside = {id(n) for n in ast.walk(besides)}
+    return {
+        n.id for n in ast.walk(block) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and id(n) not in inside
+    }
 
 
 def function_at(source: Source, line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:

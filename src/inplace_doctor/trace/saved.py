@@ -98,8 +98,11 @@ class SavedRecord(MadeAt):
         return SavedPlace(self.node, self.field, self.op, self.module, self.in_backward, self.stack)
 
     def info(self) -> SavedInfo:
-        op = self.op or (self.node.removesuffix("Backward0") if self.node else "<unknown op>")
         frames, api, module, phase, in_region = self.where()
+        # Unnamed, under checkpoint's own call: the region's inputs, which it saves to recompute from
+        # (its `_NoopSaveInputs` node is never named); never "the output of" an op we did not see.
+        unnamed = "checkpoint" if api in ("checkpoint", "checkpoint_sequential") else "<unknown op>"
+        op = self.op or (self.node.removesuffix("Backward0") if self.node else unnamed)
         return SavedInfo(
             in_checkpoint=in_region,
             site=make_site(op, frames, api, module, phase),

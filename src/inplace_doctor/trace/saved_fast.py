@@ -53,10 +53,10 @@ class FastSavedTensors(SavedTensors):
         if not fresh:
             record_creation(node, self._modules.current, op)
             return
-        self._fresh = []
-        if name is None:
-            record_creation(node, self._modules.current, op)
+        if name is None:  # saves nothing: the records are a later node's (`h.mul_(h)` packs `other`, then
+            record_creation(node, self._modules.current, op)  # clones `self` under a node of its own)
             return
+        self._fresh = []
         records = [record for ref in fresh if (record := ref()) is not None]
         # A node type of known layout (`_layouts`), inlined: it runs for every node that saves.
         known = _layouts.get(name)

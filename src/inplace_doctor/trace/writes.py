@@ -257,15 +257,11 @@ class WriteRecorder:
                     continue
                 version_now = record.tensor._version
                 shares = version_now != version_before
-                if shares:
-                    if version_now == record.version:
-                        continue
-                elif not (
-                    write.info.writes_bytes
-                    and record.read
-                    and _overlaps(write.span, record.span())
-                    and self._same_elements(write, record)
-                ):
+                if shares and version_now == record.version:
+                    continue
+                touched = write.info.writes_bytes and _overlaps(write.span, record.span())
+                touched = touched and self._same_elements(write, record)
+                if not shares and not (touched and record.read):
                     continue
                 frames = record.where()[0]
                 # one node, not one line: an RNN loop's `h[0] @ w` saves h in a new node each step
@@ -282,6 +278,7 @@ class WriteRecorder:
                         shares_version_counter=shares,
                         already_used_by_backward=record.used,
                         write_bumped_a_version=shares or write.bumped(),
+                        saved_elements_written=touched,
                     )
                 )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import linecache
 
 from ...findings import Finding, FixKind
-from ...rules.fix_builders import has_method_twin
+from ...rules.source import tensor_method_exists
 from ...rules.phrasing import qualified as qualified  # how rules name places too; here for the explainers
 from ...rules.phrasing import where as where
 from ...sites import Site, WriteForm, module_ref
@@ -111,7 +111,7 @@ def unedited_write_fix(site: Site, root_label: str) -> str:
             f"make the augmented assignment at {site.location} out of place (`a = a + b` instead of `a += b`) "
             f"and use the new tensor where the new values are meant, {clone}"
         )
-    if op.endswith("_") and f"{op}(" in code and has_method_twin(op):  # the line calls the op by its name
+    if op.endswith("_") and f"{op}(" in code and tensor_method_exists(op[:-1]):  # the line calls the op by its name
         return (
             f"use the out-of-place `{op[:-1]}` instead of `{op}` at {site.location} and use its result where the "
             f"new values are meant (the tensor it wrote then keeps its old values), {clone}"

@@ -16,12 +16,22 @@ _ERROR = '"one of the variables needed for gradient computation has been modifie
 @explains("IPD101", SavedTensorCause.OVERWRITTEN)
 def saved_tensor_overwritten(finding: Finding, root_label: str) -> Sentences:
     facts = _version_facts(finding)
-    return Sentences(
-        what=(
+    if facts.counter_only:  # another row of the saved tensor's base, or a metadata-only op
+        what = (
+            f"{where(finding.mutation, root_label)} wrote {tensor_desc(facts.write_shape, facts.write_dtype)} that "
+            f"shares its version counter with {_saved_phrase(finding, root_label)}, changing none of the elements "
+            "autograd saved."
+        )
+        counter = " Autograd checks that counter, not the values: the saved elements being intact does not help."
+    else:
+        what = (
             f"{where(finding.mutation, root_label)} overwrote {_written_desc(finding, facts, root_label)}, which "
             f"{_saved_phrase(finding, root_label)}."
-        ),
-        why=_overwritten_why(facts, bool(finding.confirmed)) + compiled_note(finding.saved, finding.mutation),
+        )
+        counter = ""
+    return Sentences(
+        what=what,
+        why=_overwritten_why(facts, bool(finding.confirmed)) + counter + compiled_note(finding.saved, finding.mutation),
         fix=_fix(finding, facts.backward, root_label),
     )
 
