@@ -305,8 +305,10 @@ class InplaceCalls(TorchFunctionMode):
             finally:
                 if hidden is not None:
                     self.overwritten[id(real)] = hidden
-        if out is not real or real._version == version:
+        if out is not real:
             return out
+        if real._version == version:  # it wrote nothing and returned its input: the object it was handed
+            return target  # (an earlier call's alias stays the program's tensor; `real` is the overwritten one)
         with _DisableTorchFunction(), _compat.DisableTorchDispatch(), self.own_work:
             if real.requires_grad:
                 alias = real.view_as(real)
