@@ -276,6 +276,7 @@ class InplaceCalls(TorchFunctionMode):
                 or _compat.is_functorch_wrapped(target)
             )
             real = target if skip else self._viewed_by_alias(target)
+            version = real._version  # unchanged after the call: it wrote nothing (dropout in eval, p=0)
         if skip:
             return call_through(func, args, kwargs)
         snapshot: torch.Tensor | None = None
@@ -291,7 +292,6 @@ class InplaceCalls(TorchFunctionMode):
                     else:
                         snapshot = target.clone(memory_format=torch.contiguous_format)
         stack = capture_stack() if self.measures else None
-        version = real._version  # unchanged after the call: it wrote nothing (dropout in eval, p=0)
         if real is target:
             out = call_through(func, args, kwargs)
         else:
@@ -307,9 +307,9 @@ class InplaceCalls(TorchFunctionMode):
                     self.overwritten[id(real)] = hidden
         if out is not real:
             return out
-        if real._version == version:  # it wrote nothing and returned its input: the object it was handed
-            return target  # (an earlier call's alias stays the program's tensor; `real` is the overwritten one)
         with _DisableTorchFunction(), _compat.DisableTorchDispatch(), self.own_work:
+            if real._version == version:  # it wrote nothing and returned its input: the object it was
+                return target  # handed (an earlier call's alias stays the program's; `real` is the overwritten one)
             if real.requires_grad:
                 alias = real.view_as(real)
                 if len(self._aliases) > 4096:
