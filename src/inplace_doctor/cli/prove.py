@@ -298,7 +298,7 @@ def check_room(root: str) -> None:
 def _tree_size(root: str, stop: int) -> tuple[int, dict[str, int]]:
     """Bytes of the files a copy would hold (symbolic links are copied as links), and per top-level
     entry; the walk ends once past `stop`."""
-    total, parts = 0, {}
+    total, parts = 0, dict[str, int]()
     for folder, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if d not in _skip(folder, dirs) and not os.path.islink(os.path.join(folder, d))]
         for name in files:

@@ -276,7 +276,7 @@ class InplaceCalls(TorchFunctionMode):
                 or _compat.is_functorch_wrapped(target)
             )
             real = target if skip else self._viewed_by_alias(target)
-            version = real._version  # unchanged after the call: it wrote nothing (dropout in eval, p=0)
+            version = 0 if skip else real._version  # unchanged after the call: it wrote nothing (p=0 dropout)
         if skip:
             return call_through(func, args, kwargs)
         snapshot: torch.Tensor | None = None
