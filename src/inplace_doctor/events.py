@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from .causes import WriteLineSearch as WriteLineSearch  # a record of the IPD109 facts too
 from .sites import Site
+
+
+class SavedBy(enum.Enum):
+    """What the tracer knows of the op that saved a tensor, set where it names the save."""
+
+    OP = enum.auto()  # an op or autograd node it saw: the site's op names it
+    CHECKPOINT = enum.auto()  # torch.utils.checkpoint itself, for its region's inputs (a node never named)
+    UNKNOWN = enum.auto()  # neither: the site's op is a placeholder, never "the output of" it
 
 
 @dataclass(frozen=True)
@@ -21,6 +30,7 @@ class SavedInfo:
     read_by_backward: bool  # False for fields the node's backward never reads
     key: int  # stable id of this saved tensor within one tracer
     in_checkpoint: bool = False  # saved inside a checkpointed region (its forward or recompute)
+    saved_by: SavedBy = SavedBy.OP
 
     @property
     def is_checkpoint_input(self) -> bool:
@@ -33,9 +43,9 @@ class SavedInfo:
     @property
     def slot(self) -> str:
         if self.node is None:
-            if self.site.op == "checkpoint":
+            if self.saved_by is SavedBy.CHECKPOINT:
                 return "the input of the checkpointed region"
-            return f"the output of {self.site.op}" if not self.site.op.startswith("<") else "a saved tensor"
+            return f"the output of {self.site.op}" if self.saved_by is SavedBy.OP else "a saved tensor"
         return f"{self.node}.{self.field}" if self.field else self.node
 
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import torch
 
 from .. import _compat
-from ..events import Event, SavedInfo, SavedTensorFreed, SavedTensorReached, StaleSavedTensorUsed
+from ..events import Event, SavedBy, SavedInfo, SavedTensorFreed, SavedTensorReached, StaleSavedTensorUsed
 from .autograd_facts import saved_field_is_read
 from .modules import ModuleContext, ModulePaths
 from .nodes import MadeAt, not_reached, record_creation, save_for_backward_frame, saved_attrs, saved_objects
@@ -26,6 +26,9 @@ from . import stacks as _stacks
 from .saved_place import SavedPlace
 from .stacks import SAVE_STACK, RawFrame, make_site, resolve_stack
 from .storage import storage_key, storage_span
+
+# The site's op of a save no op or node names: a label for the report's site line, never read back.
+_UNNAMED = {SavedBy.CHECKPOINT: "checkpoint", SavedBy.UNKNOWN: "<unknown op>"}
 
 _detach = torch._C.TensorBase.detach
 _DisableTorchDispatch = _compat.DisableTorchDispatch
@@ -101,9 +104,12 @@ class SavedRecord(MadeAt):
         frames, api, module, phase, in_region = self.where()
         # Unnamed, under checkpoint's own call: the region's inputs, which it saves to recompute from
         # (its `_NoopSaveInputs` node is never named); never "the output of" an op we did not see.
-        unnamed = "checkpoint" if api in ("checkpoint", "checkpoint_sequential") else "<unknown op>"
-        op = self.op or (self.node.removesuffix("Backward0") if self.node else unnamed)
+        saved_by = SavedBy.CHECKPOINT if api in ("checkpoint", "checkpoint_sequential") else SavedBy.UNKNOWN
+        if self.op or self.node:
+            saved_by = SavedBy.OP
+        op = self.op or (self.node.removesuffix("Backward0") if self.node else _UNNAMED[saved_by])
         return SavedInfo(
+            saved_by=saved_by,
             in_checkpoint=in_region,
             site=make_site(op, frames, api, module, phase),
             node=self.node,
