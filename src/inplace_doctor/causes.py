@@ -161,6 +161,8 @@ class DifferenceFacts:
     max_difference: float
     shape: tuple[int, ...] = field(default=(), metadata=WORDS_ONLY)
     dtype: str = field(default="", metadata=WORDS_ONLY)
+    #: the read was of another object over the same memory, made before the write (`h[:, :4]`, `h.detach()`)
+    through_alias: bool = field(default=False, metadata=WORDS_ONLY)
 
 
 @dataclass(frozen=True)

@@ -144,6 +144,7 @@ class OriginalValueRead:
     read: Site  # the op that read the old object
     kind: str  # "flag" or "augmented"
     max_difference: float  # between what it read and the original values, on this input
+    through_alias: bool = False  # it read a view or detach() of the tensor made before the write, not the tensor
 
 
 @dataclass(frozen=True)

@@ -727,9 +727,6 @@ def test_the_saving_of_a_site_kept_on_is_what_memory_measures_with_it_off(tmp_pa
     assert tomllib.loads(plan.toml())["inplace-doctor"]["peak-planned-bytes"] == on_peak
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "IPD105 follows the overwritten object only: a view (or detach()) of it taken before the write and read "
-    "after is not seen, by either tracer; verify sees the difference only where the traced input shows one"))
 def test_a_view_read_after_the_write_is_unsafe_whatever_the_traced_batch_holds() -> None:
     # On a batch whose pre-activations are all positive the ReLU changes nothing, so verify finds
     # no difference; the next batch of the same shape has negative ones.

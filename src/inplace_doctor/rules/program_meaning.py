@@ -60,12 +60,16 @@ def inplace_changes_result(event: OriginalValueRead, ctx: RuleContext) -> Findin
     write ``x = x + y`` instead of ``x += y``; or keep what the later op needs
     (``identity = x.clone()``) before the in-place call.
 
+    A read of another object over the same memory made before an
+    ``inplace=True`` call (``kept = h[:, :4]`` or ``h.detach()``, then
+    ``act(h)``, then ``kept`` read) is one too; a view made after it, of what
+    the call returned, is not.
+
     Not seen: explicit in-place methods (``x.relu_()``, ``x.add_(y)``),
     which say what they do, reads after the forward returns (a caller
-    reading its own input again is IPD106), and reads of another object
-    over the same memory taken before the write (``kept = h[:, :4]`` or
-    ``h.detach()``, then ``act(h)``, then ``kept`` read). The difference is
-    measured on this input only.
+    reading its own input again is IPD106), and, for ``x += y``, reads of
+    another object over ``x``'s memory (updating a buffer through a view is
+    what such code may mean). The difference is measured on this input only.
 
     Mode: fast (the default) and deep: the fast tracer serves it (the in-place calls are seen at the torch
     level in both modes; every op enters Python only inside a call handed an object one overwrote,
@@ -84,7 +88,7 @@ def inplace_changes_result(event: OriginalValueRead, ctx: RuleContext) -> Findin
         mutation=write.site,
         read=event.read,
         severity=Severity.ERROR if cause is ChangedResultCause.FLAG else Severity.WARNING,
-        facts=DifferenceFacts(event.max_difference, shape=write.shape, dtype=write.dtype),
+        facts=DifferenceFacts(event.max_difference, write.shape, write.dtype, event.through_alias),
     )
 
 

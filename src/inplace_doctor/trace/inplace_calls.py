@@ -33,14 +33,14 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .. import _compat
-from ..causes import WriteForm
-from ..events import OriginalValueRead, WriteInfo
+from ..events import OriginalValueRead
 from .blame import call_through, passed_through
 from .contents import HAND_OUTS
-from .modules import ModuleContext, ModulePaths
+from .modules import ModulePaths
 from .ops import op_name
 from .owner import Busy, TraceOwner
-from .stacks import MAX_STACK, capture_frames, capture_stack, is_user_file, make_site, resolve_stack
+from .stacks import capture_frames, capture_stack, is_user_file, make_site
+from .stale_aliases import Overwritten, StaleAliases, before_values_difference, called_by_the_tool, reads
 from .suspect_calls import SuspectCalls
 from .value_change import finite, largest_change, positional_change
 
@@ -109,43 +109,6 @@ _DisableTorchFunction, _tracing_state = torch._C.DisableTorchFunction, _compat.j
 _NO_KWARGS: Any = MappingProxyType({})  # shared, read-only: no dict made per call
 
 
-_FORMS = {"flag": WriteForm.FLAG, "augmented": WriteForm.AUGMENTED}
-
-
-class _Overwritten:
-    """An object an in-place call overwrote, with its value from before (or the largest change made).
-
-    Where the call ran is kept as a captured stack, resolved only if a read is reported.
-    """
-
-    __slots__ = ("ref", "snapshot", "change", "op", "stack", "module", "shape", "dtype", "kind", "find_origin")
-
-    def __init__(
-        self, ref: Any, snapshot: torch.Tensor | None, change: float | None, op: str, stack: Any,
-        module: ModuleContext | None, target: torch.Tensor, kind: str, origin: Any = None,
-    ) -> None:
-        self.ref = ref
-        self.snapshot = snapshot
-        self.change = change
-        self.op = op
-        self.stack = stack
-        self.module = module
-        self.shape = tuple(target.shape)
-        self.dtype = str(target.dtype).removeprefix("torch.")
-        self.kind = kind
-        self.find_origin = origin  # the module's construction line, looked up only when a read is reported
-
-    def write(self) -> WriteInfo:
-        frames, api, _ = resolve_stack(self.stack, MAX_STACK)
-        origin = self.find_origin(tuple({f[0] for f in frames})) if self.find_origin is not None else None
-        return WriteInfo(
-            site=make_site(self.op, frames, api, self.module, "forward", origin, _FORMS[self.kind]),
-            shape=self.shape,
-            dtype=self.dtype,
-            writes_bytes=True,
-        )
-
-
 class InplaceCalls(TorchFunctionMode):
     """Watches in-place calls (flags and augmented assignment) and later reads of what they overwrote."""
 
@@ -153,7 +116,8 @@ class InplaceCalls(TorchFunctionMode):
         super().__init__()
         self.owner = owner
         self.modules = modules
-        self.overwritten: dict[int, _Overwritten] = {}
+        self.overwritten: dict[int, Overwritten] = {}
+        self._stale = StaleAliases()  # views and detaches of overwritten tensors made before the write
         # Snapshots usually die right after the call's module returns: reusing their
         # memory avoids a fresh (page-faulting) allocation for every in-place call.
         self._pool: dict[tuple[Any, ...], list[torch.Tensor]] = {}
@@ -236,6 +200,7 @@ class InplaceCalls(TorchFunctionMode):
         )
         if watched:
             suspects.enter()  # type: ignore[union-attr]
+        stale = self._stale_read(args, kwargs) if self.overwritten and self.measures and not owner.busy else None
         try:
             out = func(*args, **kwargs) if kind is None else self._inplace_call(func, args, kwargs, kind)
         except BaseException as exc:
@@ -248,11 +213,38 @@ class InplaceCalls(TorchFunctionMode):
                 self.flag_calls -= 1
             if watched:
                 suspects.leave()  # type: ignore[union-attr]
+        if stale is not None:
+            self._stale_returned(func, args, out, stale)
         if plan & _HANDS_OUT and self.on_hand_out is not None and args and not owner.busy:
             self.on_hand_out(args[0], *HAND_OUTS[func])
         if self.settles_writes:
             owner.user_call_returned()
         return out
+
+    def _stale_read(self, args: Any, kwargs: Any) -> list[tuple[Overwritten, torch.Tensor, float]]:
+        """Stale aliases among a call's arguments (`stale_aliases.py`), with what they held before the write."""
+        if not self._stale.followed(self.overwritten):
+            return []
+        with _DisableTorchFunction(), _compat.DisableTorchDispatch(), self.own_work:
+            found = self._stale.found(self.overwritten, args, kwargs)
+            if not found or called_by_the_tool(1):
+                return []
+            return [(e, t, before_values_difference(e, t)) for e, t in found]
+
+    def _stale_returned(self, func: Any, args: Any, out: Any, stale: list[tuple[Overwritten, torch.Tensor, float]]) -> None:
+        if not stale and not self._stale.followed(self.overwritten):
+            return
+        with _DisableTorchFunction(), _compat.DisableTorchDispatch(), self.own_work:
+            pairs = [(e, t) for e, t, _ in stale]
+            self._stale.made(func, args, out, self.overwritten, pairs)
+            if not stale or not reads(func, out, pairs, args):
+                return
+        frames, api = capture_frames()
+        name = getattr(func, "__name__", "call").strip("_")
+        for entry, _, difference in stale:
+            if self.overwritten.pop(id(entry.ref()), None) is entry:  # the first read of each write, reported
+                read = make_site(name, frames, api, self.modules.current, "forward")
+                self.owner.emit(OriginalValueRead(entry.write(), read, entry.kind, difference, through_alias=True))
 
     def _raised(self, exc: BaseException, func: Any, args: Any) -> None:
         if isinstance(exc, RuntimeError) and args and isinstance(args[0], torch.Tensor) and not self.owner.busy:
@@ -326,9 +318,10 @@ class InplaceCalls(TorchFunctionMode):
                 running = self.modules.current_module()
                 if running is not None:
                     origin = functools.partial(self.modules.origin_for, running, module[0])
-            self.overwritten[key] = _Overwritten(  # it reads the target's shape and dtype
+            entry = self.overwritten[key] = Overwritten(  # it reads the target's shape and dtype
                 weakref.ref(target, self._forget(key)), snapshot, change, op, stack, module, target, kind, origin
             )
+            self._stale.written(entry, target, alias)
         return alias
 
     def _viewed_by_alias(self, t: torch.Tensor) -> torch.Tensor:
@@ -398,3 +391,4 @@ class InplaceCalls(TorchFunctionMode):
         self.overwritten.clear()
         self._pool.clear()
         self._aliases.clear()
+        self._stale.clear()

@@ -23,6 +23,11 @@ def inplace_changes_result(finding: Finding, root_label: str) -> Sentences:
             "On this input some values it read are NaN or infinite where the original was not, or the reverse "
             "(or differ from it by more than the dtype can hold); `verify` measures the end result."
         )
+    elif difference > 0 and facts.through_alias:  # the largest change over what it wrote, where not copied
+        measured = (
+            f"On this input the write changed values by up to {difference:.6g} (whether that reaches the output "
+            "depends on the ops that follow; `verify` measures the end result)."
+        )
     elif difference > 0:
         measured = (
             f"On this input it read values up to {difference:.6g} away from the original (whether that "
@@ -36,8 +41,10 @@ def inplace_changes_result(finding: Finding, root_label: str) -> Sentences:
     return Sentences(
         what=(
             f"{where(write, root_label)} overwrote {tensor_desc(facts.shape, facts.dtype)}, and then "
-            f"{where(finding.read, root_label)} read that same tensor. With the out-of-place form it would have read "
-            "the original values."
+            f"{where(finding.read, root_label)} read "
+            + ("a view of it made before the write (another tensor object over the same memory, as a slice or "
+               "`detach()` is)" if facts.through_alias else "that same tensor")
+            + ". With the out-of-place form it would have read the original values."
         ),
         why=f"The forward silently computes something else; PyTorch raises nothing. {measured}",
         fix=fix_for_write(finding, root_label),
