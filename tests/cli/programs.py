@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 # A SAC/DDPG-style step: the critic's step overwrites the weight the actor's loss saved. Where the
 # Polyak update (reading the stepped critic) goes is a slot: between that step and the actor's
@@ -66,3 +67,11 @@ BUFFER_STEPS = textwrap.dedent(
     """
 )
 BUFFER = BUFFER_STEPS + "print(x.tolist())\n"
+
+
+# The bundled example (the README's) trained 2 steps instead of 20, for tests where it stands for "a
+# program with one fixable finding": each run of it in a check is a fresh Python that imports torch,
+# and its steps are the part of that cost a test can drop.
+BROKEN_TRAIN = Path(__file__).resolve().parents[2] / "examples" / "broken_train.py"
+TWO_STEP_TRAIN = BROKEN_TRAIN.read_text().replace("for step in range(1, 21):", "for step in range(1, 3):")
+assert TWO_STEP_TRAIN != BROKEN_TRAIN.read_text()

@@ -9,10 +9,12 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from programs import ACTOR_CRITIC
 from programs import BUFFER
+from programs import TWO_STEP_TRAIN
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKEN_TRAIN = ROOT / "examples" / "broken_train.py"
@@ -144,42 +146,76 @@ TWO_WRITES = textwrap.dedent(
 )
 
 
-def test_of_two_writes_to_one_saved_tensor_one_edit_is_made_and_both_findings_go(tmp_path: Path) -> None:
+class Fixed(NamedTuple):
+    project: Path
+    done: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="module")
+def two_writes_module(tmp_path_factory: pytest.TempPathFactory) -> Fixed:
+    """`fix -m proj.train` of TWO_WRITES in a src layout: one run (three Pythons or more) read by the test of
+    what fix does with two writes and by the test of how it runs a module."""
+    project = tmp_path_factory.mktemp("src-layout")
+    (project / "src" / "proj").mkdir(parents=True)
+    git_project(project, {"src/proj/__init__.py": "", "src/proj/train.py": TWO_WRITES})
+    path = os.pathsep.join([str(project / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return Fixed(project, fix_cli("-m", "proj.train", cwd=project, env={"PYTHONPATH": path}))
+
+
+def test_of_two_writes_to_one_saved_tensor_one_edit_is_made_and_both_findings_go(
+    two_writes_module: Fixed, tmp_path: Path
+) -> None:
     # issue 23, item 4: not "each of these writes must change"
-    project = git_project(tmp_path, {"train.py": TWO_WRITES})
-    done = fix_cli("train.py", cwd=project)
+    project, done = two_writes_module
     assert done.returncode == 0, done.stdout + done.stderr
     assert changed_lines(project) == ["+    h = h.clone()"]
     assert done.stdout.count("fixed IPD101") == 1
-    assert "gone with the edits above: IPD101 at train.py:10" in done.stdout
+    assert "gone with the edits above: IPD101 at src/proj/train.py:10" in done.stdout
     out_of_place = "    h = torch.cat([torch.zeros(2, 4), h[2:]])\n"
-    (project / "intended.py").write_text(TWO_WRITES.replace("    h[0] = 0\n    h[1] = 0\n", out_of_place))
-    assert output_of(project, "train.py") == output_of(project, "intended.py")
+    (tmp_path / "intended.py").write_text(TWO_WRITES.replace("    h[0] = 0\n    h[1] = 0\n", out_of_place))
+    assert output_of(project, "src/proj/train.py") == output_of(tmp_path, "intended.py")
 
 
-def test_a_crlf_latin1_file_changes_only_by_the_inserted_line(tmp_path: Path) -> None:
+class Forced(NamedTuple):
+    """`fix` on a CRLF, Latin-1 file with uncommitted changes: refused, then run again with --force."""
+
+    edited: bytes  # the file as fix found it (committed, then changed)
+    refused: subprocess.CompletedProcess[str]
+    after_refusal: bytes
+    forced: subprocess.CompletedProcess[str]
+    after: bytes
+
+
+@pytest.fixture(scope="module")
+def forced(tmp_path_factory: pytest.TempPathFactory) -> Forced:
+    """One forced `fix` serves both the refusal's test and the byte-for-byte write's (each a whole
+    fix: three Pythons or more): --force skips only git's checks, never how the file is written."""
     text = "# -*- coding: latin-1 -*-\n# écrit à la main\n" + BROKEN_TRAIN.read_text()
-    original = text.replace("\n", "\r\n").encode("latin-1")
-    project = git_project(tmp_path, {"train.py": original})
-    done = fix_cli("train.py", cwd=project)
-    assert done.returncode == 0, done.stdout + done.stderr
-    anchor = "        feats[:, 32 - pad:] = 0".encode("latin-1")
-    assert (project / "train.py").read_bytes() == original.replace(anchor, b"        feats = feats.clone()\r\n" + anchor)
-
-
-def test_fix_refuses_a_file_with_uncommitted_changes_unless_forced(tmp_path: Path) -> None:
-    project = git_project(tmp_path, {"broken_train.py": BROKEN_TRAIN.read_text()})
-    edited = BROKEN_TRAIN.read_text().replace("for step in range(1, 21):", "for step in range(1, 3):")
-    (project / "broken_train.py").write_text(edited)
+    committed = text.replace("\n", "\r\n").encode("latin-1")
+    project = git_project(tmp_path_factory.mktemp("forced"), {"broken_train.py": committed})
+    edited = committed.replace(b"for step in range(1, 21):", b"for step in range(1, 3):")
+    assert edited != committed
+    (project / "broken_train.py").write_bytes(edited)
     refused = fix_cli("broken_train.py", cwd=project)
-    assert refused.returncode == 2
-    assert refused.stderr.strip().splitlines()[-1].endswith(
+    after_refusal = (project / "broken_train.py").read_bytes()
+    forced = fix_cli("--force", "broken_train.py", cwd=project)
+    return Forced(edited, refused, after_refusal, forced, (project / "broken_train.py").read_bytes())
+
+
+def test_a_crlf_latin1_file_changes_only_by_the_inserted_line(forced: Forced) -> None:
+    assert forced.forced.returncode == 0, forced.forced.stdout + forced.forced.stderr
+    anchor = "        feats[:, 32 - pad:] = 0".encode("latin-1")
+    assert forced.after == forced.edited.replace(anchor, b"        feats = feats.clone()\r\n" + anchor)
+
+
+def test_fix_refuses_a_file_with_uncommitted_changes_unless_forced(forced: Forced) -> None:
+    assert forced.refused.returncode == 2
+    assert forced.refused.stderr.strip().splitlines()[-1].endswith(
         "broken_train.py has uncommitted changes: commit them first, see the edit with --diff, or pass --force"
     )
-    assert (project / "broken_train.py").read_text() == edited
-    forced = fix_cli("--force", "broken_train.py", cwd=project)
-    assert forced.returncode == 0, forced.stdout + forced.stderr
-    assert "feats = feats.clone()" in (project / "broken_train.py").read_text()
+    assert forced.after_refusal == forced.edited
+    assert forced.forced.returncode == 0, forced.forced.stdout + forced.forced.stderr
+    assert b"feats = feats.clone()" in forced.after
 
 
 def test_fix_refuses_in_one_line_without_git(tmp_path: Path) -> None:
@@ -226,17 +262,17 @@ def test_fix_refuses_in_one_line_a_file_it_cannot_write() -> None:
 def test_fix_never_edits_a_file_outside_the_project(tmp_path: Path) -> None:
     outside = tmp_path / "lib"
     outside.mkdir()
-    shutil.copy(BROKEN_TRAIN, outside / "tagger.py")
+    (outside / "tagger.py").write_text(TWO_STEP_TRAIN)
     (tmp_path / "project").mkdir()
     project = git_project(tmp_path / "project", {"main.py": "import sys\nsys.path.insert(0, '../lib')\nimport tagger\n"})
     refused = fix_cli("main.py", cwd=project)
     assert refused.returncode == 2
     assert "outside this project" in refused.stderr and "make that change by hand" in refused.stderr
-    assert (outside / "tagger.py").read_text() == BROKEN_TRAIN.read_text()
+    assert (outside / "tagger.py").read_text() == TWO_STEP_TRAIN
 
 
 def test_fix_of_a_clean_script_changes_nothing(tmp_path: Path) -> None:
-    clean = BROKEN_TRAIN.read_text().replace("feats[:, 32 - pad:] = 0", "feats = feats.clone(); feats[:, 32 - pad:] = 0")
+    clean = TWO_STEP_TRAIN.replace("feats[:, 32 - pad:] = 0", "feats = feats.clone(); feats[:, 32 - pad:] = 0")
     project = git_project(tmp_path, {"train.py": clean})
     done = fix_cli("train.py", cwd=project)
     assert done.returncode == 0, done.stderr
@@ -357,13 +393,10 @@ def test_fix_flips_flags_and_rebinds_a_method_statement_and_the_program_computes
     assert output_of(project, "train.py") == output_of(project, "intended.py")
 
 
-def test_fix_runs_a_module_as_python_m_does_and_edits_it_in_a_src_layout(tmp_path: Path) -> None:
+def test_fix_runs_a_module_as_python_m_does_and_edits_it_in_a_src_layout(two_writes_module: Fixed) -> None:
     # issue 23: "run the same entry": `fix -m pkg.train`, the package found through PYTHONPATH=src,
     # which each check points into its copy of the project (else the copy's edit would go unseen)
-    (tmp_path / "src" / "proj").mkdir(parents=True)
-    project = git_project(tmp_path, {"src/proj/__init__.py": "", "src/proj/train.py": TWO_WRITES})
-    path = os.pathsep.join([str(project / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
-    done = fix_cli("-m", "proj.train", cwd=project, env={"PYTHONPATH": path})
+    project, done = two_writes_module
     assert done.returncode == 0, done.stdout + done.stderr
     assert changed_lines(project) == ["+    h = h.clone()"]
     assert "fixed IPD101 at src/proj/train.py:9: insert `h = h.clone()` at src/proj/train.py:9 (proven" in done.stdout

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import os
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from inplace_doctor.cli.prove import Verdict, Workspace, identity, judge, serious
 from inplace_doctor.cli.source_edits import plan
@@ -16,24 +19,53 @@ from programs import POLYAK
 from programs import BUFFER_STEPS as BUFFER
 
 
-def prove(tmp_path: Path, source: str, edits: list[Edit]) -> tuple[Workspace, Verdict, list[dict[str, Any]]]:
-    """(the workspace, the verdict of the edited program against the reference, its findings)."""
-    (tmp_path / "train.py").write_text(source)
-    ws = Workspace(str(tmp_path), "train.py", [], None)
+class Proving:
+    """A workspace on `source` (in `folder`) whose original and reference runs are done once, for
+    trials of several sets of edits against them."""
+
+    def __init__(self, folder: Path, source: str) -> None:
+        (folder / "train.py").write_text(source)
+        self.folder = folder
+        self.ws = Workspace(str(folder), "train.py", [], None)
+        try:
+            self.original = self.ws.run({})
+            self.findings = serious(self.original.findings)
+            assert self.findings, self.original.stderr
+            self.reference = self.ws.run({}, reference=True)
+            assert self.reference.record is not None and self.reference.record.ended == "ran to the end", (
+                self.reference.stderr)
+        except BaseException:
+            self.close()
+            raise
+
+    def trial(self, edits: list[Edit]) -> tuple[Verdict, list[dict[str, Any]]]:
+        """(the verdict of the edited program against the reference, its findings)."""
+        state = {p: after for p, (_, after) in plan(edits, str(self.folder)).items()}
+        trial = self.ws.run(state)
+        assert self.reference.record is not None
+        known = {identity(f, self.original.tree) for f in self.findings}
+        return judge(identity(self.findings[0], self.original.tree), trial, self.reference.record, known), trial.findings
+
+    def close(self) -> None:
+        self.ws.close()
+        assert not os.path.exists(self.ws.tmp)
+
+
+def prove(tmp_path: Path, source: str, edits: list[Edit]) -> tuple[Verdict, list[dict[str, Any]]]:
+    """(the verdict of the edited program against the reference, its findings)."""
+    proving = Proving(tmp_path, source)
     try:
-        original = ws.run({})
-        findings = serious(original.findings)
-        assert findings, original.stderr
-        reference = ws.run({}, reference=True)
-        assert reference.record is not None and reference.record.ended == "ran to the end", reference.stderr
-        state = {p: after for p, (_, after) in plan(edits, str(tmp_path)).items()}
-        trial = ws.run(state)
-        known = {identity(f, original.tree) for f in findings}
-        verdict = judge(identity(findings[0], original.tree), trial, reference.record, known)
+        return proving.trial(edits)
     finally:
-        ws.close()
-    assert not os.path.exists(ws.tmp)
-    return ws, verdict, trial.findings
+        proving.close()
+
+
+@pytest.fixture(scope="module")
+def buffer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proving]:
+    """BUFFER's original and reference runs, shared by the trials of its two edits."""
+    proving = Proving(tmp_path_factory.mktemp("buffer"), BUFFER)
+    yield proving
+    proving.close()
 
 
 def insert(line: int, indent: int, text: str) -> Edit:
@@ -42,17 +74,17 @@ def insert(line: int, indent: int, text: str) -> Edit:
 
 
 
-def test_a_clone_before_a_write_that_saves_its_own_operands_is_not_proven(tmp_path: Path) -> None:
+def test_a_clone_before_a_write_that_saves_its_own_operands_is_not_proven(buffer: Proving) -> None:
     # issue 23, item 2: the clone is both read and written, so the finding stays
-    _, verdict, findings = prove(tmp_path, BUFFER, [insert(9, 4, "buf = buf.clone()")])
+    verdict, findings = buffer.trial([insert(9, 4, "buf = buf.clone()")])
     assert not verdict.gone and not verdict.proven
     assert [f["code"] for f in serious(findings)] == ["IPD101"]
 
 
-def test_computing_the_value_then_writing_into_a_copy_is_proven_bit_for_bit(tmp_path: Path) -> None:
+def test_computing_the_value_then_writing_into_a_copy_is_proven_bit_for_bit(buffer: Proving) -> None:
     write = Edit("train.py", Position(9, 4), Position(9, 38), "buf[4] = torch.mul(buf[2], buf[3])",
                  "v = torch.mul(buf[2], buf[3])\n    buf = buf.clone()\n    buf[4] = v")
-    _, verdict, findings = prove(tmp_path, BUFFER, [write])
+    verdict, findings = buffer.trial([write])
     assert verdict.proven, verdict
     assert verdict.steps == 3 and not serious(findings)
 
@@ -68,7 +100,7 @@ def move_step(after_line: int) -> list[Edit]:
 def test_moving_the_step_past_code_that_reads_the_stepped_parameters_is_not_proven(tmp_path: Path) -> None:
     # issue 23, item 3: the Polyak update between the step and the backward reads other values
     source = ACTOR_CRITIC.replace("POLYAK_HERE\n", POLYAK + "\n").replace("POLYAK_LAST\n", "")
-    _, verdict, findings = prove(tmp_path, source, move_step(24))
+    verdict, findings = prove(tmp_path, source, move_step(24))
     assert verdict.gone and not verdict.new and verdict.comparison == "differs", verdict
     assert not verdict.proven and "differs from the intended program's" in verdict.first_difference
     assert not serious(findings)
@@ -76,7 +108,7 @@ def test_moving_the_step_past_code_that_reads_the_stepped_parameters_is_not_prov
 
 def test_moving_the_step_past_the_backward_alone_is_proven(tmp_path: Path) -> None:
     source = ACTOR_CRITIC.replace("POLYAK_HERE\n", "").replace("POLYAK_LAST\n", POLYAK + "\n")
-    _, verdict, _ = prove(tmp_path, source, move_step(21))
+    verdict, _ = prove(tmp_path, source, move_step(21))
     assert verdict.proven, verdict
 
 
@@ -100,6 +132,6 @@ TWO_WRITES = textwrap.dedent(
 
 def test_of_two_writes_to_one_saved_tensor_changing_the_first_is_enough(tmp_path: Path) -> None:
     # issue 23, item 4: one fix for one write; the other write's finding goes with it
-    _, verdict, findings = prove(tmp_path, TWO_WRITES, [insert(9, 4, "h = h.clone()")])
+    verdict, findings = prove(tmp_path, TWO_WRITES, [insert(9, 4, "h = h.clone()")])
     assert verdict.proven, verdict
     assert not serious(findings)

@@ -20,9 +20,9 @@ import jsonschema
 
 import inplace_doctor as ipd
 from programs import ACTOR_CRITIC
+from programs import TWO_STEP_TRAIN
 
 ROOT = Path(__file__).resolve().parents[2]
-BROKEN_TRAIN = ROOT / "examples" / "broken_train.py"
 SARIF_SCHEMA = ROOT / "tests" / "render" / "data" / "sarif-schema-2.1.0.json"
 REPORT_SCHEMA = Path(ipd.__file__).parent / "schema" / "report.schema.json"
 
@@ -41,10 +41,10 @@ def _errors(schema: Path, cls: Any, instance: Any) -> list[str]:
 
 
 def test_run_prove_writes_a_sarif_log_whose_result_offers_the_proven_edit(tmp_path: Path) -> None:
-    (tmp_path / "broken_train.py").write_text(BROKEN_TRAIN.read_text())
+    (tmp_path / "broken_train.py").write_text(TWO_STEP_TRAIN)
     done = run_cli("--prove", "--format", "sarif", "--output", "ipd.sarif", "broken_train.py", cwd=tmp_path)
     assert done.returncode == 1, done.stderr  # the finding is still there: a CI job fails on it
-    assert (tmp_path / "broken_train.py").read_text() == BROKEN_TRAIN.read_text()  # proven on a copy only
+    assert (tmp_path / "broken_train.py").read_text() == TWO_STEP_TRAIN  # proven on a copy only
     assert "checking the fix" not in done.stderr  # with --output the terminal keeps the script's output only
     log = json.loads((tmp_path / "ipd.sarif").read_text())
     assert _errors(SARIF_SCHEMA, jsonschema.Draft4Validator, log) == []
@@ -61,7 +61,7 @@ def test_run_prove_writes_a_sarif_log_whose_result_offers_the_proven_edit(tmp_pa
 
 
 def test_run_prove_json_marks_the_fix_proven_with_its_evidence(tmp_path: Path) -> None:
-    (tmp_path / "broken_train.py").write_text(BROKEN_TRAIN.read_text())
+    (tmp_path / "broken_train.py").write_text(TWO_STEP_TRAIN)
     done = run_cli("--prove", "--format", "json", "--output", "report.json", "broken_train.py", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     data = json.loads((tmp_path / "report.json").read_text())
@@ -70,7 +70,7 @@ def test_run_prove_json_marks_the_fix_proven_with_its_evidence(tmp_path: Path) -
     (fix,) = finding["fixes"]
     assert fix["applicability"] == "proven"
     assert fix["evidence"] == {
-        "checked": True, "equal": True, "finding_gone": True, "new_findings": [], "steps": 20, "first_difference": "",
+        "checked": True, "equal": True, "finding_gone": True, "new_findings": [], "steps": 2, "first_difference": "",
     }
     assert any(note.startswith("--prove: 1 fix(es) proven on this program") for note in data["notes"])
 
