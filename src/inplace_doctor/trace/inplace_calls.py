@@ -227,8 +227,8 @@ class InplaceCalls(TorchFunctionMode):
             return []
         with _DisableTorchFunction(), _compat.DisableTorchDispatch(), self.own_work:
             found = self._stale.found(self.overwritten, args, kwargs)
-            if not found or called_by_the_tool(1):
-                return []
+            if not found or called_by_the_tool(1) or _compat.current_autograd_node() is not None:
+                return []  # the tool's own reads of its records; a custom Function's backward (no forward read)
             return [(e, t, before_values_difference(e, t)) for e, t in found]
 
     def _stale_returned(self, func: Any, args: Any, out: Any, stale: list[tuple[Overwritten, torch.Tensor, float]]) -> None:
