@@ -38,15 +38,16 @@ def test_a_broken_training_script_prints_both_sites_and_exits_non_zero() -> None
 
 
 def test_a_clean_script_exits_zero_with_its_output_and_arguments_intact() -> None:
-    args = ["--steps", "20", "--every", "10", "--", "-x", "--select", "a b"]
+    args = ["--steps", "4", "--every", "2", "--", "-x", "--select", "a b"]  # the script's own arguments
     done = run_cli("-m", "inplace_doctor.examples.train", *args)
     assert done.returncode == 0, done.stderr
     plain = subprocess.run(
         [sys.executable, "-m", "inplace_doctor.examples.train", *args], capture_output=True, text=True, timeout=120
     )
     assert done.stdout == plain.stdout  # the report goes to stderr; stdout is the script's own
-    assert "argv: ['--steps', '20', '--every', '10', '--', '-x', '--select', 'a b']" in done.stdout
-    assert "0 finding(s); watched 20 optimizer steps" in done.stderr
+    assert "argv: ['--steps', '4', '--every', '2', '--', '-x', '--select', 'a b']" in done.stdout
+    assert "step 4: loss" in done.stdout  # the script's own --steps and --every reached it
+    assert "0 finding(s); watched 4 optimizer steps" in done.stderr
 
 
 def test_a_script_path_runs_as_main_with_its_folder_on_sys_path(tmp_path: Path) -> None:
@@ -162,7 +163,7 @@ def test_a_long_loop_under_watch_does_not_grow_memory() -> None:
         return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor))
 
     with ipd.watch(model) as session:
-        for i in range(300):
+        for i in range(120):  # 100 steps after the first count: a tensor kept per step would show 100 times over
             opt.zero_grad()
             model(x).sum().backward()
             opt.step()

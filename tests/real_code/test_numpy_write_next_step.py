@@ -10,11 +10,18 @@ The program (of our own, in the shape of the NumPy hand-outs the bug reports sho
 tanh activations in NumPy from the training loop (`centre(h.detach().numpy())`): that writes
 the very tensor `TanhBackward0` saved, so every step's gradient is silently computed from the
 centred values.
+
+The findings are read from `inplace-doctor run` called in-process (`main([...])`, in a fresh
+thread as the console command's stack starts outside the user's code): what is checked is the
+line search, not process isolation, and each run is checked to leave none of the tool's patches,
+modes, hooks or trace functions behind (`_no_leftovers`). One test runs the command as a process
+(`python -m inplace_doctor run`) beside plain `python`, for its exit code and the bits it trains to.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -77,15 +84,37 @@ def marker(path: Path, name: str) -> int:
     return line
 
 
-def run(path: Path, *options: str) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+def command(path: Path, *options: str) -> list[str]:
+    """`inplace-doctor run`'s arguments: the JSON report to report.json, the script's weights to result_watched.pt."""
+    return ["run", *options, "--format", "json", "--output", str(path.parent / "report.json"),
+            path.name, str(path.parent / "result_watched.pt")]
+
+
+def ipd109(path: Path) -> list[dict]:
     report = path.parent / "report.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "inplace_doctor", "run", *options, "--format", "json", "--output", str(report),
-         path.name, str(path.parent / "result_watched.pt")],
-        capture_output=True, text=True, timeout=180, cwd=path.parent,
-    )
     findings = json.loads(report.read_text())["findings"] if report.exists() else []
-    return proc, [f for f in findings if f["code"] == "IPD109"]
+    return [f for f in findings if f["code"] == "IPD109"]
+
+
+def run(path: Path, *options: str) -> tuple[int, list[dict]]:
+    """The command in-process, in the script's folder: (its exit status, its IPD109 findings). The
+    script seeds torch's generator: the test's generator state is put back after."""
+    import _no_leftovers
+    from conftest import in_fresh_thread
+
+    from inplace_doctor.cli.main import main
+
+    if sys.gettrace() is not None:
+        pytest.skip("another trace function (coverage, a debugger) is set: the search stands aside")
+    before, rng, cwd = _no_leftovers.Leftovers.quick(), torch.random.get_rng_state(), os.getcwd()
+    os.chdir(path.parent)
+    try:
+        status = in_fresh_thread(main, command(path, *options))
+    finally:
+        os.chdir(cwd)
+        torch.random.set_rng_state(rng)
+    assert _no_leftovers.leftovers(before) == []
+    return status, ipd109(path)
 
 
 def at(site: dict) -> tuple[str, int]:
@@ -96,8 +125,8 @@ def at(site: dict) -> tuple[str, int]:
 @pytest.mark.parametrize("steps", [2, 3])
 def test_the_next_watched_step_names_the_numpy_line(tmp_path, where, steps):
     path = write_program(tmp_path, where)
-    proc, [finding] = run(path, "--steps", str(steps))
-    assert proc.returncode == 1, proc.stderr
+    status, [finding] = run(path, "--steps", str(steps))
+    assert status == 1
     assert finding["severity"] == "error" and finding["confirmed"] is True
     assert at(finding["mutation"]) == (path.name, marker(path, WRITES[where][1])), finding["message"]
     assert at(finding["saved"]) == (path.name, marker(path, "saved"))
@@ -110,8 +139,8 @@ def test_the_next_watched_step_names_the_numpy_line(tmp_path, where, steps):
 @pytest.mark.parametrize("where", ["helper", "inline"])
 def test_one_watched_step_says_no_later_step_followed(tmp_path, where):
     path = write_program(tmp_path, where)
-    proc, [finding] = run(path, "--steps", "1")
-    assert proc.returncode == 1, proc.stderr
+    status, [finding] = run(path, "--steps", "1")
+    assert status == 1
     assert at(finding["mutation"]) == (path.name, marker(path, "handout"))  # the hand-out: all that is known
     assert "the writing line is not named: no watched step followed the one that found the change" in finding["message"]
 
@@ -120,8 +149,8 @@ def test_a_write_that_does_not_recur_is_searched_for_in_two_later_steps_and_said
     """The write happens in step 1 only: steps 2 and 3 are checked line by line (not the 4 after them),
     and the finding says the tensors saved there were checked and no line changed them."""
     path = write_program(tmp_path, "first-step-only", steps=6)
-    proc, [finding] = run(path, "--steps", "6")
-    assert proc.returncode == 1, proc.stderr
+    status, [finding] = run(path, "--steps", "6")
+    assert status == 1
     assert at(finding["mutation"]) == (path.name, marker(path, "handout"))
     assert (
         "the writing line is not named: in watched steps 2 to 3, the tensors saved at this place were checked after "
@@ -132,16 +161,22 @@ def test_a_write_that_does_not_recur_is_searched_for_in_two_later_steps_and_said
 def test_a_script_with_one_step_says_no_later_step_followed(tmp_path):
     """Without --steps the whole script is watched; a change in its last step has no step after it."""
     path = write_program(tmp_path, "helper", steps=1)
-    proc, [finding] = run(path)
+    _, [finding] = run(path)
     assert at(finding["mutation"]) == (path.name, marker(path, "handout"))
     assert "no watched step followed the one that found the change" in finding["message"]
 
 
 def test_the_search_changes_nothing_the_script_computes(tmp_path):
-    """Watched with the line search armed, the script trains to the same bits as under plain python."""
+    """Watched with the line search armed (`python -m inplace_doctor run`, a process of its own: it exits 1
+    and names the line), the script trains to the same bits as under plain python."""
     path = write_program(tmp_path, "helper")
-    proc, _ = run(path, "--steps", "3")
+    proc = subprocess.run(
+        [sys.executable, "-m", "inplace_doctor", *command(path, "--steps", "3")], capture_output=True, text=True,
+        timeout=180, cwd=tmp_path,
+    )
     assert proc.returncode == 1, proc.stderr
+    [finding] = ipd109(path)
+    assert at(finding["mutation"]) == (path.name, marker(path, "helper-write")), finding["message"]
     plain = subprocess.run(
         [sys.executable, path.name, str(tmp_path / "result_plain.pt")], capture_output=True, text=True, timeout=120,
         cwd=tmp_path,

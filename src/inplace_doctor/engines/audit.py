@@ -17,8 +17,9 @@ from ..rules.dispatch import Analyzer
 from ..rules.phrasing import raised_in_backward
 from ..sites import ROOT_LABEL
 from ..trace.blame import exception_text, forget_frames, printable_text, internal_error, passed_through, raised_by_the_tool
-from ..trace.modules import refuse_opaque, unique_label, variable_name
+from ..trace.modules import refuse_opaque, unique_label
 from ..trace.tracer import Tracer
+from ..trace.user_names import variable_name
 from . import nesting, replay_writes, tracer_mode
 from .finish import finish_report, sorted_findings
 from .preserve import Preserved, generators_in, labelled_tensors, private_inputs, refuse_lazy, refuse_meta, tensors_in

@@ -19,12 +19,11 @@ from typing import Any, NamedTuple
 import torch
 
 from .. import _compat
-from .nodes import origin_of
+from .nodes import origin_of, saved_attrs
 from .dispatch_mode import copies_onto_itself
 from .owner import Busy
 from .pending_reads import PendingReads
 from .pytorch_errors import RaisedErrors
-from .saved import saved_attrs
 from .saved_fast import FastSavedTensors
 from .write_kernels import WriteKernels
 from .writes import WriteRecorder

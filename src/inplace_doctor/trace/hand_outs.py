@@ -125,7 +125,7 @@ def to_dlpack_patches() -> list[SharedPatch[Any]]:
     if not _DLPACK:
         import torch.utils.dlpack as dlpack
 
-        own = dlpack.to_dlpack
+        own = dlpack.to_dlpack  # type: ignore[attr-defined]  # torch binds it from torch._C without re-exporting it
         first: SharedPatch[Any] = SharedPatch(dlpack, "to_dlpack", _reporting)
         _DLPACK.append(first)
         if getattr(torch, "to_dlpack", None) is own:  # the same wrapper: it reports to the first's users
