@@ -118,32 +118,40 @@ def test_bad_usage_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2 and "unknown rule code" in done.stderr
 
 
-def test_steps_1_lets_the_rest_of_a_100_step_script_run_at_near_plain_speed(tmp_path: Path) -> None:
+def test_steps_1_leaves_the_rest_of_the_script_running_no_tracer_code(tmp_path: Path) -> None:
+    # Not a timing assert (a loaded machine makes any bound flaky): after `--steps 1` the only code of
+    # the tool's a later step runs is the step counter's and, for an in-place op, the pass-through of the
+    # write kernels whose registration lingers (test_write_kernels_linger.py), whatever the model holds
+    # (modules, in-place activations, an optimizer): no hook, mode, patched function or record of a tracer.
     script = tmp_path / "loop.py"
     script.write_text(textwrap.dedent("""
-        import time, torch
+        import sys, torch
         from torch import nn
+        import torch.nn.functional as F
         torch.manual_seed(0)
-        model = nn.Sequential(*[m for _ in range(20) for m in (nn.Linear(32, 32), nn.GELU())])
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        model = nn.Sequential(*[m for _ in range(5) for m in (nn.Linear(32, 32), nn.GELU(), nn.ReLU(inplace=True))])
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         x = torch.randn(16, 32)
         def step():
-            opt.zero_grad(); model(x).sum().backward(); opt.step()
-        step()
-        start = time.perf_counter()
-        for _ in range(99):
+            opt.zero_grad(); h = model(x) * 1.0; h += 1; F.hardtanh(h * 2, inplace=True).sum().backward(); opt.step()
+        for _ in range(3):
             step()
-        print("loop_s", time.perf_counter() - start)
+        seen = set()
+        def profile(frame, event, arg):
+            if event == "call" and "inplace_doctor" in frame.f_code.co_filename:
+                seen.add(frame.f_code.co_filename.rsplit("inplace_doctor", 1)[1] + ":" + frame.f_code.co_qualname)
+        sys.setprofile(profile)
+        step()
+        sys.setprofile(None)
+        print("\\n".join(sorted(seen)))
     """))
-    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     watched = run_cli("--steps", "1", str(script))
     assert watched.returncode == 0, watched.stderr
-    plain_s = float(plain.stdout.split()[-1])
-    watched_s = float(watched.stdout.split()[-1])
-    assert "then 99 unwatched" in watched.stderr
-    # Not a timing assert on a tight ratio: instrumented steps cost several times plain;
-    # after --steps 1 the loop must be in plain's range (generous bound for a busy machine).
-    assert watched_s < plain_s * 2.0 + 0.05, (plain_s, watched_s)
+    assert "then 3 unwatched" in watched.stderr
+    called = watched.stdout.split()
+    assert any("StepCounter" in c for c in called), called  # the profile sees the tool's code when it runs
+    passing = ("/cli/steps.py:", "/trace/blame.py:call_through", "/trace/write_kernels.py:_kernel.", "/trace/ops.py:written_tensors")
+    assert [c for c in called if not c.startswith(passing)] == []
 
 
 def test_a_long_loop_under_watch_does_not_grow_memory() -> None:
