@@ -6,6 +6,7 @@ forward as written; a read is reported exactly when a value read differs in kind
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable
 
 import pytest
@@ -86,9 +87,36 @@ def second_write_after_a_view_of_the_first_result(x: torch.Tensor, inplace: bool
     return z.sum() + between.sum()
 
 
+class _GradReverse(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return -grad
+
+
+def _first_half(x: torch.Tensor) -> torch.Tensor:
+    return x[:, :4]
+
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # torch.jit.script is deprecated; programs still use it
+    _scripted_first_half = torch.jit.script(_first_half)
+
+
+def views_made_by_a_function_and_scripted_code(x: torch.Tensor, inplace: bool) -> torch.Tensor:
+    # tensors made after the write by calls whose ops no torch-level call of the program shows
+    h = x * 1.5
+    y = F.relu(h, inplace=inplace)
+    return _GradReverse.apply(y).sum() + _scripted_first_half(y).sum()
+
+
 READ = [kept_slice, kept_detach, kept_transposed_then_viewed, kept_and_summed_into_python,
         second_write_after_a_view_of_the_first_result]
-NOT_READ = [views_of_the_result, the_half_not_written, only_metadata_read, a_stale_view_overwritten_then_read]
+NOT_READ = [views_of_the_result, the_half_not_written, only_metadata_read, a_stale_view_overwritten_then_read,
+            views_made_by_a_function_and_scripted_code]
 
 
 class Wrap(nn.Module):

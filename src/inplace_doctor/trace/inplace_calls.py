@@ -231,6 +231,10 @@ class InplaceCalls(TorchFunctionMode):
                 return []  # the tool's own reads of its records; a custom Function's backward (no forward read)
             return [(e, t, before_values_difference(e, t)) for e, t in found]
 
+    def scripted_returned(self, out: Any) -> None:
+        """What scripted code returned (its ops make no torch-level call): tensors made now."""
+        self._stale_returned(None, (), out, [])
+
     def _stale_returned(self, func: Any, args: Any, out: Any, stale: list[tuple[Overwritten, torch.Tensor, float]]) -> None:
         if not stale and not self._stale.followed(self.overwritten):
             return

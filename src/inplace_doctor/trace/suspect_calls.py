@@ -69,6 +69,8 @@ class SuspectCalls:
         self._depth = 0
         #: calls run under the mode (the tests and the report's statistics may read it)
         self.calls = 0
+        #: told what a scripted call returned while an overwritten object is followed (`stale_aliases.py`)
+        self.returned: Callable[[Any], None] | None = None
 
     def pending(self) -> bool:
         """Whether a read is awaited at all (then each call's arguments are looked through)."""
@@ -137,13 +139,17 @@ def _call_seen(cls: Any) -> Callable[[Any], Any]:
             for session in watched:
                 session.enter()
             try:
-                return original(fn, *args, **kwargs)
+                result = original(fn, *args, **kwargs)
             except BaseException as exc:
                 passed_through(exc)
                 raise
             finally:
                 for session in reversed(watched):
                     session.leave()
+            for session in _PATCHES[cls].here():  # scripted code makes tensors no torch-level call returns
+                if session.overwritten and session.returned is not None:
+                    session.returned(result)
+            return result
 
         seen.__wrapped__ = original  # type: ignore[attr-defined]
         return seen

@@ -262,6 +262,7 @@ class Tracer:
         calls = self.inplace_calls
         calls.measures = measures
         calls.suspects = SuspectCalls(self._busy, calls.overwritten, calls.check_reads, self._writes.caller_reads)
+        calls.suspects.returned = calls.scripted_returned
         calls.own_work = self._busy  # its snapshot's copy is no write of the program's
         self._writes.in_flag_call = lambda: calls.flag_calls > 0
         self._entries = InplaceEntries(calls)  # the mode pushed only while it has work
