@@ -79,6 +79,23 @@ def a_stale_view_overwritten_then_read(x: torch.Tensor, inplace: bool) -> torch.
     return used + kept.sum()
 
 
+def kept_then_updated_in_place(x: torch.Tensor, inplace: bool) -> torch.Tensor:
+    h = x * 1.5
+    kept = h[:, :4]
+    y = F.relu(h, inplace=inplace)
+    kept = kept if inplace else kept.clone()  # (out of place: a copy to update)
+    kept += 1  # reads what it updates
+    return y.sum() + kept.sum()
+
+
+def kept_then_rectified_in_place(x: torch.Tensor, inplace: bool) -> torch.Tensor:
+    h = x * 1.5
+    kept = h[:, :4]
+    y = F.relu(h, inplace=inplace)
+    used = y.sum()
+    return used + F.hardtanh(kept, -0.2, 0.2, inplace=inplace).sum()
+
+
 def second_write_after_a_view_of_the_first_result(x: torch.Tensor, inplace: bool) -> torch.Tensor:
     h = x * 2 - 0.5
     y = F.relu(h, inplace=inplace)
@@ -113,7 +130,7 @@ def views_made_by_a_function_and_scripted_code(x: torch.Tensor, inplace: bool) -
     return _GradReverse.apply(y).sum() + _scripted_first_half(y).sum()
 
 
-READ = [kept_slice, kept_detach, kept_transposed_then_viewed, kept_and_summed_into_python,
+READ = [kept_slice, kept_detach, kept_then_updated_in_place, kept_then_rectified_in_place, kept_transposed_then_viewed, kept_and_summed_into_python,
         second_write_after_a_view_of_the_first_result]
 NOT_READ = [views_of_the_result, the_half_not_written, only_metadata_read, a_stale_view_overwritten_then_read,
             views_made_by_a_function_and_scripted_code]

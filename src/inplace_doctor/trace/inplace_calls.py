@@ -214,7 +214,7 @@ class InplaceCalls(TorchFunctionMode):
             if watched:
                 suspects.leave()  # type: ignore[union-attr]
         if stale is not None:
-            self._stale_returned(func, args, out, stale)
+            self._stale_returned(func, args, kwargs, out, stale)
         if plan & _HANDS_OUT and self.on_hand_out is not None and args and not owner.busy:
             self.on_hand_out(args[0], *HAND_OUTS[func])
         if self.settles_writes:
@@ -227,21 +227,23 @@ class InplaceCalls(TorchFunctionMode):
             return []
         with _DisableTorchFunction(), _compat.DisableTorchDispatch(), self.own_work:
             found = self._stale.found(self.overwritten, args, kwargs)
-            if not found or called_by_the_tool(1) or _compat.current_autograd_node() is not None:
+            if not found or called_by_the_tool(1, ENTRY_CODES) or _compat.current_autograd_node() is not None:
                 return []  # the tool's own reads of its records; a custom Function's backward (no forward read)
             return [(e, t, before_values_difference(e, t)) for e, t in found]
 
     def scripted_returned(self, out: Any) -> None:
         """What scripted code returned (its ops make no torch-level call): tensors made now."""
-        self._stale_returned(None, (), out, [])
+        self._stale_returned(None, (), None, out, [])
 
-    def _stale_returned(self, func: Any, args: Any, out: Any, stale: list[tuple[Overwritten, torch.Tensor, float]]) -> None:
+    def _stale_returned(
+        self, func: Any, args: Any, kwargs: Any, out: Any, stale: list[tuple[Overwritten, torch.Tensor, float]]
+    ) -> None:
         if not stale and not self._stale.followed(self.overwritten):
             return
         with _DisableTorchFunction(), _compat.DisableTorchDispatch(), self.own_work:
             pairs = [(e, t) for e, t, _ in stale]
             self._stale.made(func, args, out, self.overwritten, pairs)
-            if not stale or not reads(func, out, pairs, args):
+            if not stale or not reads(func, out, pairs, args, kwargs):
                 return
         frames, api = capture_frames()
         name = getattr(func, "__name__", "call").strip("_")

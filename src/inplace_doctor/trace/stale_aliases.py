@@ -47,8 +47,14 @@ _METADATA = frozenset({
 _OWN = os.path.join(PACKAGE_DIR, "")
 _EXAMPLES = os.path.join(PACKAGE_DIR, "examples", "")
 _TORCH = os.path.join(os.path.dirname(torch.__file__), "")
-#: calls that write their first argument without reading it
+#: calls that write their first argument without reading it; the first three write all of it
 _OVERWRITES = frozenset({"copy_", "fill_", "zero_", "set_", "resize_", "__setitem__"})
+_WHOLLY = frozenset({"copy_", "fill_", "zero_"})
+#: `kept += 1`: Python's augmented operators, which read what they update
+_AUGMENTED = frozenset({
+    "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__", "__iand__",
+    "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__imatmul__",
+})
 _EXACT_LIMIT = 1 << 24  # elements between the two tensors' first and last: above it, the write's largest change
 
 
@@ -172,7 +178,7 @@ class StaleAliases:
         storages = self.followed(overwritten)
         if not storages:
             return
-        if stale and getattr(func, "__name__", "") in _OVERWRITES and args and any(t is args[0] for _, t in stale):
+        if stale and getattr(func, "__name__", "") in _WHOLLY and args and any(t is args[0] for _, t in stale):
             self._note(args[0])  # `kept.fill_(0)`, `kept.copy_(v)`: what it holds now is written after the write
         tainted = {storage_key(t) for _, t in stale}
         for t in (out if isinstance(out, (list, tuple)) else (out,)):
@@ -186,22 +192,26 @@ class StaleAliases:
         self._followed = ((0, 0), frozenset())
 
 
-def called_by_the_tool(depth: int) -> bool:
+def called_by_the_tool(depth: int, entries: set[Any]) -> bool:
     """Whether the call being handled `depth` frames up came from the tool's own code (its records hold
-    detached aliases made before writes), past torch's dispatch of it and the tool's mode."""
+    detached aliases made before writes), past torch's dispatch of it, the tool's mode and the entry
+    wrappers (`entries`: `x += y`'s and `F.relu`'s while a session runs) between the program and the call."""
     frame = sys._getframe(depth + 1)
     while frame is not None and (frame.f_code.co_filename.startswith(_TORCH) or frame.f_code.co_filename == __file__
+                                 or frame.f_code in entries
                                  or frame.f_code.co_name in ("__torch_function__", "_observed", "_stale_read")):
         frame = frame.f_back  # type: ignore[assignment]
     name = frame.f_code.co_filename if frame is not None else ""
     return name.startswith(_OWN) and not name.startswith(_EXAMPLES)
 
 
-def reads(func: Any, out: Any, stale: list[tuple[Overwritten, torch.Tensor]], args: Any) -> bool:
+def reads(func: Any, out: Any, stale: list[tuple[Overwritten, torch.Tensor]], args: Any, kwargs: Any) -> bool:
     """Whether a call handed stale aliases read their values (not only metadata, not only a view made)."""
     name = getattr(func, "__name__", "")
     if name in _METADATA or (name in _OVERWRITES and args and all(t is args[0] for _, t in stale)):
         return False
+    if name in _AUGMENTED or (kwargs and kwargs.get("inplace") is True):
+        return True  # reads what it updates, and returns it
     returned = [t for t in (out if isinstance(out, (list, tuple)) else (out,)) if isinstance(t, torch.Tensor)]
     if not returned:
         return True  # `item()`, `tolist()`, `equal()`: values read into Python
