@@ -224,3 +224,29 @@ def test_the_program_computes_the_same_with_and_without_the_tool(deep: bool) -> 
         with ipd.watch(deep=deep):
             watched = forward(x, True)
         assert torch.equal(plain, watched), forward.__name__
+
+
+class _KeepsASlice(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x)
+        kept = h[:, :4]
+        return self.act(h)[:, 4:] * kept
+
+
+def test_the_printed_fix_applied_makes_the_program_compute_what_was_meant() -> None:
+    torch.manual_seed(0)
+    model, x = _KeepsASlice(), _x()
+    [finding] = ipd.audit(model, x).findings
+    assert finding.code == "IPD105" and "set `model.act.inplace = False`" in finding.fix, finding.fix
+    with torch.no_grad():
+        h = model.fc(x)
+        meant = F.relu(h)[:, 4:] * h[:, :4]  # the slice holds the pre-activation values
+        assert not torch.equal(model(x), meant)  # as written it does not
+        model.act.inplace = False  # the fix, as printed
+        assert torch.equal(model(x), meant)
+    assert ipd.audit(model, x).findings == []

@@ -40,7 +40,7 @@ from .modules import ModulePaths
 from .ops import op_name
 from .owner import Busy, TraceOwner
 from .stacks import capture_frames, capture_stack, is_user_file, make_site
-from .stale_aliases import Overwritten, StaleAliases, before_values_difference, called_by_the_tool, reads
+from .stale_aliases import Overwritten, StaleAliases, before_values_difference, called_by_the_tool, reads, tensors_in
 from .suspect_calls import SuspectCalls
 from .value_change import finite, largest_change, positional_change
 
@@ -361,13 +361,8 @@ class InplaceCalls(TorchFunctionMode):
 
     def check_reads(self, func: Any, args: Any, kwargs: Any) -> None:
         """Called for each forward op while overwritten objects exist: report reads of them."""
-        for value in (*args, *kwargs.values()):
-            if isinstance(value, torch.Tensor):
-                self._check(func, value)
-            elif isinstance(value, (list, tuple)):
-                for item in value:
-                    if isinstance(item, torch.Tensor):
-                        self._check(func, item)
+        for t in tensors_in(args, kwargs):
+            self._check(func, t)
 
     def _check(self, func: Any, t: torch.Tensor) -> None:
         entry = self.overwritten.get(id(t))

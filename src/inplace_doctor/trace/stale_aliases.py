@@ -20,7 +20,6 @@ objects read on purpose.
 
 from __future__ import annotations
 
-import os
 import sys
 import weakref
 from typing import Any
@@ -31,9 +30,9 @@ from .. import _compat
 from ..causes import WriteForm
 from ..events import WriteInfo
 from .modules import ModuleContext
-from .stacks import MAX_STACK, make_site, resolve_stack
-from .storage import elements_overlap, storage_key, storage_span
-from .user_files import PACKAGE_DIR
+from .stacks import MAX_STACK, TORCH_DIR, make_site, resolve_stack
+from .storage import elements_overlap, last_element, storage_key, storage_span
+from .user_files import is_tool_file
 from .value_change import finite
 
 _Parameter = torch.nn.Parameter
@@ -44,9 +43,6 @@ _METADATA = frozenset({
     "is_floating_point", "is_complex", "is_signed", "get_device", "is_set_to", "__hash__", "__format__", "_is_view",
     "is_inference", "is_pinned", "is_shared", "is_coalesced", "has_names", "ndimension", "type", "_version",
 })
-_OWN = os.path.join(PACKAGE_DIR, "")
-_EXAMPLES = os.path.join(PACKAGE_DIR, "examples", "")
-_TORCH = os.path.join(os.path.dirname(torch.__file__), "")
 #: calls that write their first argument without reading it; the first three write all of it
 _OVERWRITES = frozenset({"copy_", "fill_", "zero_", "set_", "resize_", "__setitem__"})
 _WHOLLY = frozenset({"copy_", "fill_", "zero_"})
@@ -101,7 +97,8 @@ class Overwritten:
         )
 
 
-def _tensors(args: Any, kwargs: Any) -> list[torch.Tensor]:
+def tensors_in(args: Any, kwargs: Any) -> list[torch.Tensor]:
+    """The tensors among a call's arguments, and in its lists and tuples (one level down)."""
     found: list[torch.Tensor] = []
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor):
@@ -150,7 +147,7 @@ class StaleAliases:
         if not storages:
             return []
         stale: list[tuple[Overwritten, torch.Tensor]] = []
-        for t in _tensors(args, kwargs):
+        for t in tensors_in(args, kwargs):
             if type(t) is _Parameter or id(t) in overwritten:  # the object itself: `InplaceCalls._check`
                 continue
             if storage_key(t) not in storages:
@@ -162,7 +159,7 @@ class StaleAliases:
             after = self._made_after(t)
             for entry in sorted(entries, key=lambda e: -e.serial):  # the latest write it came before
                 target = entry.ref()
-                if entry.storage != span[0] or after >= entry.serial or target is None:
+                if after >= entry.serial or target is None:
                     continue
                 written = storage_span(target)
                 if written is not None and written[1] < span[2] and span[1] < written[2] and elements_overlap(target, t):
@@ -197,12 +194,11 @@ def called_by_the_tool(depth: int, entries: set[Any]) -> bool:
     detached aliases made before writes), past torch's dispatch of it, the tool's mode and the entry
     wrappers (`entries`: `x += y`'s and `F.relu`'s while a session runs) between the program and the call."""
     frame = sys._getframe(depth + 1)
-    while frame is not None and (frame.f_code.co_filename.startswith(_TORCH) or frame.f_code.co_filename == __file__
+    while frame is not None and (frame.f_code.co_filename.startswith(TORCH_DIR) or frame.f_code.co_filename == __file__
                                  or frame.f_code in entries
                                  or frame.f_code.co_name in ("__torch_function__", "_observed", "_stale_read")):
         frame = frame.f_back  # type: ignore[assignment]
-    name = frame.f_code.co_filename if frame is not None else ""
-    return name.startswith(_OWN) and not name.startswith(_EXAMPLES)
+    return frame is not None and is_tool_file(frame.f_code.co_filename)
 
 
 def reads(func: Any, out: Any, stale: list[tuple[Overwritten, torch.Tensor]], args: Any, kwargs: Any) -> bool:
@@ -227,10 +223,10 @@ def before_values_difference(entry: Overwritten, t: torch.Tensor) -> float:
     target = entry.ref()
     snapshot = entry.snapshot
     if snapshot is None or target is None or t.dtype != target.dtype or not (t.is_floating_point() or t.is_complex()):
-        return float(entry.change) if entry.change is not None else _whole(entry, target)
+        return _whole(entry, target)
     with _compat.DisableTorchDispatch(), torch.no_grad():
         first = min(int(t.storage_offset()), int(target.storage_offset()))
-        last = max(_last(t), _last(target))
+        last = max(last_element(t), last_element(target))
         if last - first + 1 > _EXACT_LIMIT:
             return _whole(entry, target)
         memory = torch.empty(0, dtype=t.dtype, device=t.device)
@@ -249,6 +245,3 @@ def _whole(entry: Overwritten, target: torch.Tensor | None) -> float:
     with _compat.DisableTorchDispatch(), torch.no_grad():
         return float((target.double() - entry.snapshot.double()).abs().max()) if target.numel() else 0.0
 
-
-def _last(t: torch.Tensor) -> int:
-    return int(t.storage_offset()) + sum((int(n) - 1) * int(s) for n, s in zip(t.shape, t.stride()))

@@ -87,7 +87,7 @@ def elements_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     from .._compat import DisableTorchDispatch
 
     first = min(int(a.storage_offset()), int(b.storage_offset()))
-    last = max(_last_element(a), _last_element(b))
+    last = max(last_element(a), last_element(b))
     if last - first + 1 > _EXACT_OVERLAP_LIMIT:
         return True
     with DisableTorchDispatch(), torch.no_grad():
@@ -96,5 +96,6 @@ def elements_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
         return bool(mask.as_strided(b.shape, b.stride(), int(b.storage_offset()) - first).any())
 
 
-def _last_element(t: torch.Tensor) -> int:
+def last_element(t: torch.Tensor) -> int:
+    """The storage index of the last element a strided tensor covers."""
     return int(t.storage_offset()) + sum((int(n) - 1) * int(s) for n, s in zip(t.shape, t.stride()))

@@ -78,6 +78,14 @@ def framework_of(filename: str) -> str | None:
     return found
 
 
+_PACKAGE_DIRS = _with_real({PACKAGE_DIR})
+
+
+def is_tool_file(filename: str) -> bool:
+    """Whether a file is inplace_doctor's own code (its bundled examples are the user's)."""
+    return filename.startswith(_PACKAGE_DIRS) and not filename.startswith(_USER_DIRS)
+
+
 def is_user_file(filename: str) -> bool:
     known = _is_user_file_cache.get(filename)
     if known is None:
