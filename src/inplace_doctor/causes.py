@@ -39,6 +39,7 @@ class Unreached(enum.StrEnum):
     NO_BACKWARD = "no-backward"  # audit ran the forward only
     NOT_ON_LOSS_PATH = "not-on-loss-path"  # audit's backward ran to the end without reaching it
     NOT_REACHED_IN_WATCH = "not-reached-in-watch"  # no backward reached it while watch() was active
+    PENDING = "pending"  # read while the watch is open: no backward has reached it yet
 
 
 class SavedTensorCause(enum.StrEnum):

@@ -29,6 +29,42 @@ class InplaceError(InplaceDoctorError, RuntimeError):
         self.findings = list(findings)
 
 
+_TOOL_ERROR = "_inplace_doctor_error"
+
+
+def carry_tool_error(exc: BaseException, error: InplaceError) -> None:
+    """`exc`, PyTorch's error as the program sees it (its type and message unchanged), carries the
+    tool's `error`: a watch it leaves raises `error` from it (`tool_error_of`)."""
+    setattr(exc, _TOOL_ERROR, error)
+
+
+def tool_error_of(exc: BaseException | None) -> InplaceError | None:
+    """The `InplaceError` the tool made for `exc` (see `carry_tool_error`), or `exc` itself when it is one."""
+    if isinstance(exc, InplaceError):
+        return exc
+    error = getattr(exc, _TOOL_ERROR, None) if exc is not None else None
+    return error if isinstance(error, InplaceError) else None
+
+
+def taken_from_program(exc: BaseException) -> InplaceError | None:
+    """The `InplaceError` `exc` carries, now that it left the program's code: where the write ran is
+    chained in front of `exc` (printed first: where the write ran, then PyTorch's error, then ours)."""
+    error = tool_error_of(exc)
+    if error is None or error is exc:
+        return error
+    written = getattr(error, "written_here", None)
+    if isinstance(written, BaseException) and exc.__cause__ is None:
+        exc.__cause__ = written
+    return error
+
+
+def raise_tool_error(exc: BaseException) -> None:
+    """Raise the `InplaceError` `exc` carries (`taken_from_program`), from `exc`; nothing if none."""
+    error = taken_from_program(exc)
+    if error is not None and error is not exc:  # its traceback is PyTorch's error's: the backward line
+        raise error.with_traceback(exc.__traceback__) from exc
+
+
 class WrittenHere(InplaceDoctorError):
     """Chained in front of an in-place error raised at backward: where the write ran.
 

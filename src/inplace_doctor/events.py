@@ -125,6 +125,9 @@ class InplaceErrorRaised:
     #: raised at an in-place call autograd refused: where the written tensor's autograd node was
     #: created (the `unbind`/`chunk`/`split` that returned it, among several views)
     target_created: Site | None = None
+    #: the program caught it and went on (it never left the watched code): `error` is a copy of
+    #: PyTorch's, without its traceback, made where the call raised
+    caught: bool = False
 
 
 @dataclass(frozen=True)

@@ -161,6 +161,7 @@ class Finding:
     read_role: SiteRole = SiteRole.READ  # what `read` is: a later read, or the line that made the views
     ranks: tuple[int, ...] = ()  # torch.distributed ranks that reported it (engines/distributed.py)
     fix_alternatives: tuple[str, ...] = ()  # folded occurrences' other fix sentences (per-module flags)
+    caught: bool = False  # PyTorch raised it and the program caught the error and went on
 
     @property
     def sites(self) -> tuple[tuple[SiteRole, Site], ...]:
@@ -241,6 +242,7 @@ class Finding:
             "read": self.read.to_dict() if self.read else None,
             "fixes": [x.to_dict() for x in self.fixes],
             "cause": str(self.cause) if self.cause is not None else None,
+            "caught": self.caught,
             "details": self.details,
         }
 

@@ -189,7 +189,7 @@ def test_a_write_in_the_inner_block_to_a_tensor_saved_before_it_is_the_outers() 
         y = w.exp()
         with ipd.watch() as inner:
             y.add_(1)  # <saved outside>
-        with pytest.raises(ipd.InplaceError):
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             y.sum().backward()
     assert inner.findings == []
     assert [(f.code, f.mutation.line) for f in outer.findings] == [("IPD101", line_of(__file__, "# <saved outside>"))]
@@ -221,7 +221,7 @@ def test_what_the_inner_session_confirms_after_its_block_reaches_the_outer() -> 
         assert not outer.findings[0].confirmed  # the inner block ended with a prediction
         try:
             y.sum().backward()  # the inner session's hooks check the tensor it saw saved
-        except ipd.InplaceError:
+        except RuntimeError:
             pass  # the script caught it
     assert [f.confirmed for f in outer.findings] == [True]
     assert inner.findings[0].confirmed

@@ -263,7 +263,7 @@ def test_watch_reports_what_a_stopped_backward_did_not_reach_as_a_warning_when_t
         out = model(torch.randn(2, 4))
         try:
             out.sum().backward()
-        except ipd.InplaceError:
+        except RuntimeError:
             pass
     by_line = sorted(session.findings, key=lambda f: f.mutation.line)
     assert [(f.code, f.severity, f.confirmed) for f in by_line] == [
@@ -280,7 +280,7 @@ def test_a_prediction_made_after_the_stopped_backward_keeps_its_own_reason():
         out = model(torch.randn(2, 4))
         try:
             out.sum().backward()
-        except ipd.InplaceError:
+        except RuntimeError:
             pass
         later = torch.sigmoid(other(torch.randn(2, 4)))
         later.mul_(2)  # <never backpropagated>

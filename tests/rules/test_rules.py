@@ -101,7 +101,7 @@ def test_ipd101_linear_input_overwritten_names_addmm_field():
     assert_lines(f, "addmm", "addmm")
     assert f.slot in {"AddmmBackward0.mat1", "MmBackward0.self"}
     assert "h = h * 3" not in f.fix and "mul(" in f.fix
-    with pytest.raises(ipd.InplaceError):
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.sum().backward()
 
 
@@ -122,8 +122,9 @@ def test_ipd101_write_under_no_grad_still_breaks_backward():
         with torch.no_grad():
             t.clamp_(-0.5, 0.5)  # <write:nograd>
     assert_lines(only(session.findings, "IPD101"), "nograd", "nograd")
-    with pytest.raises(ipd.InplaceError, match="TanhBackward0"):
+    with pytest.raises(RuntimeError, match="which is output 0 of Tanh,") as raised:
         t.sum().backward()
+    assert type(raised.value) is RuntimeError  # PyTorch's own error, outside the watch
 
 
 def test_ipd101_forward_hook_that_modifies_the_output():
@@ -186,7 +187,7 @@ def test_ipd101_custom_function_saved_tensors():
     assert [fr.line for fr in f.saved.stack][-2:] == [line_of("apply:custom"), line_of("save:custom")]
     assert f.slot == "ScaleBackward.saved_tensors[0]"
     assert f.saved.op == "Scale.apply"
-    with pytest.raises(ipd.InplaceError):
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         out.sum().backward()
 
 

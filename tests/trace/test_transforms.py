@@ -38,7 +38,7 @@ def test_grad_vjp_jacrev_and_hessian_run_under_watch_with_the_results_of_a_plain
         # outside the transforms the tracer is itself again: its hooks are back on top
         h = torch.sigmoid(model(x))
         h.mul_(2)
-        with pytest.raises(ipd.InplaceError):
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             h.sum().backward()
     assert all(torch.equal(a, b) for a, b in zip(plain, watched, strict=True))
     assert [f.code for f in session.findings] == ["IPD101"]

@@ -48,7 +48,8 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..api import watch
-from ..errors import InplaceError
+from ..causes import ForbiddenCause, LeafCause
+from ..errors import InplaceError, taken_from_program
 from ..printing import user_streams
 from ..report import Report
 from ..trace.blame import internal_error, raised_by_the_tool
@@ -105,27 +106,20 @@ def run_script(
                         runpy.run_path(target, run_name="__main__")
             except SystemExit as e:
                 status = _exit_status(e.code, err or sys.stderr)
-            except InplaceError as e:  # raised inside the script: at the write (fail-fast) or in backward
+            except InplaceError as e:  # raised inside the script at the write (fail-fast)
                 counter.stop()
                 status = 1
                 print_script_error(e, err or sys.stderr)
                 stats.diagnosis = _diagnosis(e)
             except BaseException as exc:
-                if module and _module_missing(exc, target):  # -m names no module: a usage error, after cleanup
-                    missing = exc
-                    raise
-                if raised_by_the_tool(exc):  # the tool's crash inside the script: `main` says so, exit 4
-                    raise internal_error(exc) from exc
-                status = 130 if isinstance(exc, KeyboardInterrupt) else 1  # 130: as a shell reports python's
-                if counter.active:  # raised inside backward: a note names the forward line of the failing node
-                    session.annotate(exc)
-                print_script_error(exc, err or sys.stderr)
-                if counter.active:  # let the session turn a PyTorch in-place error into the diagnosis
-                    counter.active = False
-                    try:
-                        session.__exit__(type(exc), exc, exc.__traceback__)
-                    except InplaceError as e:
-                        stats.diagnosis = _diagnosis(e)
+                carried = taken_from_program(exc)  # PyTorch's error in backward, with the tool's diagnosis
+                if carried is not None:
+                    counter.stop()
+                    status = 1
+                    print_script_error(exc, err or sys.stderr)
+                    stats.diagnosis = _diagnosis(carried)
+                else:
+                    missing, status = _script_raised(exc, session, counter, stats, module, target, err)
     finally:
         try:
             counter.stop()
@@ -141,6 +135,29 @@ def run_script(
     report = session.report()
     counter.name_write_lines(report)  # IPD109's writing lines, found in the watched steps that followed
     return status, report, stats
+
+
+def _script_raised(
+    exc: BaseException, session: watch, counter: StepCounter, stats: RunStats, module: bool, target: str,
+    err: TextIO | None,
+) -> tuple[BaseException | None, int]:
+    """The script raised `exc` (not an in-place error the tool diagnosed): print it as python would,
+    let the session diagnose it; (the `-m` module that was missing, the exit status)."""
+    if module and _module_missing(exc, target):  # -m names no module: a usage error, after cleanup
+        return exc, 0
+    if raised_by_the_tool(exc):  # the tool's crash inside the script: `main` says so, exit 4
+        raise internal_error(exc) from exc
+    status = 130 if isinstance(exc, KeyboardInterrupt) else 1  # 130: as a shell reports python's
+    if counter.active:  # raised inside backward: a note names the forward line of the failing node
+        session.annotate(exc)
+    print_script_error(exc, err or sys.stderr)
+    if counter.active:  # let the session turn a PyTorch in-place error into the diagnosis
+        counter.active = False
+        try:
+            session.__exit__(type(exc), exc, exc.__traceback__)
+        except InplaceError as e:
+            stats.diagnosis = _diagnosis(e)
+    return None, status
 
 
 def _module_missing(exc: BaseException, target: str) -> bool:
@@ -169,13 +186,20 @@ def _no_module_error(target: str) -> CliUsageError:
 
 
 def _diagnosis(error: InplaceError) -> str:
-    """One line naming what happened; the report that follows names both culprits in full."""
+    """One line naming what happened; the report that follows names the culprits in full."""
     if error.findings:
         f = error.findings[0]
-        saved = f" saved at {f.saved.location}" if f.saved is not None else ""
+        op, where = f.mutation.op.removeprefix("aten."), f.mutation.location
+        if isinstance(f.cause, (LeafCause, ForbiddenCause)):  # PyTorch refused the op: nothing was written
+            return (
+                f"the script stopped where PyTorch refused the in-place `{op}` at {where} ({f.code}); "
+                "the report below says why and the fix"
+            )
+        if f.saved is None:
+            return f"the script stopped at an in-place error ({f.code}): `{op}` at {where}; the report below names the fix"
         return (
-            f"the script stopped at an in-place error ({f.code}): `{f.mutation.op.removeprefix('aten.')}` at "
-            f"{f.mutation.location} overwrote a tensor{saved}; the report below names both lines and the fix"
+            f"the script stopped at an in-place error ({f.code}): `{op}` at {where} overwrote a tensor saved at "
+            f"{f.saved.location}; the report below names both lines and the fix"
         )
     first = str(error).splitlines()[0] if str(error) else type(error).__name__
     return f"the script stopped at an in-place error: {first}"

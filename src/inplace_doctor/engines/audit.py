@@ -7,7 +7,9 @@ from typing import Any, Callable, Iterable, Literal, Mapping
 
 import torch
 
-from ..errors import InplaceDoctorError, InplaceError, ModelError, UnsupportedModuleError, UsageError
+from ..errors import (
+    InplaceDoctorError, InplaceError, UnsupportedModuleError, UsageError, raise_tool_error, tool_error_of,
+)
 from ..events import InplaceErrorRaised
 from ..findings import Finding, Severity
 from ..report import Report
@@ -16,12 +18,12 @@ from ..causes import Unreached
 from ..rules.dispatch import Analyzer
 from ..rules.phrasing import raised_in_backward
 from ..sites import ROOT_LABEL
-from ..trace.blame import exception_text, forget_frames, printable_text, internal_error, passed_through, raised_by_the_tool
+from ..trace.blame import forget_frames, printable_text, internal_error, passed_through, raised_by_the_tool
 from ..trace.modules import refuse_opaque, unique_label
 from ..trace.tracer import Tracer
 from ..trace.user_names import variable_name
 from . import nesting, replay_writes, tracer_mode
-from .finish import finish_report, sorted_findings
+from .finish import classify_or_raise, finish_report, sorted_findings
 from .preserve import Preserved, generators_in, labelled_tensors, private_inputs, refuse_lazy, refuse_meta, tensors_in
 from .training import default_loss, grad_mode_off
 
@@ -121,8 +123,9 @@ def audit(
         except InplaceError:
             raise
         except Exception as exc:
+            raise_tool_error(exc)  # a backward inside forward reached an overwritten saved tensor
             passed_through(exc)
-            _classify_or_raise(exc, tracer, analyzer, report, "forward", model)
+            classify_or_raise(exc, tracer, analyzer, report, "forward", model)
             analyzer.finish(Unreached.FORWARD_STOPPED, Severity.WARNING)
             return finish_report(report, tracer, analyzer)
         tracer.flush()
@@ -135,13 +138,13 @@ def audit(
                 report.backward = True
                 try:
                     loss.backward()
-                except InplaceError as err:
-                    forget_frames(err)
-                    report.notes.append("backward raised at the first overwritten saved tensor it reached")
-                    analyzer.backward_stopped()
                 except Exception as exc:
-                    passed_through(exc)
-                    _classify_or_raise(exc, tracer, analyzer, report, "backward", model)
+                    if tool_error_of(exc) is not None:  # PyTorch's error, which the tool's diagnosis rides on
+                        forget_frames(exc)
+                        report.notes.append("backward raised at the first overwritten saved tensor it reached")
+                    else:
+                        passed_through(exc)
+                        classify_or_raise(exc, tracer, analyzer, report, "backward", model)
                     analyzer.backward_stopped()
                 else:
                     analyzer.backward_completed()
@@ -157,46 +160,18 @@ def audit(
     return report
 
 
-def _classify_or_raise(
-    exc: Exception, tracer: Tracer, analyzer: Analyzer, report: Report, stage: str, model: torch.nn.Module
-) -> None:
-    if raised_by_the_tool(exc):
-        raise internal_error(exc) from exc
-    text = printable_text(exc)
-    if text is None:  # a user's exception class whose __str__ raises: no rule reads it
-        raise ModelError(
-            f"{type(model).__name__} raised {type(exc).__name__} during {stage} ({tracer.progress()}): {exception_text(exc)}"
-        ) from exc
-    event = tracer.describe_exception(exc)
-    if analyzer.handle(event):
-        report.notes.append(f"{stage} stopped: PyTorch raised {type(exc).__name__} at the op")
-        forget_frames(exc)
-        return
-    unselected = Analyzer(select_rules(), root_label=analyzer.root_label).handle(event)
-    if unselected:
-        codes = ", ".join(sorted({f.code for f in unselected}))
-        report.notes.append(f"{stage} stopped at an in-place error of a rule not selected ({codes})")
-        forget_frames(exc)
-        return
-    if analyzer.suppressed:
-        report.notes.append(f"{stage} stopped at the in-place error of a suppressed finding (PyTorch still raises it)")
-        forget_frames(exc)
-        return
-    in_backward = raised_in_backward(event, analyzer.root_label)
-    if in_backward is not None:  # the forward line that created the failing node, as anomaly mode names it
-        raise ModelError(f"{type(model).__name__} raised {type(exc).__name__} during {stage}: {in_backward}") from exc
-    raise ModelError(
-        f"{type(model).__name__} raised {type(exc).__name__} during {stage} ({tracer.progress()}): {text}"
-    ) from exc
-
-
 class watch:
     """Instrument any code (training steps, loops) and collect in-place findings.
 
     `with ipd.watch() as session:` returns the session itself; its `findings`
-    stay readable after an exception. An in-place autograd error raised inside
-    (at the op, or later in backward) is re-raised as `InplaceError` with both
-    culprits; the PyTorch error is chained. With `fail_fast=True` the error is
+    stay readable after an exception. Inside the block the program sees
+    PyTorch's own errors, type and message unchanged (an `except RuntimeError`
+    in it behaves as without the tool); an in-place autograd error that leaves
+    the block (raised at the op, or later in backward) is re-raised as
+    `InplaceError` with both culprits, PyTorch's error chained. An error
+    PyTorch raised at an in-place call that the program caught is a finding
+    too (`Finding.caught`). `session.report()` read inside the block lists
+    the predictions no backward has reached yet as predicted. With `fail_fast=True` the error is
     raised at the overwriting op itself. A `watch()` nested in another is its
     own, and the enclosing one reports its findings too (`engines/nesting.py`).
 
@@ -289,7 +264,10 @@ class watch:
         return sorted_findings(self._all_findings())
 
     def _all_findings(self) -> list[Finding]:
-        return nesting.merged(self._analyzer.findings, self._adopted)
+        found = nesting.merged(self._analyzer.findings, self._adopted)
+        if self._tracer.active:  # read before the watch closed: what is predicted is listed as predicted
+            found = found + self._analyzer.predicted()
+        return found
 
     def adopt_session(self, findings: list[Finding], adopted: list[list[Finding]]) -> None:
         """A session nested in this one ended: its findings (and those it adopted) are this one's too."""
@@ -304,6 +282,11 @@ class watch:
         return self._tracer
 
     def report(self) -> Report:
+        """The findings so far; read inside the block, predictions no backward has reached yet are
+        listed as predicted (`Unreached.PENDING`) and errors the program caught are in."""
+        if self._tracer.active:
+            self._tracer.flush()  # writes settle at the next op: the last one's prediction is made now
+            self._tracer.settle_caught()
         report = Report(
             findings=self._all_findings(), command="watch", root_label=self._analyzer.root_label,
             stack=self._stack,
@@ -345,14 +328,17 @@ class watch:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> Literal[False]:
         self._tracer.__exit__(exc_type, exc, tb)
-        described = self._described(exc)
-        if isinstance(exc, InplaceError) and not exc.in_backward:  # a backward's: marked where it stopped
+        carried = tool_error_of(exc)  # an InplaceError, or PyTorch's error carrying the tool's diagnosis
+        described = self._described(exc) if carried is None else None
+        if carried is not None and not carried.in_backward:  # a backward's: marked where it stopped
             self._analyzer.finish(Unreached.STOPPED_AT_INPLACE_ERROR, Severity.WARNING)
         elif described is not None and described.node is not None:  # raised inside backward, in that node
             self._analyzer.finish(Unreached.STOPPED_AT_ERROR, Severity.WARNING)
         self._analyzer.finish(Unreached.NOT_REACHED_IN_WATCH)
-        if isinstance(exc, InplaceError):
-            self._analyzer.adopt(exc.findings)
+        if carried is not None:
+            self._analyzer.adopt(carried.findings)
+            assert exc is not None
+            raise_tool_error(exc)  # leaves the watch as the InplaceError naming both lines, from PyTorch's
             return False
         if exc is None or not isinstance(exc, Exception):
             return False

@@ -10,7 +10,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.text import Text
 
-from ..causes import SiteRole
+from ..causes import SiteRole, Unreached
 from ..findings import Finding, Severity
 from ..printing import renders_html, renders_text
 from ..report import Report
@@ -57,7 +57,8 @@ def finding_lines(f: Finding, root_label: str = ROOT_LABEL, stack: int = 2) -> l
     # PyTorch refused the op itself (IPD103): its other line, if any, is where the tensor came from
     raised_at_op = f.saved is None and (f.read is None or f.read_role is SiteRole.VIEWS_MADE)
     confirmed = "  [PyTorch raised]" if raised_at_op else "  [confirmed by backward]"
-    status = {True: confirmed, False: "  [unconfirmed]", None: ""}[f.confirmed]
+    unconfirmed = "  [predicted]" if f.unreached is Unreached.PENDING else "  [unconfirmed]"
+    status = {True: confirmed, False: unconfirmed, None: ""}[f.confirmed]
     count = f"  (x{f.count})" if f.count > 1 else ""
     out = [(f"{f.severity.value:<8}{f.code}  {f.title}{status}{count}", _STYLE[f.severity])]
     label = "at" if raised_at_op else "overwritten"
@@ -73,6 +74,8 @@ def finding_lines(f: Finding, root_label: str = ROOT_LABEL, stack: int = 2) -> l
         more = f" and {len(f.places) - _PLACES_SHOWN} more" if len(f.places) > _PLACES_SHOWN else ""
         out.append((f"  {'places' if len(f.places) > 1 else 'written':<12}{listed}{more}", ""))
     out.append((f"  why: {f.why}", ""))
+    if f.caught:
+        out.append(("  caught: your program caught PyTorch's error and went on; the operation it refused never ran", "yellow"))
     if f.unconfirmed_reason:
         out.append((f"  unconfirmed: {f.unconfirmed_reason}", "dim"))
     from_records = fix_lines(f, root_label)  # the fix as its records say it, else the rule's sentences

@@ -49,9 +49,10 @@ from ..events import (
     StaleSavedTensorUsed,
 )
 from ..explanations import explained, unreached
-from ..findings import Finding, Fix, FixKind, Severity
+from ..findings import Finding, Severity
 from ..sites import Site, source_line
 from . import Rule
+from .fix_builders import alternative_fixes, are_updates
 from .phrasing import place_of
 from .suppress import is_suppressed
 
@@ -153,7 +154,7 @@ class Analyzer:
         """Run the rules for one event and record (or, for a write to a saved tensor, keep) what they find."""
         produced: list[Finding] = []
         # Errors PyTorch raised confirm what was found earlier; they are not new occurrences.
-        confirming = isinstance(event, (InplaceErrorRaised, *_REACHED)) or (
+        confirming = isinstance(event, _REACHED) or (isinstance(event, InplaceErrorRaised) and not event.caught) or (
             isinstance(event, SavedTensorChangedOutside) and event.reached
         )
         predicted_key = _predicted_key(event)
@@ -181,6 +182,8 @@ class Analyzer:
                     self._suppressed_saved.add(predicted_key)
                 continue
             finding = self._placed(finding)
+            if isinstance(event, InplaceErrorRaised) and event.caught:
+                finding = finding.with_(caught=True)
             if predicted_key is not None:
                 # Each write that changed the tensor is kept (`p.sub_()` under no_grad, then `opt.step()`:
                 # both must move); the same write again replaces its prediction.
@@ -203,9 +206,9 @@ class Analyzer:
                 if f.code == "IPD101" and (f.mutation.file, f.mutation.line) not in named:
                     named.add((f.mutation.file, f.mutation.line))
                     earlier.append(f)
-            alternatives = _alternatives([*earlier, last])
+            alternatives = alternative_fixes([*earlier, last])
             then = last.facts if isinstance(last.facts, VersionFacts) else VersionFacts()
-            updates = _updates([*earlier, last])  # parameter updates: no write can go to a copy instead
+            updates = are_updates([*earlier, last])  # parameter updates: no write can go to a copy instead
             for f in earlier:
                 facts = replace(f.facts, then=then, then_at=last.mutation.location, updates=updates) if isinstance(
                     f.facts, VersionFacts
@@ -296,6 +299,16 @@ class Analyzer:
                 ended = unreached(f, Unreached.STOPPED_AT_INPLACE_ERROR if stopped else reason)
                 self._record(ended.with_(severity=Severity.WARNING if stopped else severity), confirming=False)
 
+    def predicted(self) -> list[Finding]:
+        """The predictions still pending (no backward has reached their tensor yet), as they stand now,
+        one per cause: what a report read before backward lists, never as clean."""
+        by_cause: dict[tuple[object, ...], Finding] = {}
+        for predicted in self.pending.values():
+            for f in predicted:
+                known = by_cause.get(f.dedupe_key)
+                by_cause[f.dedupe_key] = known.with_(count=known.count + 1) if known else unreached(f, Unreached.PENDING)
+        return list(by_cause.values())
+
     def backward_completed(self) -> None:
         """After audit's backward ran to the end: what it never reached is not on the loss's path."""
         self.finish(Unreached.NOT_ON_LOSS_PATH)
@@ -311,21 +324,6 @@ def _fixed_by(finding: Finding) -> tuple[object, ...]:
     occurrences folded into one finding add a second fix only when these differ."""
     site = finding.mutation
     return (finding.fixes, site.module if site.module_inplace else None)
-
-
-def _alternatives(writes: list[Finding]) -> tuple[Fix, ...]:
-    """The fixes of several writes to one saved tensor, earliest write first, as alternatives (one
-    Fix per write); empty when the writes are updates of parameters (which move, all of them)."""
-    if _updates(writes):
-        return ()
-    out: list[Fix] = []
-    for w in writes:
-        out += [x for x in w.fixes if x not in out]
-    return tuple(out)
-
-
-def _updates(writes: list[Finding]) -> bool:
-    return any(x.kind in (FixKind.RECOMPUTE, FixKind.MOVE_STATEMENT, FixKind.DETACH_CARRIED) for w in writes for x in w.fixes)
 
 
 class _RuleView:

@@ -206,7 +206,7 @@ class InplaceCalls(TorchFunctionMode):
         except BaseException as exc:
             if kind is None:
                 passed_through(exc)
-            self._raised(exc, func, args)
+            self._raised(exc, func, args, kind == "flag")
             raise
         finally:
             if kind == "flag":
@@ -252,9 +252,9 @@ class InplaceCalls(TorchFunctionMode):
                 read = make_site(name, frames, api, self.modules.current, "forward")
                 self.owner.emit(OriginalValueRead(entry.write(), read, entry.kind, difference, through_alias=True))
 
-    def _raised(self, exc: BaseException, func: Any, args: Any) -> None:
+    def _raised(self, exc: BaseException, func: Any, args: Any, flag: bool = False) -> None:
         if isinstance(exc, RuntimeError) and args and isinstance(args[0], torch.Tensor) and not self.owner.busy:
-            self.owner.call_raised(exc, func, args[0])
+            self.owner.call_raised(exc, func, args[0], flag)
 
     def _inplace_call(self, func: Any, args: Any, kwargs: Any, kind: str) -> Any:
         # The tool's own reads and tensors here run with torch-function handling off: a mode the

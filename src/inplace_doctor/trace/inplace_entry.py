@@ -55,6 +55,8 @@ from .. import _compat
 from .blame import passed_through
 from .inplace_calls import ENTRY_CODES, InplaceCalls, _augmented_target
 from .code_swap import SwappedCodes
+from .pytorch_errors import in_place_name
+from .raised_calls import note_raised
 from .shared_patches import ABSENT, SharedGroup, SharedPatch
 from .stacks import is_user_file
 
@@ -198,6 +200,8 @@ def _augmented_patch(name: str) -> SharedPatch[InplaceEntries]:
     """`torch.Tensor.__iadd__` and its kin: `x += y` into a plain name in a user file runs under
     the mode of each session of the calling thread, which sees it as always (the in-place method)."""
 
+    op = f"aten.{in_place_name(name)}"
+
     def wrap(original: Any) -> Any:
         if original is ABSENT:  # inherited from `TensorBase`: deleted again after
             original = getattr(torch.Tensor, name)
@@ -215,6 +219,7 @@ def _augmented_patch(name: str) -> SharedPatch[InplaceEntries]:
                 return original(self, *args, **kwargs)
             except BaseException as exc:
                 passed_through(exc)
+                note_raised(exc, op, self)  # PyTorch refused it (a view of a leaf): the sessions note where
                 raise
             finally:
                 if pushed:

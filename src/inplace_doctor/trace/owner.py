@@ -31,9 +31,10 @@ class TraceOwner(Protocol):
         """A user-level torch call returned: with fail-fast, its writes are settled now."""
         ...
 
-    def call_raised(self, exc: BaseException, func: Any, target: Any) -> None:
+    def call_raised(self, exc: BaseException, func: Any, target: Any, flag: bool = False) -> None:
         """A user-level torch call on `target` raised `exc` before the dispatcher saw an op (autograd's
-        view and leaf checks): note which call, and where `target`'s autograd node was created."""
+        view and leaf checks): note which call, and where `target`'s autograd node was created.
+        `flag`: the call was asked to work in place (`inplace=True`)."""
         ...
 
 

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
+import re
 from typing import Any
 
 import torch
 
+from .. import _compat
 from ..events import InplaceErrorRaised
 from .modules import ModuleContext
 from .nodes import NodeOrigin, custom_backward_in_traceback, origin_of
 from .ops import op_name
 from .raised_at import augmented_op_raised_at, receiver_raised_at
-from .stacks import checkpoint_in_traceback, frames_from_traceback, inplace_op_in_traceback, make_site
+from .stacks import capture_frames, checkpoint_in_traceback, frames_from_traceback, inplace_op_in_traceback, make_site
 
 
 # What Python's augmented assignment calls on a tensor, by the in-place op it is.
@@ -30,7 +33,10 @@ class RaisedErrors:
     gc cannot see.
     """
 
-    __slots__ = ("failed_op", "error_module", "failed_node", "last_node", "custom_nodes", "failed_call")
+    __slots__ = (
+        "failed_op", "error_module", "failed_node", "last_node", "custom_nodes", "failed_call", "noted", "unnoted",
+        "left",
+    )
 
     def __init__(self) -> None:
         #: (id of the exception, the op that raised it), set by the dispatch mode
@@ -47,18 +53,76 @@ class RaisedErrors:
         self.failed_call: tuple[int, str, NodeOrigin | None] | None = None
         #: (id of the exception, the module running when it left the tracer), set on exit
         self.error_module: tuple[int, ModuleContext | None] | None = None
+        #: each error an in-place call raised -> the event that says where (`note`): those that
+        #: never leave the traced code were caught by the program (`caught`)
+        self.noted: dict[int, InplaceErrorRaised] = {}  # by the serial `note` sets on the exception
+        self.unnoted = 0  # raised past `_MAX_NOTED`: not kept
+        self.left: set[int] = set()  # the noted errors that left the traced code (not caught there)
 
-    def call_raised(self, exc: BaseException, func: Any, target: torch.Tensor) -> None:
-        """See `TraceOwner.call_raised`; kept only for an in-place method (`mul_`, `clamp_`)."""
+    def call_raised(self, exc: BaseException, func: Any, target: torch.Tensor, flag: bool = False) -> str | None:
+        """See `TraceOwner.call_raised`; kept only for an in-place call (`mul_`, `x += y`, `x[i] = v`,
+        `inplace=True`), whose op (`aten.mul_`) it returns."""
         name = getattr(func, "__name__", "")
-        op = _AUGMENTED_METHODS.get(name) or (name if name.endswith("_") and not name.startswith("__") else None)
+        op = in_place_name(name, flag)
         if op is None:
-            return
+            return None
         node = target.grad_fn if target.requires_grad else None
         self.failed_call = (id(exc), op, origin_of(node) if node is not None else None)
+        return f"aten.{op}"
+
+    def note(self, exc: BaseException, op: str, target: torch.Tensor | None, module: ModuleContext | None) -> None:
+        """An in-place call raised `exc` (PyTorch refused it): where, taken now, from the live stack.
+        Kept by a serial number set on the exception (an id is reused as soon as a caught one is
+        freed), with a copy of it (the exception itself holds its frames)."""
+        if not isinstance(exc, RuntimeError):
+            return
+        key = getattr(exc, _SERIAL, None)
+        if key is None:
+            key = next(_serials)
+            setattr(exc, _SERIAL, key)
+        elif key in self.noted:
+            return
+        if len(self.noted) >= _MAX_NOTED:
+            self.unnoted += 1
+            return
+        frames, api = capture_frames()
+        phase = "backward" if _compat.current_autograd_node() is not None else "forward"
+        site = make_site(op, frames, api, module, phase)
+        self.noted[key] = InplaceErrorRaised(
+            _copy_of(exc), site, checkpoint_in_traceback(exc.__traceback__),
+            target_created=created.site() if (created := _created(target)) is not None else None, caught=True,
+        )
+
+    def noting(self, modules: Any, busy: Any) -> Any:
+        """`note` for wrappers that know no module: the running one then, unless the tool is busy."""
+
+        def note(exc: BaseException, op: str, target: torch.Tensor | None) -> None:
+            if not busy.on:
+                self.note(exc, op, target, modules.current)
+
+        return note
+
+    def forget(self, exc: BaseException) -> None:
+        """`exc` left the traced code: the program did not catch it (its own path reports it)."""
+        key = getattr(exc, _SERIAL, None)
+        if key is not None:
+            self.left.add(key)
+
+    def caught(self, leaving: BaseException | None) -> list[InplaceErrorRaised]:
+        """The noted errors the program caught: all but those that left (`leaving` among them; kept
+        for `describe`); forgotten once handed out."""
+        if leaving is not None:
+            self.forget(leaving)
+        events = [event for key, event in self.noted.items() if key not in self.left]
+        self.noted = {key: event for key, event in self.noted.items() if key in self.left}
+        self.left &= self.noted.keys()
+        return events
 
     def describe(self, exc: BaseException, current_module: ModuleContext | None) -> InplaceErrorRaised:
-        """Where `exc`, raised inside the traced code, happened; `current_module` is the module stack's top now."""
+        """Where `exc`, raised inside the traced code, happened; `current_module` is the module stack's top now.
+        It left the traced code: not caught there (`forget`)."""
+        self.forget(exc)
+        noted = self.noted.get(getattr(exc, _SERIAL, 0))  # the call that raised it, seen as it did
         frames, api = frames_from_traceback(exc.__traceback__)
         call = self.failed_call if self.failed_call is not None and self.failed_call[0] == id(exc) else None
         if self.failed_op is not None and self.failed_op[0] == id(exc):
@@ -66,7 +130,7 @@ class RaisedErrors:
         else:  # raised above the dispatcher (autograd's view and leaf checks)
             op = (
                 inplace_op_in_traceback(exc.__traceback__) or (call[1] if call else None)
-                or augmented_op_raised_at(exc.__traceback__) or "<in-place op>"
+                or augmented_op_raised_at(exc.__traceback__) or (noted.site.op if noted else "<in-place op>")
             )
         if self.error_module is not None and self.error_module[0] == id(exc):
             module = self.error_module[1]
@@ -105,6 +169,30 @@ class RaisedErrors:
         return None
 
 
+_SERIAL = "_inplace_doctor_noted"  # set on an exception a session noted: which note it is
+_serials = itertools.count(1)
+_MAX_NOTED = 256  # errors kept between two reports: a loop that catches one at every step repeats its line
+
+
+def in_place_name(name: str, flag: bool = False) -> str | None:
+    """The in-place op a called function's `name` is (`mul_`, `__iadd__` -> `add_`, `__setitem__`,
+    `relu` with `inplace=True` -> `relu_`), or None for a call that writes nothing in place."""
+    if flag:
+        return name if name.endswith("_") else f"{name}_"
+    if name == "__setitem__":
+        return name
+    return _AUGMENTED_METHODS.get(name) or (name if name.endswith("_") and not name.startswith("__") else None)
+
+
+def _copy_of(exc: BaseException) -> BaseException:
+    """`exc`'s type and message, without its traceback (which would hold the program's frames)."""
+    try:
+        copy = type(exc)(*exc.args)
+    except Exception:  # a subclass whose __init__ takes other arguments
+        copy = RuntimeError(*exc.args)
+    return copy
+
+
 def _created(t: torch.Tensor | None) -> NodeOrigin | None:
     """Where the autograd node of `t` was created, as `call_raised` keeps it."""
     node = t.grad_fn if t is not None and t.requires_grad else None
@@ -122,11 +210,70 @@ def is_stale_saved_tensor_error(error: BaseException | str) -> bool:
     return "modified by an inplace operation" in str(error).lower()
 
 
-def pytorch_stale_message(t: torch.Tensor, node: str | None, version: int, expected: int) -> str:
-    """PyTorch's own wording for a stale saved tensor (its check is off under our hooks)."""
-    shape = list(t.shape)
+def named_output(record: Any, node: Any) -> tuple[int, str] | None:
+    """(output number, node name) as PyTorch's stale-tensor message names them for a saved tensor's
+    `record` (`saved.SavedRecord`): a saved output (`result`, `result1`) is output N of `node`, the
+    one running its backward; any other saved tensor is an output of its own node as it is now (an
+    in-place op made it the output of its own); a leaf, of none."""
+    field = record.field or ""
+    if node is not None and field.startswith("result") and (field == "result" or field[6:].isdigit()):
+        return (int(field[6:]) if field[6:] else record.output_nr), node.name()
+    t = record.original() if record.original is not None else None
+    if t is None:  # dropped since: what autograd made of it then
+        if record.view and record.grad and not torch._C._is_view_replay_enabled():
+            return 0, "AsStridedBackward0"  # a view whose base changed gets a fresh node on its next read
+        return None  # (a tensor written in place, then dropped, is the output of a node we cannot name)
+    grad_fn = t.grad_fn
+    return (record.output_nr, grad_fn.name()) if grad_fn is not None else None  # a leaf: no node
+
+
+def pytorch_stale_message(t: torch.Tensor, output: tuple[int, str] | None, version: int, expected: int) -> str:
+    """PyTorch's own message for a stale saved tensor, word for word (its check is off under our
+    hooks, so the tool raises it): `output` is (output number, node name) where PyTorch names the
+    node the tensor is an output of, None where it names none (a leaf)."""
+    strips, hint = _stale_wording()
+    clause = ""
+    if output is not None:
+        number, name = output
+        clause = f", which is output {number} of {_BACKWARD_SUFFIX.sub('', name) if strips else name},"
+    if torch.is_anomaly_enabled():
+        hint = _ANOMALY_HINT
     return (
-        "one of the variables needed for gradient computation has been modified by an inplace "
-        f"operation: [{t.type()} {shape}], which is saved by {node or 'an autograd node'}, is at "
-        f"version {version}; expected version {expected} instead."
+        "one of the variables needed for gradient computation has been modified by an inplace operation: "
+        f"[{t.type()} {list(t.shape)}]{clause} is at version {version}; expected version {expected} instead.{hint}"
     )
+
+
+_BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
+_ANOMALY_HINT = (
+    " Hint: the backtrace further above shows the operation that failed to compute its gradient. "
+    "The variable in question was changed in there or anywhere later. Good luck!"
+)
+
+
+def _stale_wording() -> tuple[bool, str]:
+    """(whether this torch names a node without its `Backward0` suffix, the hint it ends with, anomaly
+    mode off): read at import from a stale saved tensor of torch's own (the wording changes between
+    releases), before any session's hooks would switch its check off."""
+    return _WORDING
+
+
+def _probe_wording() -> tuple[bool, str]:
+    fallback = (True, " Hint: enable anomaly detection to find the operation that failed to compute its gradient, "
+                "with torch.autograd.set_detect_anomaly(True, check_nan=False).")
+    try:
+        with torch._C._DisableTorchDispatch(), torch.autograd.graph.disable_saved_tensors_hooks("probe"), \
+                torch.enable_grad(), torch.autograd.set_detect_anomaly(False):
+            x = torch.ones(1, requires_grad=True)
+            y = x.exp()
+            y.add_(1)
+            y.backward()
+    except RuntimeError as e:
+        text = str(e)
+        if ", which is output 0 of " in text and "instead." in text:
+            strips = ", which is output 0 of Exp," in text
+            return strips, text[text.index("instead.") + len("instead."):]
+    return fallback
+
+
+_WORDING = _probe_wording()

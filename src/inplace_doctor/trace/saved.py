@@ -21,7 +21,8 @@ from .ops import op_name
 from .owner import Busy, Sink
 from .blame import the_programs_error
 from .fingerprint import fingerprint
-from .pytorch_errors import pytorch_stale_message, written_here
+from ..errors import carry_tool_error
+from .pytorch_errors import named_output, pytorch_stale_message
 from . import stacks as _stacks
 from .saved_place import SavedPlace
 from .stacks import SAVE_STACK, RawFrame, make_site, resolve_stack
@@ -51,6 +52,7 @@ class SavedRecord(MadeAt):
     __slots__ = (  # and MadeAt's: stack, module, op
         "tensor", "key", "in_backward", "version", "node", "field", "read", "used", "__weakref__",
         "overwritten", "fingerprint", "seen", "handout", "written_at", "grad", "bytes_before", "node_serial", "inner",
+        "original", "output_nr", "view",
     )
 
     def __init__(
@@ -83,6 +85,11 @@ class SavedRecord(MadeAt):
         self.bytes_before: Any = None
         #: a custom Function's `ctx.save_for_backward(...)` line, below the `apply` call the stack ends at
         self.inner: RawFrame | None = None
+        #: the tensor autograd was handed (weakly) and its output number then: the node PyTorch's
+        #: stale-tensor message names is the one it is an output of at backward (`stale_error`)
+        self.original: Any = None
+        self.output_nr = 0
+        self.view = False
 
     def span(self) -> tuple[int, int, int] | None:
         return storage_span(self.tensor)
@@ -180,6 +187,9 @@ class SavedTensors:
         record = SavedRecord(
             alias, key, stack, self._modules.current, _current_node() is not None, t._version, t.requires_grad,
         )
+        record.original = weakref.ref(t)
+        record.output_nr = t.output_nr
+        record.view = t._is_view()
         ref = weakref.ref(record)
         fresh = self._fresh
         if fresh is not None:
@@ -256,9 +266,11 @@ class SavedTensors:
                     self._emit(SavedTensorReached(record.key))
         version = t._version
         if version != record.version:
+            if self.pending_nodes:  # which field holds it decides the node PyTorch's message names
+                self.flush_nodes()
             node = _compat.current_autograd_node()
             node_name = node.name() if node is not None else record.node
-            original = RuntimeError(pytorch_stale_message(t, node_name, version, record.version))
+            original = RuntimeError(pytorch_stale_message(t, named_output(record, node), version, record.version))
             the_programs_error(original)  # PyTorch's own check, which the hooks switched off: not the tool's crash
             stopped, whole = not_reached(node, self._stands)
             self._stopped_above |= stopped
@@ -266,12 +278,9 @@ class SavedTensors:
             # The traceback keeps this frame alive (autograd may hold the error
             # for a while): it must not keep the saved tensor alive too.
             del t, record
-            if error is None:
-                raise original
-            written = written_here(error)
-            if written is not None:  # printed first: where the write ran, then PyTorch's error, then ours
-                original.__cause__ = written
-            raise error from original
+            if error is not None:  # the program sees PyTorch's error; a watch it leaves raises ours from it
+                carry_tool_error(original, error)
+            raise original
         return t
 
     def mark_overwritten(self, record: SavedRecord, by_version: bool) -> None:

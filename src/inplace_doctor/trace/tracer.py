@@ -62,6 +62,7 @@ from .per_op import disable_dynamo_directly
 from .owner import Busy, Sink
 from .pytorch_errors import RaisedErrors, written_here
 from .checkpoint_blocks import RegionCount
+from .raised_calls import RaisedCalls
 from .recompute import RecomputeCheck
 from .threads import StartedThreads
 from .write_kernels import end_linger
@@ -204,6 +205,8 @@ class Tracer:
             self._enter(fused_paths())  # torch's fused attention paths as without the tool's function mode
             if self._fast is not None:
                 self._enter(self._fast)
+                if self._checks_contents:  # not measuring memory: in-place calls PyTorch refuses, caught or not (the deep mode sees them)
+                    self._enter(RaisedCalls(self._raised.noting(self.modules, self._busy)))
             else:
                 disable_dynamo_directly()
                 end_linger()  # the deep tracer runs where no fast session's kernels linger
@@ -246,16 +249,6 @@ class Tracer:
             return contextlib.nullcontext()
         return torch.autograd.graph.saved_tensors_hooks(self._pack, self._saved.unpack)
 
-    def saved_tensors_note(self) -> str | None:
-        """The report's line when the program's saved-tensor hooks left ours unset."""
-        if not self.program_hooks:
-            return None
-        return (
-            "saved-tensor hooks your program set before the watch (saved_tensors_hooks, save_on_cpu) pack what "
-            "autograd saves: the tool set none of its own, which would have replaced yours, so it saw no saved "
-            "tensor (IPD101, IPD104 and IPD109 were not looked for); autograd checks no version of them either"
-        )
-
     def _watch_calls(self, measures: bool) -> None:
         """The fast tracer's IPD105/IPD106: `inplace_calls` runs as in deep mode, and a call handed an
         object a read is awaited of runs under a dispatch mode (`suspect_calls.py`)."""
@@ -281,6 +274,7 @@ class Tracer:
 
     def __exit__(self, *exc: object) -> None:
         try:
+            self.settle_caught(exc[1] if len(exc) > 1 and isinstance(exc[1], BaseException) else None)
             if exc and exc[0] is None:
                 self.flush()
                 if self._checks_contents:
@@ -325,8 +319,16 @@ class Tracer:
             raise error from written
         raise error
 
-    def call_raised(self, exc: BaseException, func: Any, target: Any) -> None:
-        self._raised.call_raised(exc, func, target)
+    def call_raised(self, exc: BaseException, func: Any, target: Any, flag: bool = False) -> None:
+        op = self._raised.call_raised(exc, func, target, flag)
+        if op is not None:
+            self._raised.note(exc, op, target, self.modules.current)
+
+    def settle_caught(self, leaving: BaseException | None = None) -> None:
+        """Errors PyTorch raised at an in-place call that the program caught (all but `leaving`, the
+        one leaving the watched code now), to the sink: findings the program went on after."""
+        for event in self._raised.caught(leaving):
+            self._sink(event)
 
     def user_call_returned(self) -> None:
         if self._writes.pending and not self._busy.on and self._fail_fast:
@@ -378,7 +380,7 @@ class Tracer:
         return self._saved.live()
 
     def describe_exception(self, exc: BaseException) -> InplaceErrorRaised:
-        """Where an exception raised inside the traced code happened."""
+        """Where an exception raised inside the traced code happened (it left the code: not caught there)."""
         return self._raised.describe(exc, self.modules.current)
 
     # The saved-tensor bookkeeping, as the tests look into it.

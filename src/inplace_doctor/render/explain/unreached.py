@@ -21,6 +21,10 @@ says_unreached(
             "the backward of the loss did not reach this tensor (it is not on the loss's path); a backward "
             "through it would."
         ),
+        Unreached.PENDING: (
+            "no backward has reached this tensor yet (the watch is still open); a backward through "
+            "it will raise or compute with the overwritten values."
+        ),
         Unreached.NOT_REACHED_IN_WATCH: (
             "no backward reached this tensor while watch() was active; a backward through its graph would "
             "(a graph that is freed without one is harmless)."
