@@ -14,9 +14,10 @@ the text report when a finding at or above `fail_on` exists (default
 as the callers, never this plugin's.
 
 An error the test expects is its subject, not a finding against it: under the
-marker, the findings of an `InplaceError` that `pytest.raises` caught (any
-form: `with pytest.raises(RuntimeError, match=...)`, or the call form) do not
-count, and the report's note names them. Everything else still fails the test:
+marker, the findings of an `InplaceError` that `pytest.raises` caught (`with
+pytest.raises(RuntimeError, match=...)`; the call form too from pytest 8.4,
+where it runs the same context manager) do not count, and the report's note
+names them. Everything else still fails the test:
 another finding, the overwritten tensors the backward stopped before reaching
 (each its own hazard), an error `pytest.raises` did not match (`match=` failed),
 and an error caught any other way (an `except` in the test, or in the code
@@ -186,6 +187,7 @@ def _raises_recorded(expected: list[Any]) -> Generator[None, None, None]:
     from inplace_doctor.errors import InplaceError
 
     raises_class = type(pytest.raises(Exception))
+    own = "__exit__" in vars(raises_class)  # else inherited: deleted again, not set, afterwards
     caught = raises_class.__exit__
 
     def exit_recording(self: Any, exc_type: Any, exc: Any, tb: Any) -> Any:
@@ -199,7 +201,10 @@ def _raises_recorded(expected: list[Any]) -> Generator[None, None, None]:
     try:
         yield
     finally:
-        raises_class.__exit__ = caught  # type: ignore[method-assign]
+        if own:
+            raises_class.__exit__ = caught  # type: ignore[method-assign]
+        else:
+            del raises_class.__exit__
 
 
 def _watch_report(session: watch, item: pytest.Function, expected: list[Any]) -> Report:
