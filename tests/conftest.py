@@ -11,6 +11,8 @@
 - `_no_tool_leftovers` (autouse, tests/trace and tests/engines only): a test that leaves a patch,
   mode or hook of the tool behind (`_no_leftovers.py`: what sessions change, and the mode and hook
   state) fails where the leak starts, and the next test starts clean.
+- `@pytest.mark.cuda` (tests/cuda): skipped, all with one reason from one line here (one line of
+  `-ra`'s summary), where `torch.cuda.is_available()` is False.
 - `--regen-golden`: rewrite the golden files under tests/render/golden/ instead of
   comparing with them; tests read it through the `regen_golden` fixture.
 - Every test ends with the fast tracer's kernels removed: they linger a second after
@@ -19,6 +21,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -82,6 +85,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="rewrite the golden files under tests/render/golden/ from fresh output instead of comparing",
     )
+
+
+NEEDS_CUDA = "needs a CUDA device (torch.cuda.is_available() is False)"
+
+
+@functools.cache
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A `cuda` test without a CUDA device: skipped from this line, so `-ra` folds them all into one."""
+    if item.get_closest_marker("cuda") is not None and not _cuda_available():
+        pytest.skip(NEEDS_CUDA)
 
 
 @pytest.fixture

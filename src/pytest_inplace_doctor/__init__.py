@@ -10,7 +10,18 @@
 The fixture audits one model call (`ipd.audit`); the marker watches everything
 the test body runs (`ipd.watch`), fixtures excluded. Both fail the test with
 the text report when a finding at or above `fail_on` exists (default
-"warning", or `--inplace-doctor-fail-on`).
+"warning", or `--inplace-doctor-fail-on`). The report names the test's lines
+as the callers, never this plugin's.
+
+An error the test expects is its subject, not a finding against it: under the
+marker, the findings of an `InplaceError` that `pytest.raises` caught (`with
+pytest.raises(RuntimeError, match=...)`; the call form too from pytest 8.4,
+where it runs the same context manager) do not count, and the report's note
+names them. Everything else still fails the test:
+another finding, the overwritten tensors the backward stopped before reaching
+(each its own hazard), an error `pytest.raises` did not match (`match=` failed),
+and an error caught any other way (an `except` in the test, or in the code
+under test, which would hide the bug).
 
 At import this module needs only pytest: inplace_doctor's modules (and torch)
 are imported, by absolute name, when a test uses the fixture or the marker.
@@ -18,6 +29,7 @@ are imported, by absolute name, when a test uses the fixture or the marker.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any, Generator, Iterable, Protocol
 
 import pytest
@@ -33,6 +45,7 @@ MARKER = "inplace_audit"
 SEVERITIES = ("error", "warning", "info")
 _OPTION = "inplace_doctor_fail_on"
 _MARKER_KWARGS = frozenset({"select", "ignore", "fail_on"})
+_EXPECTED_NOTE = "expected by pytest.raises, so not counted"
 
 
 class InplaceAudit(Protocol):
@@ -133,16 +146,17 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, o
         threshold, session = _marker_settings(marker, pyfuncitem.config)
     except UsageError as exc:
         pytest.fail(f"@pytest.mark.{MARKER}: {exc}", pytrace=False)
+    expected: list[Any] = []  # the findings of the InplaceErrors pytest.raises caught in the body
     try:
-        with session:
+        with session, _raises_recorded(expected):
             result = yield
     except InplaceError:  # an in-place autograd error stopped the body: the report names both culprits
-        report = _watch_report(session, pyfuncitem)
+        report = _watch_report(session, pyfuncitem, expected)
         pytest.fail(_failure(report, threshold, "the test raised InplaceError"), pytrace=False)
     except BaseException:  # another failure (or a skip): show the findings next to it
-        _attach(pyfuncitem, _watch_report(session, pyfuncitem))
+        _attach(pyfuncitem, _watch_report(session, pyfuncitem, expected))
         raise
-    report = _watch_report(session, pyfuncitem)
+    report = _watch_report(session, pyfuncitem, expected)
     if report.failed(threshold):
         pytest.fail(_failure(report, threshold, "in-place hazards found while the test ran"), pytrace=False)
     _attach(pyfuncitem, report)  # findings below fail_on: shown with -rP
@@ -163,12 +177,48 @@ def _marker_settings(marker: pytest.Mark, config: pytest.Config) -> tuple[Severi
     return threshold, watch(select=marker.kwargs.get("select"), ignore=marker.kwargs.get("ignore"))
 
 
-def _watch_report(session: watch, item: pytest.Function) -> Report:
+@contextlib.contextmanager
+def _raises_recorded(expected: list[Any]) -> Generator[None, None, None]:
+    """While the body runs, the findings of every InplaceError that `pytest.raises` caught go to `expected`.
+
+    The context manager `pytest.raises(...)` returns (its class, in any pytest) has its `__exit__`
+    wrapped: an exception it caught, matched against its type and `match=`, is the test's subject.
+    """
+    from inplace_doctor.errors import InplaceError
+
+    raises_class = type(pytest.raises(Exception))
+    own = "__exit__" in vars(raises_class)  # else inherited: deleted again, not set, afterwards
+    caught = raises_class.__exit__
+
+    def exit_recording(self: Any, exc_type: Any, exc: Any, tb: Any) -> Any:
+        __tracebackhide__ = True
+        suppressed = caught(self, exc_type, exc, tb)
+        if suppressed and isinstance(exc, InplaceError):
+            expected.extend(exc.findings)
+        return suppressed
+
+    raises_class.__exit__ = exit_recording  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        if own:
+            raises_class.__exit__ = caught  # type: ignore[method-assign]
+        else:
+            del raises_class.__exit__
+
+
+def _watch_report(session: watch, item: pytest.Function, expected: list[Any]) -> Report:
+    """The session's report, less the findings of the errors the test expected (named in a note)."""
     report = session.report()
     report.target = item.nodeid
+    caught = [f for f in report.findings if any(f is e for e in expected)]
+    if caught:
+        report.findings = [f for f in report.findings if not any(f is c for c in caught)]
+        where = ", ".join(f"{f.code} at {f.mutation.file}:{f.mutation.line}" for f in caught)
+        report.notes.append(f"{_EXPECTED_NOTE}: the InplaceError of {where}")
     return report
 
 
 def _attach(item: pytest.Function, report: Report) -> None:
-    if report.findings:
+    if report.findings or any(note.startswith(_EXPECTED_NOTE) for note in report.notes):
         item.add_report_section("call", "inplace-doctor", str(report))

@@ -15,6 +15,7 @@ import torch
 
 import inplace_doctor as ipd
 import pytest_inplace_doctor as plugin
+from conftest import marker_line
 from inplace_doctor.examples import LinearThenReLU, ResidualReLU, SigmoidThenReLU
 
 pytest_plugins = ["pytester"]
@@ -107,6 +108,10 @@ def test_fixture_returns_the_report_or_fails_with_it(pytester: pytest.Pytester) 
     call_line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.endswith("# <call>"))
     assert f"{path.name}:{call_line}: Failed" in out
     assert "def run(" not in out  # the fixture's own frame is hidden
+    # The caller of the model is the test's line, in the report too: the plugin's frames are the tool's.
+    assert f"called from {path.name}:{call_line} in test_broken: inplace_audit(" in out
+    assert f"Backward ({path.name}:{call_line}) raised" in out
+    assert "pytest_inplace_doctor" not in out
 
 
 def test_marker_fails_a_test_that_trains_a_broken_model(pytester: pytest.Pytester) -> None:
@@ -131,6 +136,77 @@ def test_marker_fails_a_test_that_trains_a_broken_model(pytester: pytest.Pyteste
     assert "error   IPD101" in out and f"examples/__init__.py:{_relu_line()}" in out.replace(os.sep, "/")
     assert "in-place hazards found while the test ran (fail_on=warning)" in out
     assert "error   IPD105" in out
+
+
+def test_marker_counts_no_error_that_pytest_raises_expected(pytester: pytest.Pytester) -> None:
+    """The InplaceError a test catches with pytest.raises is its subject; every other hazard still fails it."""
+    path = _write(pytester, """
+        def two_gates(x):
+            \"\"\"Two in-place ReLUs over sigmoid outputs: backward stops at the second, before the first.\"\"\"
+            first = torch.sigmoid(x)
+            first.relu_()  # <first>
+            second = torch.sigmoid(first * 2)
+            second.relu_()
+            return second
+
+
+        @pytest.mark.inplace_audit
+        def test_expected():
+            with pytest.raises(RuntimeError):
+                train_step(SigmoidThenReLU(), torch.randn(4, 8))
+
+        @pytest.mark.inplace_audit
+        def test_expected_with_match():
+            with pytest.raises(RuntimeError, match="modified by an inplace operation") as caught:
+                train_step(SigmoidThenReLU(), torch.randn(4, 8))
+            assert caught.value.findings[0].code == "IPD101"
+
+        @pytest.mark.inplace_audit
+        def test_expected_by_the_call_form():
+            pytest.raises(RuntimeError, train_step, SigmoidThenReLU(), torch.randn(4, 8))
+
+        @pytest.mark.inplace_audit
+        def test_match_fails():
+            with pytest.raises(RuntimeError, match="no such words"):
+                train_step(SigmoidThenReLU(), torch.randn(4, 8))
+
+        @pytest.mark.inplace_audit
+        def test_expected_and_another_finding():
+            with pytest.raises(RuntimeError):
+                train_step(SigmoidThenReLU(), torch.randn(4, 8))
+            train_step(ResidualReLU(), torch.randn(4, 8))
+
+        @pytest.mark.inplace_audit
+        def test_expected_and_another_tensor():
+            with pytest.raises(RuntimeError):
+                two_gates(torch.randn(4, 8, requires_grad=True)).sum().backward()
+
+        @pytest.mark.inplace_audit
+        def test_caught_without_pytest_raises():
+            try:
+                train_step(SigmoidThenReLU(), torch.randn(4, 8))
+            except RuntimeError:
+                pass
+
+        def test_pytest_raises_itself_after_the_marked_tests():
+            with pytest.raises(ValueError, match="x"):
+                raise ValueError("x")
+    """)
+    result = _run(pytester, "-rP")
+    result.assert_outcomes(passed=4, failed=4)
+    out = result.stdout.str()
+    for name in ("test_expected", "test_expected_with_match", "test_expected_by_the_call_form"):
+        result.stdout.fnmatch_lines([f"*_ {name} _*", "*Captured inplace-doctor call*",
+                                     "note: expected by pytest.raises, so not counted: the InplaceError of IPD101 at *examples*__init__.py:*"])
+    result.stdout.fnmatch_lines(["*_ test_match_fails _*", "*Regex pattern did not match*", "*Captured inplace-doctor call*", "error   IPD101*"])
+    result.stdout.fnmatch_lines(["*_ test_expected_and_another_finding _*", "in-place hazards found while the test ran*", "error   IPD105*", "note: expected by pytest.raises*"])
+    # Backward stopped at the second gate's tensor, expected; the first gate's is another hazard.
+    result.stdout.fnmatch_lines(["*_ test_expected_and_another_tensor _*", "in-place hazards found while the test ran*"])
+    another = out.split("_ test_expected_and_another_tensor _")[1].split("_ test_caught_without_pytest_raises _")[0]
+    assert "warning IPD101" in another and "error   IPD101" not in another
+    assert f"{path.name}:{marker_line(path, 'first')}" in another
+    result.stdout.fnmatch_lines(["*_ test_caught_without_pytest_raises _*", "in-place hazards found while the test ran*", "error   IPD101*"])
+    assert "FAILED test_marker_counts_no_error_that_pytest_raises_expected.py::test_pytest_raises_itself" not in out
 
 
 def test_marker_arguments_select_ignore_and_fail_on(pytester: pytest.Pytester) -> None:

@@ -1,12 +1,13 @@
 """One rank of the 2-process DDP test in test_idioms.py (not a test module itself).
 
 `run(rank, world, port, result_dir)` is the target the test starts in each process (forked,
-so torch is not imported again); `python _ddp_worker.py RANK WORLD PORT RESULT_DIR` runs one
-rank standalone. Trains a small conv net with BatchNorm (so DDP
+so torch is not imported again); `python _ddp_worker.py RANK WORLD PORT RESULT_DIR [BACKEND]` runs one
+rank standalone (tests/cuda: NCCL, world size 1, each rank's tensors on its GPU). Trains a small
+conv net with BatchNorm (so DDP
 broadcasts buffers every forward) and ReLU(inplace=True) for 2 steps of 2 micro-batches (the
 first under `no_sync()`), without watch(), inside watch(), and with DDP itself built inside
 watch(), all from the same seeds, and writes the findings and a comparison to
-RESULT_DIR/rank{RANK}.json.
+RESULT_DIR/rank{RANK}.json. `check(results)` is what the ranks' results must show, for any world size.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def state(model: DDP) -> dict[str, torch.Tensor]:
     return out
 
 
-def run(rank: int, world: int, port: int, result_dir: str) -> None:
+def run(rank: int, world: int, port: int, result_dir: str, backend: str = "gloo") -> None:
     """Rank `rank`'s whole job; writes `result_dir/rank{rank}.json`. Usable as a
     `torch.multiprocessing.start_processes` target (its first argument is the rank)."""
     os.environ.update(
@@ -99,7 +100,11 @@ def run(rank: int, world: int, port: int, result_dir: str) -> None:
     )
     result: dict = {"rank": rank, "error": None, "findings": []}
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=30))
+    if backend == "nccl":  # every tensor of this job on the rank's GPU
+        torch.cuda.set_device(rank)
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False  # runs comparable bit for bit
+        torch.set_default_device(f"cuda:{rank}")
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=30))
     try:
         import inplace_doctor as ipd
 
@@ -182,5 +187,31 @@ def run(rank: int, world: int, port: int, result_dir: str) -> None:
             json.dump(result, f)
 
 
-if __name__ == "__main__":  # python _ddp_worker.py RANK WORLD PORT RESULT_DIR
-    run(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+def check(results: list[dict]) -> None:
+    """What every rank's result must show (`results[rank]`, read from `rank{rank}.json`)."""
+    world = len(results)
+    for rank, res in enumerate(results):
+        assert res["rank"] == rank
+        assert res["error"] is None, res["error"]
+        bad = [f for f in res["findings"] if f["severity"] in ("error", "warning")]
+        assert not bad, f"rank {rank}: " + "\n".join(f["message"] for f in bad)
+        assert res["saves"] > 0 and res["writes"] > 0  # the tracer did see the training
+        assert res["identical_to_plain"], f"rank {rank}: watched run differs from the plain one: {res['differ']}"
+    # DDP kept the replicas in sync.
+    assert all(res["checksum"] == results[0]["checksum"] for res in results)
+    # pytorch/pytorch#22095 and #65907 (two forwards of a DDP module with buffers before
+    # backward) no longer raise on this torch, plain or watched, and nothing is misreported.
+    for res in results:
+        assert res["historic"] == {"22095": [], "22095 watched": [], "65907": [], "65907 watched": []}
+    # The planted hazard: each rank's report carries its rank; rank 0 gathered them all.
+    assert [res["hazard_rank"] for res in results] == list(range(world))
+    assert [res["hazard_severity"] for res in results] == [["info"]] * world
+    assert all(res["gathered"] is None for res in results[1:])
+    assert results[0]["gathered"] == [
+        {"code": "IPD101", "ranks": list(range(world)), "mutation": "module.2", "saved": "module.1",
+         "slot": "SigmoidBackward0.result"}
+    ]
+
+
+if __name__ == "__main__":  # python _ddp_worker.py RANK WORLD PORT RESULT_DIR [BACKEND]
+    run(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], *sys.argv[5:6])

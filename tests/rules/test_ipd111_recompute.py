@@ -125,6 +125,22 @@ def test_dropout_with_rng_preservation_reports_nothing(deep: bool) -> None:
     assert _ipd111(session.findings) == []
 
 
+@MODES
+def test_the_fused_dropout_kernel_draws_random_numbers_too(deep: bool) -> None:
+    """Dropout on CUDA in training is `aten.native_dropout`, whose schema takes no Generator (CPU's
+    `bernoulli_` takes one): its recompute's other mask is the RNG's doing, not an unknown change
+    (which on CUDA would be taken for rounding). Called by name here, where dropout decomposes otherwise."""
+    def block(x: torch.Tensor) -> torch.Tensor:
+        return torch.native_dropout(x * 2, 0.5, True)[0]
+
+    x = torch.randn(64, requires_grad=True)
+    with _watch(deep) as session:
+        checkpoint(block, x, use_reentrant=False, preserve_rng_state=False).pow(2).sum().backward()
+    [finding] = _ipd111(session.findings)
+    assert finding.mutation.op == "aten.native_dropout" and finding.cause is RecomputeCause.RNG
+    assert "preserve_rng_state=True" in finding.fix
+
+
 class Tempered(nn.Module):
     def __init__(self, checkpointed: bool = True) -> None:
         super().__init__()

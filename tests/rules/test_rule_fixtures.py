@@ -22,12 +22,14 @@ with the reason (also listed in tests/rules/README.md).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import runpy
 from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+import torch
 
 import inplace_doctor as ipd
 from conftest import in_fresh_thread, line_of
@@ -45,11 +47,11 @@ _MARKER = re.compile(r"\bexpect(?:-(saved|read))?:\s*(IPD\d{3})\b")
 _KINDS = ("flagged", "clean")
 
 
-def _fixtures(kind: str) -> list[Path]:
+def fixtures(kind: str) -> list[Path]:
     return sorted(HERE.glob(f"IPD*/{kind}/*.py"))
 
 
-def _id(path: Path) -> str:
+def fixture_id(path: Path) -> str:
     return str(path.relative_to(HERE))
 
 
@@ -64,24 +66,28 @@ def markers(path: Path) -> dict[str, set[tuple[str, int]]]:
     return found
 
 
-def _run_watched(path: Path) -> tuple[list[ipd.Finding], BaseException | None]:
+def _run_watched(path: Path, device: str | None) -> tuple[list[ipd.Finding], BaseException | None]:
     raised: BaseException | None = None
     session = ipd.watch()
-    try:
-        with session:
-            runpy.run_path(str(path), run_name="__main__")
-    except RuntimeError as e:  # ipd.InplaceError (at the op or in backward) is a RuntimeError
-        raised = e
+    # `with torch.device(...)`: the program's factories and modules make their tensors there, as
+    # after `torch.set_default_device` (this thread only).
+    with torch.device(device) if device is not None else contextlib.nullcontext():
+        try:
+            with session:
+                runpy.run_path(str(path), run_name="__main__")
+        except RuntimeError as e:  # ipd.InplaceError (at the op or in backward) is a RuntimeError
+            raised = e
     return list(session.findings), raised
 
 
-def run_fixture(path: Path) -> tuple[list[ipd.Finding], BaseException | None]:
+def run_fixture(path: Path, device: str | None = None) -> tuple[list[ipd.Finding], BaseException | None]:
     """Run the fixture as `python path` would, under watch(); its findings and what it raised.
 
     In a fresh thread (conftest.in_fresh_thread), as `inplace-doctor run` would: no
-    frame of pytest's takes part in the caller lines that fold findings.
+    frame of pytest's takes part in the caller lines that fold findings. With `device`
+    ("cuda"), the fixture's tensors and modules are made on that device.
     """
-    return in_fresh_thread(_run_watched, path)
+    return in_fresh_thread(_run_watched, path, device)
 
 
 def _where(site: ipd.Site | None, path: Path) -> int | str | None:
@@ -102,13 +108,18 @@ def _describe(findings: Iterable[ipd.Finding]) -> str:
     ) or "  (no findings)"
 
 
-@pytest.mark.parametrize("path", _fixtures("flagged"), ids=_id)
+@pytest.mark.parametrize("path", fixtures("flagged"), ids=fixture_id)
 def test_flagged_fixture_reports_the_marked_lines(path: Path) -> None:
+    check_flagged(path)
+
+
+def check_flagged(path: Path, device: str | None = None) -> None:
+    """The flagged fixture's findings of its marked codes are exactly at its marked lines (tests/cuda: on CUDA)."""
     marked = markers(path)
     codes = {code for code, _ in marked[""]}
-    assert path.parent.parent.name in codes, f"{_id(path)} marks no `# expect: {path.parent.parent.name}` line"
+    assert path.parent.parent.name in codes, f"{fixture_id(path)} marks no `# expect: {path.parent.parent.name}` line"
 
-    findings, raised = run_fixture(path)
+    findings, raised = run_fixture(path, device)
     ours = [f for f in findings if f.code in codes]
     where = f"\nfindings:\n{_describe(findings)}\nraised: {raised!r}"
     # PyTorch's own in-place errors come out of watch() as InplaceError naming the culprits.
@@ -123,17 +134,22 @@ def test_flagged_fixture_reports_the_marked_lines(path: Path) -> None:
 @pytest.mark.parametrize(
     "path",
     [
-        pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=KNOWN_FALSE_POSITIVES[_id(p)]))
-        if _id(p) in KNOWN_FALSE_POSITIVES
+        pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=KNOWN_FALSE_POSITIVES[fixture_id(p)]))
+        if fixture_id(p) in KNOWN_FALSE_POSITIVES
         else p
-        for p in _fixtures("clean")
+        for p in fixtures("clean")
     ],
-    ids=_id,
+    ids=fixture_id,
 )
 def test_clean_fixture_reports_nothing_of_its_rule(path: Path) -> None:
+    check_clean(path)
+
+
+def check_clean(path: Path, device: str | None = None) -> None:
+    """The clean fixture runs without raising and with no finding of its folder's rule (tests/cuda: on CUDA)."""
     code = path.parent.parent.name
     assert not any(_MARKER.search(t) for t in path.read_text(encoding="utf-8").splitlines()), "markers in a clean file"
-    findings, raised = run_fixture(path)
+    findings, raised = run_fixture(path, device)
     assert raised is None, f"a clean fixture raised: {raised!r}\nfindings:\n{_describe(findings)}"
     assert [f for f in findings if f.code == code] == [], f"{code} reported on correct code:\n{_describe(findings)}"
 

@@ -58,7 +58,7 @@ def add_parser(sub: "Subcommands") -> None:
         help="after the script ends, check each fix its error and warning findings carry on a scratch copy of "
              "the project, as `inplace-doctor fix` does (no file of yours changes), and write the report with "
              "what the checks showed: proven fixes are `proven` (JSON fixes[].applicability and evidence; "
-             "SARIF fixes[], which GitHub code scanning offers as suggested changes). Each check runs the "
+             "SARIF fixes[], for viewers that apply them: GitHub code scanning does not read them). Each check runs the "
              "script again",
     )
     add_rule_selection(runner, "only these rule codes or prefixes", "skip these rule codes or prefixes")

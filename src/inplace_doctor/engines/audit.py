@@ -346,7 +346,9 @@ class watch:
             raise internal_error(exc) from exc
         if described is None:  # a user's exception class whose __str__ raises: no rule reads it
             return False
-        produced = self._analyzer.handle(described)
+        # PyTorch's in-place errors are RuntimeErrors: an AssertionError quoting one (pytest.raises'
+        # match= that did not match) is the program's own failure, whatever its text says.
+        produced = self._analyzer.handle(described) if isinstance(exc, RuntimeError) else []
         if produced:
             raise InplaceError(produced[0].message, produced) from exc
         self._note_backward_origin(exc, described)

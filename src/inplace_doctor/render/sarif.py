@@ -6,8 +6,8 @@ place. The saving and reading sites become related locations. Paths inside
 the current repository are relative to `%SRCROOT%`; others are absolute
 `file:` URIs. No timestamps: the same report renders to the same bytes.
 
-A result carries `fixes[]` (`artifactChanges` with `replacements`, which GitHub
-code scanning offers as a suggested change) only for fixes that are `proven`:
+A result carries `fixes[]` (`artifactChanges` with `replacements`: GitHub code scanning
+does not read them today, SARIF viewers that apply fixes do) only for fixes that are `proven`:
 checked on the user's program (`inplace-doctor run --prove`, `fix`) and found to compute what
 was intended. An unproven edit is never offered for one-click acceptance; its
 words stay in the message. Columns count Unicode code points

@@ -35,6 +35,9 @@ _UNINITIALISED = frozenset(
      "aten.empty_permuted"}
 )
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+# Random ops whose schema takes no Generator: they draw from the device's default one. Dropout on
+# CUDA in training is the fused `native_dropout` (on CPU, `bernoulli_`, which takes a Generator).
+_RANDOM_WITHOUT_GENERATOR = frozenset({"aten.native_dropout"})
 
 _kinds: dict[Any, tuple[bool, bool, bool, str | None]] = {}
 
@@ -46,8 +49,8 @@ def _kind(func: Any) -> tuple[bool, bool, bool, str | None]:
     if known is None:
         schema = func._schema
         view = any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
-        random = any("Generator" in str(a.type) for a in schema.arguments)
         name = op_name(func)
+        random = any("Generator" in str(a.type) for a in schema.arguments) or name in _RANDOM_WITHOUT_GENERATOR
         known = _kinds[func] = (not view, name not in _UNINITIALISED, random, SAVED_THEN_WRITTEN.get(name))
     return known
 

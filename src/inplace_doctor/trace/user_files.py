@@ -1,5 +1,5 @@
 """Which files are the user's: not torch, the standard library, inplace_doctor itself (its bundled
-examples are), console-script wrappers, call-wrapping packages, or installed frameworks that run
+examples are) or its pytest plugin, console-script wrappers, call-wrapping packages, or installed frameworks that run
 the user's code (pytest, Lightning, accelerate, transformers' Trainer)."""
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ import torch
 
 # inplace_doctor's own files are never the user's line (its bundled examples are).
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Nor its pytest plugin's, a top-level package of the same distribution installed beside it: its
+# fixture calls `audit` on the test's behalf, and the test's line is the one that called the fixture.
+PLUGIN_DIR = os.path.join(os.path.dirname(PACKAGE_DIR), "pytest_inplace_doctor")
 
 
 def _with_real(dirs: set[str]) -> tuple[str, ...]:
@@ -18,7 +21,7 @@ def _with_real(dirs: set[str]) -> tuple[str, ...]:
 
 
 def _library_dirs() -> tuple[str, ...]:
-    dirs = {os.path.dirname(torch.__file__), PACKAGE_DIR}
+    dirs = {os.path.dirname(torch.__file__), PACKAGE_DIR, PLUGIN_DIR}
     scripts = sysconfig.get_paths().get("scripts")  # console-script wrappers
     if scripts:
         dirs.add(scripts)
@@ -78,11 +81,11 @@ def framework_of(filename: str) -> str | None:
     return found
 
 
-_PACKAGE_DIRS = _with_real({PACKAGE_DIR})
+_PACKAGE_DIRS = _with_real({PACKAGE_DIR, PLUGIN_DIR})
 
 
 def is_tool_file(filename: str) -> bool:
-    """Whether a file is inplace_doctor's own code (its bundled examples are the user's)."""
+    """Whether a file is inplace_doctor's own code or its pytest plugin's (its bundled examples are the user's)."""
     return filename.startswith(_PACKAGE_DIRS) and not filename.startswith(_USER_DIRS)
 
 
