@@ -14,7 +14,7 @@ the text report when a finding at or above `fail_on` exists (default
 as the callers, never this plugin's.
 
 An error the test expects is its subject, not a finding against it: under the
-marker, the findings of an `InplaceError` that `pytest.raises` caught (`with
+marker, the findings of an in-place error that `pytest.raises` caught (`with
 pytest.raises(RuntimeError, match=...)`; the call form too from pytest 8.4,
 where it runs the same context manager) do not count, and the report's note
 names them. Everything else still fails the test:
@@ -146,9 +146,9 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, o
         threshold, session = _marker_settings(marker, pyfuncitem.config)
     except UsageError as exc:
         pytest.fail(f"@pytest.mark.{MARKER}: {exc}", pytrace=False)
-    expected: list[Any] = []  # the findings of the InplaceErrors pytest.raises caught in the body
+    expected: list[Any] = []  # the findings of the in-place errors pytest.raises caught in the body
     try:
-        with session, _raises_recorded(expected):
+        with session, _raises_recorded(session, expected):
             result = yield
     except InplaceError:  # an in-place autograd error stopped the body: the report names both culprits
         report = _watch_report(session, pyfuncitem, expected)
@@ -178,14 +178,12 @@ def _marker_settings(marker: pytest.Mark, config: pytest.Config) -> tuple[Severi
 
 
 @contextlib.contextmanager
-def _raises_recorded(expected: list[Any]) -> Generator[None, None, None]:
-    """While the body runs, the findings of every InplaceError that `pytest.raises` caught go to `expected`.
+def _raises_recorded(session: watch, expected: list[Any]) -> Generator[None, None, None]:
+    """While the body runs, the findings of every in-place error that `pytest.raises` caught go to `expected`.
 
     The context manager `pytest.raises(...)` returns (its class, in any pytest) has its `__exit__`
     wrapped: an exception it caught, matched against its type and `match=`, is the test's subject.
     """
-    from inplace_doctor.errors import InplaceError
-
     raises_class = type(pytest.raises(Exception))
     own = "__exit__" in vars(raises_class)  # else inherited: deleted again, not set, afterwards
     caught = raises_class.__exit__
@@ -193,8 +191,8 @@ def _raises_recorded(expected: list[Any]) -> Generator[None, None, None]:
     def exit_recording(self: Any, exc_type: Any, exc: Any, tb: Any) -> Any:
         __tracebackhide__ = True
         suppressed = caught(self, exc_type, exc, tb)
-        if suppressed and isinstance(exc, InplaceError):
-            expected.extend(exc.findings)
+        if suppressed and isinstance(exc, Exception):
+            expected.extend(session.expected(exc))
         return suppressed
 
     raises_class.__exit__ = exit_recording  # type: ignore[method-assign]
@@ -215,7 +213,7 @@ def _watch_report(session: watch, item: pytest.Function, expected: list[Any]) ->
     if caught:
         report.findings = [f for f in report.findings if not any(f is c for c in caught)]
         where = ", ".join(f"{f.code} at {f.mutation.file}:{f.mutation.line}" for f in caught)
-        report.notes.append(f"{_EXPECTED_NOTE}: the InplaceError of {where}")
+        report.notes.append(f"{_EXPECTED_NOTE}: the in-place error of {where}")
     return report
 
 

@@ -362,6 +362,16 @@ class watch:
             return None
         return self._tracer.describe_exception(exc)
 
+    def expected(self, exc: Exception) -> list[Finding]:
+        """The findings of an in-place error the program caught on purpose (a test's `pytest.raises`):
+        PyTorch's error of a backward, the findings it carries; an error PyTorch raised at an in-place
+        call, its finding now (it is not reported again as caught). Empty for another error."""
+        carried = tool_error_of(exc)
+        if carried is not None:
+            return list(carried.findings)
+        event = self._tracer.take_noted(exc)
+        return self._analyzer.handle(event) if event is not None else []
+
     def annotate(self, exc: BaseException) -> None:
         """Add to an error raised inside backward, not an in-place one, a note naming the forward
         line that created the failing node (its traceback names only `backward()`)."""

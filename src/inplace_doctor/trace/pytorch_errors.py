@@ -102,6 +102,10 @@ class RaisedErrors:
 
         return note
 
+    def take(self, exc: BaseException) -> InplaceErrorRaised | None:
+        """The note of `exc`, handed out once (not among the `caught` ones after)."""
+        return self.noted.pop(getattr(exc, _SERIAL, 0), None)
+
     def forget(self, exc: BaseException) -> None:
         """`exc` left the traced code: the program did not catch it (its own path reports it)."""
         key = getattr(exc, _SERIAL, None)

@@ -324,6 +324,10 @@ class Tracer:
         if op is not None:
             self._raised.note(exc, op, target, self.modules.current)
 
+    def take_noted(self, exc: BaseException) -> InplaceErrorRaised | None:
+        """The note of an error an in-place call raised (caught, as `settle_caught` would report it), now."""
+        return self._raised.take(exc)
+
     def settle_caught(self, leaving: BaseException | None = None) -> None:
         """Errors PyTorch raised at an in-place call that the program caught (all but `leaving`, the
         one leaving the watched code now), to the sink: findings the program went on after."""
