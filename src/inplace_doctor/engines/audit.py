@@ -20,7 +20,7 @@ from ..trace.blame import exception_text, forget_frames, printable_text, interna
 from ..trace.modules import refuse_opaque, unique_label
 from ..trace.tracer import Tracer
 from ..trace.user_names import variable_name
-from . import nesting, replay_writes, tracer_mode
+from . import callables, nesting, replay_writes, tracer_mode
 from .finish import finish_report, sorted_findings
 from .preserve import Preserved, generators_in, labelled_tensors, private_inputs, refuse_lazy, refuse_meta, tensors_in
 from .training import default_loss, grad_mode_off
@@ -29,7 +29,7 @@ Selection = Iterable[str] | str | None
 
 
 def audit(
-    model: torch.nn.Module,
+    model: torch.nn.Module | Callable[..., Any],
     *args: Any,
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
     backward: bool = True,
@@ -49,9 +49,14 @@ def audit(
     model's modules or the inputs hold, plain module attributes that hold tensors, and the
     caller's inputs (inside lists, tuples, dicts and dataclasses).
     Not its structure: submodules, hooks or attributes holding no tensor that forward adds stay.
+    For a callable that is no module, what is restored and named are the modules it holds where
+    they are found without running it (`engines/callables.py`): the module a method belongs to,
+    its closure's, the module-level names its code reads, its object's attributes; others not.
 
     Args:
         model: an `nn.Module`; a `torch.compile`d one runs eagerly for the audit (not TorchScript).
+            Or any callable (a rollout function, a policy object, `model.rollout`): a write into
+            its arguments anywhere in its code is IPD106.
         *args, **kwargs: the model's inputs.
         loss_fn: maps the output to a scalar for backward; default: the sum of
             every floating output that requires grad.
@@ -76,8 +81,13 @@ def audit(
         >>> ipd.audit(model, x).codes
         ['IPD101']
     """
+    run = model  # what is called: the model, or a callable that is no module (`engines/callables.py`)
     if not isinstance(model, torch.nn.Module):
-        raise UsageError(f"audit() needs a torch.nn.Module, got {type(model).__name__}")
+        if not callable(model):
+            raise UsageError(f"audit() needs a torch.nn.Module or a callable, got {type(model).__name__}")
+        owner, found = callables.module_of_method(model), callables.modules_of(model)
+        names = {**({} if owner is not None else dict(found)), **(names or {})}
+        model = owner if owner is not None else torch.nn.ModuleList([m for _, m in found])
     try:
         refuse_opaque(model, "the model")
     except UnsupportedModuleError as e:
@@ -105,10 +115,10 @@ def audit(
         if sub is not model:
             tracer.modules.add_root(sub, label)
     tracer.modules.add_root(model, prefix, named=None if names else named)
-    tracer.set_caller_inputs(labelled_tensors(args, kwargs))
+    tracer.set_caller_inputs(labelled_tensors(args, kwargs), anywhere=run is not model)
     report = Report(
         findings=analyzer.findings,
-        target=type(model).__name__,
+        target=type(model).__name__ if run is model else callables.name_of(run),
         mode="train" if model.training else "eval",
         command="audit",
         root_label=root_label,
@@ -117,15 +127,16 @@ def audit(
         report.notes.append(tracer_mode.switched_note(deep_because, tracer_mode.how_asked(deep, "audit(deep=False)")))
     with preserved, tracer:
         try:
-            output = model(*args, **kwargs)
+            output = run(*args, **kwargs)
         except InplaceError:
             raise
         except Exception as exc:
             passed_through(exc)
-            _classify_or_raise(exc, tracer, analyzer, report, "forward", model)
+            _classify_or_raise(exc, tracer, analyzer, report, "forward", report.target)
             analyzer.finish(Unreached.FORWARD_STOPPED, Severity.WARNING)
             return finish_report(report, tracer, analyzer)
         tracer.flush()
+        tracer.set_caller_inputs(labelled_tensors(args, kwargs))  # a function's own code ended
         if backward:
             loss = loss_fn(output) if loss_fn is not None else default_loss(output)
             if loss is None or not isinstance(loss, torch.Tensor) or not loss.requires_grad:
@@ -141,7 +152,7 @@ def audit(
                     analyzer.backward_stopped()
                 except Exception as exc:
                     passed_through(exc)
-                    _classify_or_raise(exc, tracer, analyzer, report, "backward", model)
+                    _classify_or_raise(exc, tracer, analyzer, report, "backward", report.target)
                     analyzer.backward_stopped()
                 else:
                     analyzer.backward_completed()
@@ -152,20 +163,18 @@ def audit(
         del output
     report = finish_report(report, tracer, analyzer)
     if tracer.contents.unlocated:  # IPD109 without the writing line: the run repeats, so look for it
-        replay_writes.name_write_lines(report, tracer.contents.unlocated, model, args, kwargs, inputs, modules, loss_fn, backward)
+        replay_writes.name_write_lines(report, tracer.contents.unlocated, run, args, kwargs, inputs, modules, loss_fn, backward)
         report.findings = sorted_findings(report.findings)
     return report
 
 
-def _classify_or_raise(
-    exc: Exception, tracer: Tracer, analyzer: Analyzer, report: Report, stage: str, model: torch.nn.Module
-) -> None:
+def _classify_or_raise(exc: Exception, tracer: Tracer, analyzer: Analyzer, report: Report, stage: str, name: str) -> None:
     if raised_by_the_tool(exc):
         raise internal_error(exc) from exc
     text = printable_text(exc)
     if text is None:  # a user's exception class whose __str__ raises: no rule reads it
         raise ModelError(
-            f"{type(model).__name__} raised {type(exc).__name__} during {stage} ({tracer.progress()}): {exception_text(exc)}"
+            f"{name} raised {type(exc).__name__} during {stage} ({tracer.progress()}): {exception_text(exc)}"
         ) from exc
     event = tracer.describe_exception(exc)
     if analyzer.handle(event):
@@ -184,9 +193,9 @@ def _classify_or_raise(
         return
     in_backward = raised_in_backward(event, analyzer.root_label)
     if in_backward is not None:  # the forward line that created the failing node, as anomaly mode names it
-        raise ModelError(f"{type(model).__name__} raised {type(exc).__name__} during {stage}: {in_backward}") from exc
+        raise ModelError(f"{name} raised {type(exc).__name__} during {stage}: {in_backward}") from exc
     raise ModelError(
-        f"{type(model).__name__} raised {type(exc).__name__} during {stage} ({tracer.progress()}): {text}"
+        f"{name} raised {type(exc).__name__} during {stage} ({tracer.progress()}): {text}"
     ) from exc
 
 

@@ -29,7 +29,7 @@ def finish_report(report: Report, tracer: Tracer, analyzer: Analyzer) -> Report:
     if compiled is not None:
         report.stats["compiled_calls_run_eagerly"] = tracer.compiled.calls
         report.notes.append(compiled)
-    for note in (tracer.transforms.note(), tracer.threads.note(), tracer.saved_tensors_note()):
+    for note in (tracer.transforms.note(), tracer.threads.note(), tracer.saved_tensors_note(), tracer.entry_points.note()):
         if note is not None:
             report.notes.append(note)
     scripted = sorted(set(tracer.modules.scripted))
