@@ -297,3 +297,19 @@ def test_audit_of_a_models_own_method_other_than_forward(deep: bool) -> None:
 def test_audit_refuses_what_cannot_be_called() -> None:
     with pytest.raises(ipd.UsageError, match="needs a torch.nn.Module or a callable, got int"):
         ipd.audit(3, torch.randn(2))  # type: ignore[arg-type]
+
+
+@TRACERS
+def test_a_watch_opened_inside_a_forward_takes_that_forward_for_no_unseen_entry(deep: bool) -> None:
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = nn.Linear(4, 2)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[str]]:
+            with ipd.watch(deep=deep) as session:
+                out = self.inner(x)
+            return out, session.report().notes
+
+    _, notes = Outer()(torch.randn(3, 4))
+    assert notes == []

@@ -25,7 +25,7 @@ def module_of_method(fn: Any) -> torch.nn.Module | None:
 
 def modules_of(fn: Any, depth: int = 0) -> list[tuple[str, torch.nn.Module]]:
     """(label, module) for each module `fn` holds, as its code names it (`policy`, `model`), each once."""
-    found: list[tuple[str, torch.nn.Module]] = []
+    found: list[tuple[str, Any]] = []
     if isinstance(fn, torch.nn.Module):
         return [("model", fn)]
     if depth > 3:

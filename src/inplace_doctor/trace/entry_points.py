@@ -13,8 +13,8 @@ the class's own `__call__` calls, is inside that call already and adds nothing.
 
 Which classes: those of the modules a session is given (`watch(model)`, `audit(model)`: the
 model's and its submodules'), of a module that gets a submodule while the session runs (a model
-a script under `run` builds), and of a module first met running (from its next call on). `forward`
-only of classes defined outside torch: torch's own modules are called, not run by `forward`.
+a script under `run` builds), and of a module first met running (from its next call on); only
+classes defined outside torch: torch's own modules are called, not run by `forward`.
 
 Known limitations: a class whose instances the session never meets that way (a model built before
 a `watch()` that is not given it, without submodules or never called through `nn.Module.__call__`)
@@ -65,8 +65,8 @@ def _patches_of(cls: type) -> tuple[SharedPatch[ModulePaths], ...]:
     patches = []
     for name in ("__call__", "forward"):
         owner = _defining(cls, name)
-        if owner is None or (name == "forward" and _torchs(owner)):
-            continue
+        if owner is None or _torchs(owner):
+            continue  # torch's own modules are entered by `nn.Module.__call__` (`OptimizedModule`'s too)
         if not isinstance(owner.__dict__[name], types.FunctionType):
             continue  # a staticmethod, a C function: called as it is
         key = (owner, name)
@@ -102,17 +102,18 @@ def _entry_patch(owner: type, name: str) -> SharedPatch[ModulePaths]:
     return patch
 
 
-def _unhooked_caller(frame: Any) -> torch.nn.Module | None:
+def _unhooked_caller(frame: Any, older: set[int]) -> torch.nn.Module | None:
     """The outermost module whose own `__call__` or `forward` runs in `frame` or its callers, while
-    no forward hook has entered any module (so none of them was entered by one)."""
+    no forward hook has entered any module (so none of them was entered by one), below the frames
+    `older` (ids of those that ran when the session began: a `watch()` opened inside a forward)."""
     found = None
     depth = 0
-    while frame is not None and depth < 64:
+    while frame is not None and depth < 64 and id(frame) not in older:
         code = frame.f_code
         if code.co_name in ("__call__", "forward") and "self" in code.co_varnames:
             owner = frame.f_locals.get("self")
             function = getattr(type(owner), code.co_name, None) if isinstance(owner, torch.nn.Module) else None
-            if getattr(inspect.unwrap(function), "__code__", None) is code:
+            if function is not None and getattr(inspect.unwrap(function), "__code__", None) is code:
                 found = owner
         frame, depth = frame.f_back, depth + 1
     return found
@@ -130,9 +131,15 @@ class EntryPoints:
         self._handle: Any = None
         #: classes whose calls ran model code unseen before the session met them (class names)
         self.late: list[str] = []
+        self._older: list[Any] = []  # the frames that ran when it began, held so their ids stay theirs
 
     def __enter__(self) -> "EntryPoints":
         self._thread = threading.get_ident()
+        frame: Any = sys._getframe(1)
+        self._older = []
+        while frame is not None and len(self._older) < 64:
+            self._older.append(frame)
+            frame = frame.f_back
         for module in self._modules.known_modules():
             self.want(type(module))
         register = getattr(torch.nn.modules.module, "register_module_module_registration_hook", None)
@@ -162,7 +169,7 @@ class EntryPoints:
             return
         self.want(type(module))
         if self._modules.current is None:  # an outermost call: is it made by a model's own unhooked code?
-            caller = _unhooked_caller(sys._getframe(2))
+            caller = _unhooked_caller(sys._getframe(2), {id(f) for f in self._older})
             if caller is not None and type(caller) not in self._classes:
                 self.want(type(caller))
                 self.late.append(type(caller).__name__)
@@ -184,6 +191,7 @@ class EntryPoints:
             self._handle.remove()
             self._handle = None
         self._modules.on_learn = None
+        self._older = []
         held, self._held = self._held, []
         for patch in reversed(held):
             patch.release(self._modules)
