@@ -313,3 +313,55 @@ def test_a_watch_opened_inside_a_forward_takes_that_forward_for_no_unseen_entry(
 
     _, notes = Outer()(torch.randn(3, 4))
     assert notes == []
+
+
+class FlaggedRollout(nn.Module):
+    """Its own `__call__` runs a net whose first layer is `ReLU(inplace=True)`: a write it asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.ReLU(inplace=True), nn.Linear(4, 2))
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs)
+
+
+@TRACERS
+def test_an_asked_for_write_inside_an_own_call_waits_for_the_callers_read(deep: bool) -> None:
+    model = FlaggedRollout()
+    with ipd.watch(model, deep=deep) as session:
+        obs = torch.randn(3, 4)
+        model(obs)
+        model(torch.randn(3, 4))  # a temporary: read by no one
+        total = obs.sum()  # the caller reads what the ReLU wrote
+    assert codes(session.findings) == ["IPD105", "IPD106"]  # as for `model.net(obs)`, a hooked call
+    read = session.findings[1].read
+    assert read is not None and "total = obs.sum()" in (read.code or "")
+    with ipd.watch(model, deep=deep) as session:
+        model(torch.randn(3, 4))
+    assert session.findings == []
+    del total
+
+
+class FlakyRollout(Rollout):
+    """Raises on its first call (the program catches it), then runs as `Rollout`."""
+
+    calls = 0
+
+    def __call__(self, obs: torch.Tensor, steps: int = 2) -> torch.Tensor:
+        FlakyRollout.calls += 1
+        if FlakyRollout.calls == 1:
+            self.policy(obs)
+            raise RuntimeError("environment reset")
+        return super().__call__(obs, steps)
+
+
+@TRACERS
+def test_a_call_the_program_caught_an_error_of_leaves_the_next_call_seen(deep: bool) -> None:
+    FlakyRollout.calls = 0
+    model = FlakyRollout()
+    with ipd.watch(model, deep=deep) as session:
+        with pytest.raises(RuntimeError, match="environment reset"):
+            model(torch.randn(3, 4))
+        model(torch.randn(3, 4))
+    assert codes(session.findings) == ["IPD106"]
