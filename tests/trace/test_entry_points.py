@@ -365,3 +365,23 @@ def test_a_call_the_program_caught_an_error_of_leaves_the_next_call_seen(deep: b
             model(torch.randn(3, 4))
         model(torch.randn(3, 4))
     assert codes(session.findings) == ["IPD106"]
+
+
+class Wrapper(nn.Module):
+    """A module that runs its inner model's `forward` directly."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = Normalize()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner.forward(x)
+
+
+@TRACERS
+def test_a_forward_called_directly_inside_a_module_is_named_as_the_inner_module(deep: bool) -> None:
+    model = Wrapper()
+    with ipd.watch(model, deep=deep) as session:
+        model(torch.randn(3, 4))
+    [finding] = session.findings
+    assert (finding.code, finding.mutation.module, finding.mutation.module_type) == ("IPD106", "inner", "Normalize")

@@ -140,8 +140,8 @@ class EntryPoints:
         while frame is not None and len(self._older) < 64:
             self._older.append(frame)
             frame = frame.f_back
-        for module in self._modules.known_modules():
-            self.want(type(module))
+        for cls in list(self._modules.classes):
+            self.want(cls)
         register = getattr(torch.nn.modules.module, "register_module_module_registration_hook", None)
         if register is not None:
             self._handle = register(self._registered)

@@ -83,6 +83,8 @@ class ModulePaths:
         self._state_names: dict[int, tuple[Any, str]] | None = None
         #: class names of the TorchScript modules met while running (their ops are seen, not their lines)
         self.scripted: list[str] = []
+        #: the classes of the modules named so far (`entry_points.py` wraps their own `__call__`, `forward`)
+        self.classes: set[type] = set()
         #: called with each module first met while running (`_learn`)
         self.on_learn: Any = None
         #: backward graph task -> the stack's depth when a module first ran inside it (a checkpoint's
@@ -93,8 +95,9 @@ class ModulePaths:
         self, module: torch.nn.Module, prefix: str = "", named: list[tuple[str, torch.nn.Module]] | None = None
     ) -> None:
         """Name `module` and its submodules; `named` is `list(module.named_modules())` if the caller has it."""
-        known, under_root, ref = self._known, self._under_root, weakref.ref
+        known, under_root, ref, classes = self._known, self._under_root, weakref.ref, self.classes
         for name, sub in named if named is not None else named_modules(module):
+            classes.add(type(sub))
             key = id(sub)
             entry = known.get(key)
             if entry is not None and entry.ref() is sub:
@@ -108,10 +111,6 @@ class ModulePaths:
             else:
                 under_root.add(key)
         self._state_names = None
-
-    def known_modules(self) -> list[torch.nn.Module]:
-        """The live modules named so far."""
-        return [m for m in (entry.ref() for entry in self._known.values()) if m is not None]
 
     def buffer_ids(self) -> set[int]:
         """ids of the registered buffers of every known module (cached per outermost call)."""
