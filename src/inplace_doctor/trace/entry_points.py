@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import sys
 import threading
 import types
@@ -41,6 +42,8 @@ from .shared_patches import SharedPatch
 _PATCHES: dict[tuple[type, str], SharedPatch[ModulePaths]] = {}
 #: a module class -> the patches of the functions its calls enter by (none for most)
 _OF_CLASS: dict[type, tuple[SharedPatch[ModulePaths], ...]] = {}
+_MAKING = threading.Lock()
+os.register_at_fork(after_in_child=_MAKING._at_fork_reinit)  # type: ignore[attr-defined]  # as logging's locks
 
 
 def _defining(cls: type, name: str) -> type | None:
@@ -62,6 +65,11 @@ def _patches_of(cls: type) -> tuple[SharedPatch[ModulePaths], ...]:
     found = _OF_CLASS.get(cls)
     if found is not None:
         return found
+    with _MAKING:  # one patch per function, whichever threads' sessions ask first
+        return _make_patches(cls)
+
+
+def _make_patches(cls: type) -> tuple[SharedPatch[ModulePaths], ...]:
     patches = []
     for name in ("__call__", "forward"):
         owner = _defining(cls, name)
