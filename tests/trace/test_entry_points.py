@@ -385,3 +385,42 @@ def test_a_forward_called_directly_inside_a_module_is_named_as_the_inner_module(
         model(torch.randn(3, 4))
     [finding] = session.findings
     assert (finding.code, finding.mutation.module, finding.mutation.module_type) == ("IPD106", "inner", "Normalize")
+
+
+_CLEAN_SCRIPT = """
+    import torch
+    from torch import nn
+
+    class Rollout(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.policy = nn.Linear(4, 4)
+
+        def __call__(self, obs):
+            obs = obs.clamp(min=0)  # out of place: the caller's observation is left alone
+            return torch.tanh(self.policy(obs))
+
+    def center(batch, mean):
+        batch -= mean  # the program's own in-place helper
+
+    torch.manual_seed(0)
+    model, head = Rollout(), nn.Linear(4, 2)
+    obs = torch.randn(3, 4)
+    center(obs, obs.mean(0))
+    out = head.forward(model(obs))
+    out.sum().backward()
+    print(out.sum().item(), obs.sum().item())
+"""
+
+
+@TRACERS
+def test_run_leaves_a_correct_script_of_both_shapes_clean(tmp_path: Path, deep: bool) -> None:
+    script = tmp_path / "clean_rollout.py"
+    script.write_text(textwrap.dedent(_CLEAN_SCRIPT))
+    env = {**os.environ, "NO_COLOR": "1"}
+    run = [sys.executable, "-m", "inplace_doctor", "run", "--deep" if deep else "--fast", str(script)]
+    done = subprocess.run(run, capture_output=True, text=True, timeout=300, env=env)
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == plain.stdout
+    assert "0 finding(s)" in done.stderr and "IPD" not in done.stderr, done.stderr
