@@ -136,7 +136,8 @@ def audit(
             analyzer.finish(Unreached.FORWARD_STOPPED, Severity.WARNING)
             return finish_report(report, tracer, analyzer)
         tracer.flush()
-        tracer.set_caller_inputs(labelled_tensors(args, kwargs))  # a function's own code ended
+        if run is not model:  # the function's own code ended: writes outside a module are its caller's now
+            tracer.set_caller_inputs(labelled_tensors(args, kwargs))
         if backward:
             loss = loss_fn(output) if loss_fn is not None else default_loss(output)
             if loss is None or not isinstance(loss, torch.Tensor) or not loss.requires_grad:
