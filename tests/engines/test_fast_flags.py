@@ -210,7 +210,7 @@ def test_the_fast_tracer_names_saved_tensors_as_their_node_is_made() -> None:
         x = torch.randn(3, 4, requires_grad=True)
         y = torch.sigmoid(x * 2)  # <saved here>
         tracer = session.tracer
-        assert tracer._pending_nodes == []
+        assert tracer._saved.pending_nodes == []
         [record] = tracer.saved_records(y.untyped_storage().data_ptr())
         assert (record.node, record.field, record.op) == ("SigmoidBackward0", "result", "aten.sigmoid")
         created = origin_of(y.grad_fn)

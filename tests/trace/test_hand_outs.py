@@ -126,7 +126,7 @@ def test_with_nothing_handed_out_no_saved_tensor_is_fingerprinted():
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
     with _session(deep=False) as session:
         out = model(torch.randn(4, 8))
-        records = [ref() for bucket in session.tracer._by_storage.values() for ref in bucket.values()]
+        records = [ref() for bucket in session.tracer._saved.by_storage.values() for ref in bucket.values()]
         assert records and all(r is not None and r.fingerprint is None for r in records)
         out.sum().backward()
     assert session.findings == []

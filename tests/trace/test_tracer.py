@@ -108,7 +108,7 @@ def test_batchnorm_running_stats_saved_but_not_read_in_training():
         out = bn(torch.randn(4, 3, requires_grad=True))
         tracer.flush()
         fields = {}
-        for bucket in tracer._by_storage.values():
+        for bucket in tracer._saved.by_storage.values():
             for ref in bucket.values():
                 record = ref()
                 fields[record.field] = record.read
@@ -165,7 +165,7 @@ def test_everything_removed_on_exit_and_on_exception():
     assert _global_state() == before
     x = torch.randn(2, requires_grad=True)
     torch.sigmoid(x)  # creates a node: the node-creation hook must be gone
-    assert tracer._pending_nodes == []
+    assert tracer._saved.pending_nodes == []
 
 
 def test_tracer_refuses_reentry_and_keeps_no_saved_tensor_alive():
@@ -240,7 +240,7 @@ def test_save_location_is_resolved_from_the_stack_captured_at_the_save():
     with Tracer(Recorder()) as tracer:
         net = Net()
         out = net(torch.randn(2, 3, requires_grad=True))
-        records = [ref() for bucket in tracer._by_storage.values() for ref in bucket.values()]
+        records = [ref() for bucket in tracer._saved.by_storage.values() for ref in bucket.values()]
         linear_saves = [r for r in records if r is not None and r.module[2] == "Linear"]
         assert linear_saves
         for record in linear_saves:

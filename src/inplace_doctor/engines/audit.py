@@ -22,7 +22,7 @@ from ..trace.blame import forget_frames, printable_text, internal_error, passed_
 from ..trace.modules import refuse_opaque, unique_label
 from ..trace.tracer import Tracer
 from ..trace.user_names import variable_name
-from . import nesting, replay_writes, tracer_mode
+from . import callables, nesting, replay_writes, tracer_mode
 from .finish import classify_or_raise, finish_report, sorted_findings
 from .preserve import Preserved, generators_in, labelled_tensors, private_inputs, refuse_lazy, refuse_meta, tensors_in
 from .training import default_loss, grad_mode_off
@@ -31,7 +31,7 @@ Selection = Iterable[str] | str | None
 
 
 def audit(
-    model: torch.nn.Module,
+    model: torch.nn.Module | Callable[..., Any],
     *args: Any,
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
     backward: bool = True,
@@ -51,9 +51,14 @@ def audit(
     model's modules or the inputs hold, plain module attributes that hold tensors, and the
     caller's inputs (inside lists, tuples, dicts and dataclasses).
     Not its structure: submodules, hooks or attributes holding no tensor that forward adds stay.
+    For a callable that is no module, what is restored and named are the modules it holds where
+    they are found without running it (`engines/callables.py`): the module a method belongs to,
+    its closure's, the module-level names its code reads, its object's attributes; others not.
 
     Args:
         model: an `nn.Module`; a `torch.compile`d one runs eagerly for the audit (not TorchScript).
+            Or any callable (a rollout function, a policy object, `model.rollout`): a write into
+            its arguments anywhere in its code is IPD106.
         *args, **kwargs: the model's inputs.
         loss_fn: maps the output to a scalar for backward; default: the sum of
             every floating output that requires grad.
@@ -78,8 +83,13 @@ def audit(
         >>> ipd.audit(model, x).codes
         ['IPD101']
     """
+    run = model  # what is called: the model, or a callable that is no module (`engines/callables.py`)
     if not isinstance(model, torch.nn.Module):
-        raise UsageError(f"audit() needs a torch.nn.Module, got {type(model).__name__}")
+        if not callable(model):
+            raise UsageError(f"audit() needs a torch.nn.Module or a callable, got {type(model).__name__}")
+        owner, found = callables.module_of_method(model), callables.modules_of(model)
+        names = {**({} if owner is not None else dict(found)), **(names or {})}
+        model = owner if owner is not None else torch.nn.ModuleList([m for _, m in found])
     try:
         refuse_opaque(model, "the model")
     except UnsupportedModuleError as e:
@@ -107,10 +117,10 @@ def audit(
         if sub is not model:
             tracer.modules.add_root(sub, label)
     tracer.modules.add_root(model, prefix, named=None if names else named)
-    tracer.set_caller_inputs(labelled_tensors(args, kwargs))
+    tracer.set_caller_inputs(labelled_tensors(args, kwargs), anywhere=run is not model)
     report = Report(
         findings=analyzer.findings,
-        target=type(model).__name__,
+        target=type(model).__name__ if run is model else callables.name_of(run),
         mode="train" if model.training else "eval",
         command="audit",
         root_label=root_label,
@@ -119,16 +129,18 @@ def audit(
         report.notes.append(tracer_mode.switched_note(deep_because, tracer_mode.how_asked(deep, "audit(deep=False)")))
     with preserved, tracer:
         try:
-            output = model(*args, **kwargs)
+            output = run(*args, **kwargs)
         except InplaceError:
             raise
         except Exception as exc:
             raise_tool_error(exc)  # a backward inside forward reached an overwritten saved tensor
             passed_through(exc)
-            classify_or_raise(exc, tracer, analyzer, report, "forward", model)
+            classify_or_raise(exc, tracer, analyzer, report, "forward", report.target)
             analyzer.finish(Unreached.FORWARD_STOPPED, Severity.WARNING)
             return finish_report(report, tracer, analyzer)
         tracer.flush()
+        if run is not model:  # the function's own code ended: writes outside a module are its caller's now
+            tracer.set_caller_inputs(labelled_tensors(args, kwargs))
         if backward:
             loss = loss_fn(output) if loss_fn is not None else default_loss(output)
             if loss is None or not isinstance(loss, torch.Tensor) or not loss.requires_grad:
@@ -144,7 +156,7 @@ def audit(
                         report.notes.append("backward raised at the first overwritten saved tensor it reached")
                     else:
                         passed_through(exc)
-                        classify_or_raise(exc, tracer, analyzer, report, "backward", model)
+                        classify_or_raise(exc, tracer, analyzer, report, "backward", report.target)
                     analyzer.backward_stopped()
                 else:
                     analyzer.backward_completed()
@@ -155,7 +167,7 @@ def audit(
         del output
     report = finish_report(report, tracer, analyzer)
     if tracer.contents.unlocated:  # IPD109 without the writing line: the run repeats, so look for it
-        replay_writes.name_write_lines(report, tracer.contents.unlocated, model, args, kwargs, inputs, modules, loss_fn, backward)
+        replay_writes.name_write_lines(report, tracer.contents.unlocated, run, args, kwargs, inputs, modules, loss_fn, backward)
         report.findings = sorted_findings(report.findings)
     return report
 

@@ -3,7 +3,6 @@ notes filled from what the tracer counted; what an error that stopped the model 
 
 from __future__ import annotations
 
-import torch
 
 from ..errors import ModelError
 from ..findings import Finding
@@ -35,7 +34,7 @@ def finish_report(report: Report, tracer: Tracer, analyzer: Analyzer) -> Report:
     if compiled is not None:
         report.stats["compiled_calls_run_eagerly"] = tracer.compiled.calls
         report.notes.append(compiled)
-    for note in (tracer.transforms.note(), tracer.threads.note(), _saved_tensors_note(tracer)):
+    for note in (tracer.transforms.note(), tracer.threads.note(), _saved_tensors_note(tracer), tracer.entry_points.note()):
         if note is not None:
             report.notes.append(note)
     scripted = sorted(set(tracer.modules.scripted))
@@ -70,9 +69,7 @@ def _saved_tensors_note(tracer: Tracer) -> str | None:
     )
 
 
-def classify_or_raise(
-    exc: Exception, tracer: Tracer, analyzer: Analyzer, report: Report, stage: str, model: torch.nn.Module
-) -> None:
+def classify_or_raise(exc: Exception, tracer: Tracer, analyzer: Analyzer, report: Report, stage: str, name: str) -> None:
     """What the model's uncaught `exc` was: an in-place error a rule reports (noted in `report`), or
     the model's own error, re-raised as `ModelError` with how far the tool got (the tool's crash: exit 4)."""
     if raised_by_the_tool(exc):
@@ -80,7 +77,7 @@ def classify_or_raise(
     text = printable_text(exc)
     if text is None:  # a user's exception class whose __str__ raises: no rule reads it
         raise ModelError(
-            f"{type(model).__name__} raised {type(exc).__name__} during {stage} ({tracer.progress()}): {exception_text(exc)}"
+            f"{name} raised {type(exc).__name__} during {stage} ({tracer.progress()}): {exception_text(exc)}"
         ) from exc
     event = tracer.describe_exception(exc)
     if analyzer.handle(event):
@@ -99,7 +96,7 @@ def classify_or_raise(
         return
     in_backward = raised_in_backward(event, analyzer.root_label)
     if in_backward is not None:  # the forward line that created the failing node, as anomaly mode names it
-        raise ModelError(f"{type(model).__name__} raised {type(exc).__name__} during {stage}: {in_backward}") from exc
+        raise ModelError(f"{name} raised {type(exc).__name__} during {stage}: {in_backward}") from exc
     raise ModelError(
-        f"{type(model).__name__} raised {type(exc).__name__} during {stage} ({tracer.progress()}): {text}"
+        f"{name} raised {type(exc).__name__} during {stage} ({tracer.progress()}): {text}"
     ) from exc

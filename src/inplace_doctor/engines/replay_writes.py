@@ -50,7 +50,7 @@ Unlocated = list[tuple[SavedTensorChangedOutside, Fingerprint]]
 def name_write_lines(
     report: Report,
     unlocated: Unlocated,
-    model: torch.nn.Module,
+    model: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     inputs: list[torch.Tensor],
@@ -74,7 +74,7 @@ def name_write_lines(
 
 def _replay(
     search: LineSearch,
-    model: torch.nn.Module,
+    model: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     inputs: list[torch.Tensor],
@@ -84,7 +84,8 @@ def _replay(
 ) -> None:
     """The audit's run again, watched only for the search; nothing it finds is reported."""
     analyzer = Analyzer(select_rules(["IPD109"]))
-    preserved = Preserved(model, inputs, modules, generators_in((args, kwargs)))
+    holder = model if isinstance(model, torch.nn.Module) else torch.nn.ModuleList()  # `modules` are what it holds
+    preserved = Preserved(holder, inputs, modules, generators_in((args, kwargs)))
     tracer = Tracer(analyzer, before_write=preserved.before_write, track_call_inputs=False)
     tracer.contents.search = search
     kept = _snapshot([*[p for m in modules for p in m._parameters.values() if p is not None], *inputs])

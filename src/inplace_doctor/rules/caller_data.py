@@ -29,7 +29,10 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: RuleContext) -> Fin
     sees the modified values. PyTorch raises nothing. Writes to leaf tensors
     that require grad are IPD102 (PyTorch raises). In ``watch()``, the
     arguments of each call of an outermost module count as the caller's
-    inputs, during that call.
+    inputs, during that call; a model entered without ``nn.Module.__call__``
+    (its class's own ``__call__``, a rollout; ``model.forward(x)`` called
+    directly) counts as called (``trace/entry_points.py``), and ``audit(fn,
+    x)`` of a function or callable object takes its arguments for the inputs.
 
     When it is reported: a write no flag asked for (``x += b``,
     ``x.clamp_()``, ``x[mask] = 0`` in a forward) at once. A write an
@@ -44,7 +47,10 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: RuleContext) -> Fin
 
     Not seen: a read after the call through a view the caller made before it
     (only the tensor object passed in is followed), and a read after the
-    watched code ends.
+    watched code ends; the first call of a model built before a ``watch()``
+    not given it, entered without ``nn.Module.__call__`` (the report says so);
+    under ``watch`` and ``run``, a plain function's writes into its arguments,
+    which are the program's own.
 
     Example::
 

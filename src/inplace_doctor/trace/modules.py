@@ -24,7 +24,7 @@ class _Known:
     """A module the tracer has named, and where it is in the running outermost call: one lookup
     per module call finds all of it (its calls counted, its place on the stack kept, in place)."""
 
-    __slots__ = ("ref", "path", "cls", "calls", "epoch", "depth")
+    __slots__ = ("ref", "path", "cls", "calls", "epoch", "depth", "entered")
 
     def __init__(self, ref: Any, path: str, cls: str) -> None:
         self.ref = ref  # tells a live module from a dead one whose id was reused
@@ -33,6 +33,7 @@ class _Known:
         self.calls = 0  # calls in the outermost call numbered `epoch`
         self.epoch = 0
         self.depth = -1  # its index on the module stack, -1 when not on it
+        self.entered = False  # put there by `call_entered`, not by the forward hooks
 
 
 def refuse_opaque(module: torch.nn.Module, where: str) -> None:
@@ -82,6 +83,10 @@ class ModulePaths:
         self._state_names: dict[int, tuple[Any, str]] | None = None
         #: class names of the TorchScript modules met while running (their ops are seen, not their lines)
         self.scripted: list[str] = []
+        #: the classes of the modules named so far (`entry_points.py` wraps their own `__call__`, `forward`)
+        self.classes: set[type] = set()
+        #: called with each module first met while running (`_learn`)
+        self.on_learn: Any = None
         #: backward graph task -> the stack's depth when a module first ran inside it (a checkpoint's
         #: recompute); the task's end truncates back to it (`_end_of_backward`)
         self._backward_depths: dict[int, int] = {}
@@ -90,8 +95,9 @@ class ModulePaths:
         self, module: torch.nn.Module, prefix: str = "", named: list[tuple[str, torch.nn.Module]] | None = None
     ) -> None:
         """Name `module` and its submodules; `named` is `list(module.named_modules())` if the caller has it."""
-        known, under_root, ref = self._known, self._under_root, weakref.ref
+        known, under_root, ref, classes = self._known, self._under_root, weakref.ref, self.classes
         for name, sub in named if named is not None else named_modules(module):
+            classes.add(type(sub))
             key = id(sub)
             entry = known.get(key)
             if entry is not None and entry.ref() is sub:
@@ -203,9 +209,36 @@ class ModulePaths:
         if name in taken:
             name = None  # a name now bound to another module than the one it named first
         self.add_root(module, unique_label(name or type(module).__name__, taken))
+        if self.on_learn is not None:
+            self.on_learn(module)
         return self._known[id(module)]
 
-    def _pre(self, module: torch.nn.Module, args: Any) -> None:
+    def call_entered(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any], bare: bool) -> int:
+        """A call of `module` no forward hook sees (its class's own `__call__`; with `bare`, its
+        `forward` called directly, `model.forward(x)`) begins: as `_pre` does. Its depth on the
+        stack, for `call_left`; -1 for a `forward` run by the module's own call, entered already."""
+        stack = self._stack
+        if bare and stack and stack[-1][0] is module:
+            return -1
+        entry = self._lookup(module)
+        if entry is not None and entry.depth >= 0:
+            self._truncate(entry.depth)  # left there by an exception
+        self._pre(module, args, kwargs)
+        entry = self._known[id(module)]
+        entry.entered = True
+        return entry.depth
+
+    def call_left(self, module: torch.nn.Module, depth: int, output: Any) -> None:
+        """The call `call_entered` began returned `output`."""
+        stack = self._stack
+        if depth < 0 or depth >= len(stack) or stack[depth][0] is not module:
+            return  # not entered, or forgotten since (the end of a backward that ran it)
+        if depth == 0:
+            self._top_level_returned(module, output)
+        else:
+            self._truncate(depth)
+
+    def _pre(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any] | None = None) -> None:
         # Runs at every module call: a lookup, a count and two small tuples; no frame is walked
         # unless the module is met for the first time in this session (`_learn`).
         stack = self._stack
@@ -213,11 +246,13 @@ class ModulePaths:
             self._in_backward()
         entry = self._known.get(id(module))
         if entry is not None and entry.depth >= 0:
+            if entry.entered and entry.depth == len(stack) - 1:
+                return  # `super().__call__(x)` inside its class's own `__call__`, entered already
             # Entered again while still on the stack (which holds it, so it is this module): an
             # exception unwound past its post hook (or, rarely, a module calls itself). Drop the stale part.
             self._truncate(entry.depth)
         if not stack:
-            self._top_level_call(module, args)
+            self._top_level_call(module, args, kwargs)
         if entry is None or entry.ref() is not module:
             entry = self._learn(module)
         if entry.epoch != self._epoch:
@@ -225,7 +260,7 @@ class ModulePaths:
         call = entry.calls = entry.calls + 1
         # __dict__, not getattr: Module.__getattr__ raises internally for most modules.
         inplace = module.__dict__.get("inplace")
-        entry.depth = len(stack)
+        entry.depth, entry.entered = len(stack), False
         context = self.current = (entry.path, call, entry.cls, inplace if inplace is True or inplace is False else None)
         stack.append((module, entry, context))
 
@@ -235,18 +270,21 @@ class ModulePaths:
             self._backward_depths[task] = len(self._stack)
             _compat.queue_backward_callback(functools.partial(self._end_of_backward, task))
 
-    def _top_level_call(self, module: torch.nn.Module, args: Any) -> None:
+    def _top_level_call(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any] | None) -> None:
         self._epoch += 1
         self._buffer_ids = None
         if self.on_top_level is not None:
-            # the frame of the module's `_call_impl`, past this one and `_pre`
-            self.on_top_level(module, args, _compat.forward_call_kwargs(module, sys._getframe(2)))
+            if kwargs is None:  # read in the frame of the module's `_call_impl`, past this one and `_pre`
+                kwargs = _compat.forward_call_kwargs(module, sys._getframe(2))
+            self.on_top_level(module, args, kwargs)
 
     def _post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         entry = self._known.get(id(module))
         if entry is None:
             return
         index = entry.depth
+        if entry.entered and index == len(self._stack) - 1:
+            return  # the `super().__call__(x)` of an entered call: `call_left` ends it
         if index <= 0:
             if index == 0:
                 self._top_level_returned(module, output)
@@ -269,7 +307,8 @@ class ModulePaths:
     def _truncate(self, index: int) -> None:
         stack = self._stack
         while len(stack) > index:
-            stack.pop()[1].depth = -1
+            entry = stack.pop()[1]
+            entry.depth, entry.entered = -1, False
         self.current = stack[-1][2] if stack else None
 
     def _end_of_backward(self, task: int) -> None:

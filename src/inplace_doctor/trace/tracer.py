@@ -35,7 +35,6 @@ Known limitations:
 from __future__ import annotations
 
 import contextlib
-import weakref
 from typing import Any, Callable
 
 import torch
@@ -55,6 +54,7 @@ from .fast_writes import FastWrites
 from .graph_writes import UnrecordedWrites
 from .inplace_calls import InplaceCalls
 from .inplace_entry import InplaceEntries
+from .entry_points import EntryPoints
 from .modules import ModulePaths
 from .origins import ConstructionRecorder
 from .pending_reads import PendingReads
@@ -130,6 +130,7 @@ class Tracer:
         self._fail_fast = fail_fast
         self._busy = Busy()
         self.modules = ModulePaths()
+        self.entry_points = EntryPoints(self.modules)  # calls no forward hook sees: `__call__`, a bare `forward`
         self.inplace_calls = InplaceCalls(self, self.modules)
         self.inplace_calls.settles_writes = fail_fast  # `user_call_returned` settles nothing otherwise
         self.held = HeldTensors(self, self.modules)
@@ -196,6 +197,7 @@ class Tracer:
         self.modules.__enter__()
         self._contexts = [self.modules]
         try:
+            self._enter(self.entry_points)
             self._enter(recursion_headroom())  # the frames the hooks and modes add, given back to the program
             self._enter(self.compiled)
             self._enter(self.threads)
@@ -360,9 +362,10 @@ class Tracer:
         if self._checks_contents:
             self.contents.checkpoint()
 
-    def set_caller_inputs(self, labelled: list[tuple[str, torch.Tensor]]) -> None:
-        """Tensors a caller handed to the model: writes to them inside a module are reported."""
-        self._writes.set_caller_inputs(labelled)
+    def set_caller_inputs(self, labelled: list[tuple[str, torch.Tensor]], anywhere: bool = False) -> None:
+        """Tensors a caller handed to the model: writes to them inside a module are reported (with
+        `anywhere`, outside any too: the code of a function `audit` runs)."""
+        self._writes.set_caller_inputs(labelled, anywhere)
 
     def progress(self) -> str:
         """How far the run got, for error messages."""
@@ -386,15 +389,6 @@ class Tracer:
     def describe_exception(self, exc: BaseException) -> InplaceErrorRaised:
         """Where an exception raised inside the traced code happened (it left the code: not caught there)."""
         return self._raised.describe(exc, self.modules.current)
-
-    # The saved-tensor bookkeeping, as the tests look into it.
-    @property
-    def _by_storage(self) -> dict[int, dict[int, weakref.ref[SavedRecord]]]:
-        return self._saved.by_storage
-
-    @property
-    def _pending_nodes(self) -> list[tuple[Any, Any]]:
-        return self._saved.pending_nodes
 
 
 __all__ = ["Tracer"]

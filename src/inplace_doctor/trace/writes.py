@@ -89,6 +89,7 @@ class WriteRecorder:
         self.pending: list[PendingWrite] = []
         # storage key -> (label, span, the caller's tensor): the arguments of the running outermost call
         self._inputs: dict[int, tuple[str, tuple[int, int, int], weakref.ref[torch.Tensor]]] = {}
+        self._inputs_anywhere = False  # writes outside any module count too (`set_caller_inputs`)
         #: writes a module's own `inplace=True` made into the caller's tensors: reported at a later read
         self.caller_reads = CallerReads(emit, modules)
         #: whether a call with an `inplace=True` argument (`F.relu(x, inplace=True)`) is running now
@@ -194,8 +195,10 @@ class WriteRecorder:
         )
 
     # -- the caller's inputs ------------------------------------------------
-    def set_caller_inputs(self, labelled: list[tuple[str, torch.Tensor]]) -> None:
-        """Tensors a caller handed to the model: writes to them inside a module are reported."""
+    def set_caller_inputs(self, labelled: list[tuple[str, torch.Tensor]], anywhere: bool = False) -> None:
+        """Tensors a caller handed to the model: writes to them inside a module are reported (with
+        `anywhere`, outside any too)."""
+        self._inputs_anywhere = anywhere
         self._inputs = {}
         for label, t in labelled:
             span = storage_span(t)
@@ -206,7 +209,7 @@ class WriteRecorder:
         self, span: tuple[int, int, int]
     ) -> tuple[str, tuple[int, int, int], weakref.ref[torch.Tensor]] | None:
         entry = self._inputs.get(span[0])
-        if entry is None or self._modules.current is None or not _overlaps(span, entry[1]):
+        if entry is None or (self._modules.current is None and not self._inputs_anywhere) or not _overlaps(span, entry[1]):
             return None
         # Keyed by address: a caller's tensor freed since (a checkpoint's recompute input, dropped while
         # its modules are still on the stack) may have left its address to another tensor's memory.
