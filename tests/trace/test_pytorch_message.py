@@ -95,6 +95,18 @@ def _optimizer_step_before_second_backward() -> None:
     second.backward()
 
 
+def _leaky_relu_then_dropout_in_place() -> None:  # LeakyReluBackward1: torch says `LeakyRelu1`
+    model = nn.Sequential(nn.Linear(4, 8), nn.LeakyReLU(0.2, inplace=True), nn.Dropout(0.3, inplace=True))
+    model(torch.randn(2, 4)).sum().backward()
+
+
+def _pow_of_a_scalar_base() -> None:  # PowBackward2
+    x = torch.rand(3, requires_grad=True)
+    z = torch.pow(2.0, x)
+    z.add_(1)
+    z.sum().backward()
+
+
 def _under_anomaly_mode() -> None:
     with torch.autograd.set_detect_anomaly(True):
         _output_saved()
@@ -105,7 +117,8 @@ PROGRAMS: dict[str, Callable[[], None]] = {
     for f in (
         _output_saved, _input_saved_then_rebased, _leaf_written_under_no_grad, _setitem_on_a_saved_output,
         _view_of_one_of_several, _custom_function_saves_its_input, _module_relu_after_sigmoid,
-        _optimizer_step_before_second_backward, _under_anomaly_mode,
+        _optimizer_step_before_second_backward, _leaky_relu_then_dropout_in_place, _pow_of_a_scalar_base,
+        _under_anomaly_mode,
     )
 }
 

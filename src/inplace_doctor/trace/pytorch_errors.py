@@ -239,7 +239,7 @@ def pytorch_stale_message(t: torch.Tensor, output: tuple[int, str] | None, versi
     clause = ""
     if output is not None:
         number, name = output
-        clause = f", which is output {number} of {_BACKWARD_SUFFIX.sub('', name) if strips else name},"
+        clause = f", which is output {number} of {_BACKWARD_SUFFIX.sub(_forward_name, name) if strips else name},"
     if torch.is_anomaly_enabled():
         hint = _ANOMALY_HINT
     return (
@@ -248,7 +248,12 @@ def pytorch_stale_message(t: torch.Tensor, output: tuple[int, str] | None, versi
     )
 
 
-_BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
+_BACKWARD_SUFFIX = re.compile(r"Backward(\d*)$")
+
+
+def _forward_name(found: re.Match[str]) -> str:
+    """`ExpBackward0` -> `Exp`, `PowBackward1` -> `Pow1`, `MyFnBackward` -> `MyFn`, as torch names them."""
+    return "" if found[1] == "0" else found[1]
 _ANOMALY_HINT = (
     " Hint: the backtrace further above shows the operation that failed to compute its gradient. "
     "The variable in question was changed in there or anywhere later. Good luck!"
