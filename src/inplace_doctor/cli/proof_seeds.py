@@ -18,6 +18,7 @@ the same seeds, those are what `fix` names as the reason no fix can be proven.
 from __future__ import annotations
 
 import enum
+import functools
 import os
 import random
 import socket
@@ -79,7 +80,7 @@ class Unseeded:
             if original is None:
                 continue
             setattr(owner, name, self._watched(original, kind, f"{getattr(owner, '__name__', owner)}.{name}"))
-            self._undo.append(lambda owner=owner, name=name, original=original: setattr(owner, name, original))
+            self._undo.append(functools.partial(setattr, owner, name, original))
         return self
 
     def __exit__(self, *exc: object) -> None:
