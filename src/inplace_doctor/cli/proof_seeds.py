@@ -11,8 +11,9 @@ it. Only proof runs are seeded: `run`, `audit` and `watch` leave the program's r
 What seeds do not fix is watched while a proof child runs (`Unseeded`): the first line of the
 user's own code that calls, itself, the clock (`time.time`, `time.time_ns`), `os.urandom`, `uuid`
 (`uuid1`, `uuid4`) or a network connection (`socket.socket.connect`); the same calls made inside
-a library (torch timing itself) are not the program's. When the intended program does not compute the same values twice from
-the same seeds, those are what `fix` names as the reason no fix can be proven.
+a library (torch timing itself) are not the program's. When the intended program does not compute
+the same values twice from the same seeds, those are what `fix` names as the reason no fix can be
+proven.
 """
 
 from __future__ import annotations
