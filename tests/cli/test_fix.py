@@ -122,6 +122,10 @@ def test_moving_a_step_past_code_that_reads_the_stepped_parameters_is_not_applie
     assert "not equal to the intended program" in done.stdout
     assert "no file was changed: no fix was proven" in done.stdout
     assert (project / "train.py").read_text() == ACTOR_CRITIC
+    shown = fix_cli("--diff", "--unsafe-fixes", "train.py", cwd=project)  # printed, and said on stderr to be unproven
+    assert "the patch on stdout is NOT proven: not equal to the intended program" in shown.stderr, shown.stderr
+    assert "(unsafe, in the patch by --unsafe-fixes: not equal" in shown.stderr and "c_opt.step()" in shown.stdout
+    assert "NOT proven" not in shown.stdout and (project / "train.py").read_text() == ACTOR_CRITIC
     unsafe = fix_cli("--unsafe-fixes", "train.py", cwd=project)  # asked for: applied, and called unsafe
     assert "(unsafe, applied by --unsafe-fixes: not equal to the intended program" in unsafe.stdout, unsafe.stdout
     assert unsafe.returncode == 1 and "c_opt.step()" in (project / "train.py").read_text().split("actor_loss.backward()")[1]

@@ -163,3 +163,27 @@ def test_the_shipped_error_in_a_plan_is_never_cut_mid_word():
     plan = ipd.optimize(SigmoidThenReLU(), torch.randn(4, 8), suggest_checkpoint=False)
     assert plan.shipped_error is not None and plan.shipped_error.endswith("expected version 0 instead.")
     assert f"({plan.shipped_error})" in plan.toml()
+
+
+# -- issue 37, item 9: the header says which update ran ----------------------------------
+
+
+@pytest.mark.parametrize(("make", "said"), [
+    (lambda p: torch.optim.SGD(p, lr=0.1), "SGD (no momentum, lr 0.1)"),
+    (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4),
+     "SGD (momentum 0.9, Nesterov, weight decay 0.0005, lr 0.1)"),
+    (lambda p: torch.optim.Adam(p, weight_decay=0.01), "Adam (betas (0.9, 0.999), L2 weight decay 0.01, lr 0.001)"),
+    (lambda p: torch.optim.AdamW(p), "AdamW (betas (0.9, 0.999), decoupled weight decay 0.01, lr 0.001)"),
+])
+def test_the_memory_header_says_the_optimizers_real_settings(make, said) -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    report = ipd.memory(model, torch.randn(2, 4), optimizer=make)
+    assert str(report).splitlines()[0].endswith(f"train mode, {said}, 2 step(s) on cpu"), str(report)
+    assert report.to_dict()["optimizer_settings"][0]["lr"] == float(said.rsplit("lr ", 1)[1].rstrip(")"))
+
+
+def test_the_optimize_header_says_sgd_with_momentum(capsys) -> None:
+    assert main(["optimize", "inplace_doctor.examples:residual_relu", "--no-checkpoint"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.startswith("inplace-doctor optimize: inplace_doctor.examples:residual_relu, train mode, "
+                             "SGD (momentum 0.9, lr 0.01), inputs "), header

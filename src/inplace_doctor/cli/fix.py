@@ -27,7 +27,8 @@ directory or under the Python installation, a file not writable or read-only
 uncommitted changes or not in git, or git missing (`--force` skips the git
 checks), a file changed since the run. `--diff` prints the patch, byte for byte
 as it would be written (`git apply` takes it), and writes nothing: stdout is the
-patch alone, the script's output and fix's own lines go to stderr.
+patch alone, the script's output and fix's own lines go to stderr, with each fix
+in the patch and whether the patch is proven (unproven only with `--unsafe-fixes`).
 
 Exit codes: 0 when the edits were written and the edited script ran to the end
 with no error or warning finding (or there was nothing to fix); 1 when findings
@@ -162,7 +163,16 @@ def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run", patch: TextIO) -
         return 1
     changes = {p: (ws.original(p) or b"", data) for p, data in found.state.items()}
     _refuse(ns, ws.root, set(changes))
-    if ns.diff:
+    remaining = {identity(g, tree) for g in left}
+    made = [(a, _how_sure(a.code, accepted[-1].verdict) if proven
+             else f"unsafe, {'in the patch' if ns.diff else 'applied'} by --unsafe-fixes: {why_not(a.verdict)}")
+            for a in accepted if a.target not in remaining]
+    if ns.diff:  # stdout is the patch alone: whether it is proven is said here, on stderr
+        for a, sure in made:
+            print(f"in the patch: {a.code} at {a.where}: {a.described} ({sure})")
+        print("inplace-doctor: the patch on stdout is proven (nothing was written)" if proven else
+              f"inplace-doctor: the patch on stdout is NOT proven: {why_not(accepted[-1].verdict)}; it is printed "
+              "because of --unsafe-fixes (nothing was written)")
         patch.flush()
         patch.buffer.write(unified_diff(changes, ws.root))
         patch.buffer.flush()
@@ -171,11 +181,7 @@ def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run", patch: TextIO) -
         write_all(changes)
     except EditError as e:
         raise CliUsageError(str(e)) from None
-    remaining = {identity(g, tree) for g in left}
-    for a in accepted:
-        if a.target in remaining:
-            continue
-        sure = _how_sure(a.code, accepted[-1].verdict) if proven else f"unsafe, applied by --unsafe-fixes: {why_not(a.verdict)}"
+    for a, sure in made:
         print(f"fixed {a.code} at {a.where}: {a.described} ({sure})")
     targeted = {a.target for a in accepted}
     for f in serious(first.findings):  # a sibling (another write to the same saved tensor) went with a fix

@@ -26,7 +26,7 @@ from .errors import CliUsageError
 if TYPE_CHECKING:
     from ..findings import Edit, Fix
     from ..report import Report
-    from .prove import Identity, Run, Verdict, Workspace
+    from .prove import Identity, Record, Run, Verdict, Workspace
     from .source_edits import Source
 
 # A run stops at the first in-place error backward reaches; the next one shows after it is fixed.
@@ -80,6 +80,8 @@ def search(ws: "Workspace", first: "Run", *, unsafe: bool, say: Callable[[str], 
 
     reference = ws.run({}, reference=True)
     state: dict[str, bytes] = {}
+    meant: dict[str, bytes] = {}  # the files of the reference run
+    repeated: dict[int, str] = {}  # id of a reference run -> how a second run of it differs ("": it does not)
     known = {identity(f, ws.root) for f in serious(first.findings)}
     findings, tree = first.findings, ws.root
     out = Search([], [], [], state, findings, tree)
@@ -126,6 +128,8 @@ def search(ws: "Workspace", first: "Run", *, unsafe: bool, say: Callable[[str], 
                 was = sum(identity(g, tree) == target for g in serious(findings))
                 verdict = (_verified(target, trial, seen, also, was) if flag
                            else _judge(target, trial, reference, seen, also, was))
+                if verdict.gone and not verdict.new and verdict.comparison == "differs" and not flag:
+                    verdict.first_difference += _unrepeatable(ws, meant, reference, repeated)
                 out.tried.append(Tried(target, replace(fx, edits=edits), verdict, alone=not state))
                 if not (verdict.proven or verdict.on_the_way or (unsafe and verdict.gone)):
                     out.rejected.append(f"{f['code']} at {where}: {described}: {why_not(verdict)}")
@@ -134,7 +138,7 @@ def search(ws: "Workspace", first: "Run", *, unsafe: bool, say: Callable[[str], 
                 state, findings, tree = candidate, trial.findings, trial.tree
                 known = seen | {identity(g, tree) for g in serious(findings)}
                 if flag and verdict.proven:  # what is meant from here on: the program with the flag off
-                    reference = ws.run(state, reference=True)
+                    reference, meant = ws.run(state, reference=True), state
                 progress = True
                 break
             if progress:
@@ -230,6 +234,47 @@ def _verified(target: "Identity", trial: "Run", known: "set[Identity]", also: "f
                    "" if ok else ("no model ran while the script was watched" if not outcomes
                                   else "verify did not find every model equivalent to its out-of-place form"),
                    trial.record.steps if trial.record is not None else 0)
+
+
+def _unrepeatable(ws: "Workspace", state: dict[str, bytes], reference: "Run", repeated: dict[int, str]) -> str:
+    """'' when the intended program computes the same values on a second run from the same seeds
+    (the edits made the difference); else that it does not, and what it reads that seeds do not fix."""
+    if id(reference) not in repeated:
+        again = ws.run(state, reference=True)
+        differs = _first_unequal(reference.record, again.record) if reference.record and again.record else ""
+        repeated[id(reference)] = differs and (
+            f"; but the intended program itself does not compute the same values twice from the same seeds ({differs} "
+            f"differs between two runs of it): {_unseeded(reference)}, so no edit can be proven equal to it")
+    return repeated[id(reference)]
+
+
+def _first_unequal(a: "Record", b: "Record") -> str:
+    """The label of the first value two records of one program disagree on; '' when they agree."""
+    import itertools
+
+    ours, theirs = a.streams(), b.streams()
+    for stream in {**ours, **theirs}:
+        for x, y in itertools.zip_longest(ours.get(stream, []), theirs.get(stream, [])):
+            if x != y:
+                return (x or y)[0]
+    return "" if (a.how, a.detail) == (b.how, b.detail) else f"how it ended ({a.ended}, then {b.ended})"
+
+
+_KINDS = {"clock": "the clock", "urandom": "the operating system's random bytes", "uuid": "a random uuid",
+          "network": "the network"}
+
+
+def _unseeded(reference: "Run") -> str:
+    """What the program reads that seeds do not fix, at its own lines, in words."""
+    reads = reference.record.unseeded if reference.record is not None else ()
+    if not reads:
+        return ("something the seeds do not fix changes between runs: a file it reads, the clock or the network read "
+                "inside a library, or a nondeterministic kernel (on a GPU, torch.use_deterministic_algorithms(True) "
+                "makes those deterministic or raises)")
+    rel = {file: os.path.relpath(file, reference.tree) for _, _, file, _ in reads}
+    named = [f"{_KINDS.get(kind, kind)} ({called} at {file if rel[file].startswith('..') else rel[file]}:{line})"
+             for kind, called, file, line in reads]
+    return f"it reads what seeds do not fix: {', '.join(named)}"
 
 
 def _renames(changes: dict[str, tuple[bytes, bytes]], root: str) -> dict[tuple[str, str], set[str]]:

@@ -20,6 +20,9 @@ as `python` would, except that every tensor autograd saves is copied at save
 (a pack hook returning a copy). That run is the program the user meant:
 backward computes the gradient of the forward as it ran, and autograd's own
 version check is off (PYTORCH_FACTS.md, "The program the user meant").
+Either way the run starts from the same seeds (`proof_seeds.py`; the program's own seeding wins),
+and the record names the first of its own lines that read what seeds do not fix (the clock,
+`os.urandom`, `uuid`, the network).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from torch.utils._pytree import tree_leaves
 
 from ..trace.fingerprint import fingerprint
+from .proof_seeds import Unseeded, seed
 from .prove import How
 
 
@@ -185,12 +189,14 @@ def main(argv: Sequence[str]) -> int:
     reference = "--reference" in args[: args.index("--")]
     out = args[args.index("--record") + 1]
     rest = args[args.index("--") + 1 :]
-    recorder = Recorder()
+    recorder, unseeded = Recorder(), Unseeded()
     status = 0
     outcome: list[tuple[How, str]] = [(How.NOT_STARTED, "")]
+    seed()
     try:
         if reference:
-            status, outcome[0] = _run_reference(rest, recorder)
+            with unseeded:
+                status, outcome[0] = _run_reference(rest, recorder)
         else:
             from .main import main as cli_main
 
@@ -214,7 +220,7 @@ def main(argv: Sequence[str]) -> int:
             for name, original in originals.items():
                 setattr(runpy, name, watched(original))
             try:
-                with recorder:
+                with recorder, unseeded:
                     status = cli_main(["run", *rest])
             finally:
                 for name, original in originals.items():
@@ -222,7 +228,8 @@ def main(argv: Sequence[str]) -> int:
     finally:
         with open(out, "w", encoding="utf-8") as f:
             how, detail = outcome[0]
-            json.dump({"how": str(how), "detail": detail, "steps": recorder.steps, "entries": recorder.entries}, f)
+            json.dump({"how": str(how), "detail": detail, "steps": recorder.steps, "entries": recorder.entries,
+                       "unseeded": unseeded.reads}, f)
     return status
 
 

@@ -162,6 +162,29 @@ def _new_optimizer(optimizer: Any, params: Any) -> Any:
     )
 
 
+# Set by the optimizer for its own bookkeeping, or how its kernels run: not what the update computes.
+_NOT_SETTINGS = frozenset({"params", "foreach", "fused", "capturable", "differentiable", "initial_lr"})
+
+
+def optimizer_settings(optimizer: Any) -> tuple[dict[str, Any], ...]:
+    """Each parameter group's hyperparameters as plain values (`lr`, `momentum`, `nesterov`,
+    `weight_decay`, `betas`, ...), for a report to say which update ran; a tensor `lr` as a number."""
+    groups = getattr(optimizer, "param_groups", None) or ()
+    out = []
+    for group in groups:
+        settings: dict[str, Any] = {}
+        for key, value in group.items():
+            if key in _NOT_SETTINGS or value is None:
+                continue
+            if isinstance(value, torch.Tensor) and value.numel() == 1:
+                value = value.item()
+            if isinstance(value, (bool, int, float, str)) or (
+                    isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value)):
+                settings[str(key)] = list(value) if isinstance(value, tuple) else value
+        out.append(settings)
+    return tuple(out)
+
+
 def step_phases(
     model: torch.nn.Module,
     args: tuple[Any, ...],

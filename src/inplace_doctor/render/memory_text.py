@@ -2,8 +2,38 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..engines.memory import Category, MemoryReport, Peak
 from ..printing import fmt_bytes, renders_text
+
+
+def optimizer_text(name: str | None, groups: tuple[dict[str, Any], ...]) -> str:
+    """The optimizer with the settings that decide its update and its state: `SGD (momentum 0.9,
+    Nesterov, weight decay 0.0005, lr 0.1)`, `SGD (no momentum, lr 0.01)`, `AdamW (betas (0.9, 0.999),
+    decoupled weight decay 0.01, lr 0.001)`; the first group's, when its parameter groups differ."""
+    if not name:
+        return "no optimizer"
+    if not groups:
+        return name
+    g = groups[0]
+    said = []
+    if "momentum" in g and (g["momentum"] or name == "SGD"):
+        said.append(f"momentum {g['momentum']:g}" if g["momentum"] else "no momentum")
+    said += ["Nesterov"] if g.get("nesterov") else []
+    said += [f"dampening {g['dampening']:g}"] if g.get("dampening") else []
+    said += [f"betas ({', '.join(f'{b:g}' for b in g['betas'])})"] if g.get("betas") else []
+    said += ["AMSGrad"] if g.get("amsgrad") else []
+    said += ["centered"] if g.get("centered") else []
+    if g.get("weight_decay"):
+        decoupled = name == "AdamW" or g.get("decoupled_weight_decay")
+        kind = "decoupled " if decoupled else "L2 " if "Adam" in name else ""  # Adam's adds to the gradient
+        said.append(f"{kind}weight decay {g['weight_decay']:g}")
+    said += ["maximizing"] if g.get("maximize") else []
+    said += [f"lr {g['lr']:g}"] if isinstance(g.get("lr"), (int, float)) else []
+    if len(groups) > 1:
+        said.append(f"{len(groups)} parameter groups" + (", the first's settings" if any(x != g for x in groups) else ""))
+    return f"{name} ({', '.join(said)})" if said else name
 
 
 def _when(peak: Peak) -> str:
@@ -29,7 +59,7 @@ def peak_lines(peak: Peak, top: int = 6) -> list[str]:
 
 
 def memory_lines(report: MemoryReport) -> list[str]:
-    opt = f", {report.optimizer}" if report.optimizer else ", no optimizer"
+    opt = f", {optimizer_text(report.optimizer, report.optimizer_settings)}"
     lines = [
         f"inplace-doctor memory: {report.target}, {report.mode} mode{opt}, {report.steps} step(s) on {report.device}",
         f"peak {fmt_bytes(report.peak)} ({report.peak:,} bytes); last step started at {fmt_bytes(report.baseline)}",

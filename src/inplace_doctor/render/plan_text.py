@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..engines.optimize import Plan
 from ..printing import fmt_bytes, renders_text
-from .memory_text import peak_lines
+from .memory_text import optimizer_text, peak_lines
 
 
 def _flag(value: bool) -> str:
@@ -12,7 +12,7 @@ def _flag(value: bool) -> str:
 
 
 def plan_lines(plan: Plan) -> list[str]:
-    opt = plan.optimizer or "no optimizer"
+    opt = optimizer_text(plan.optimizer, plan.optimizer_settings)
     lines = [f"inplace-doctor optimize: {plan.target}, {plan.mode} mode, {opt}, inputs {', '.join(plan.inputs)}", ""]
     groups = plan.module_groups()  # sites under one glob, as inplace.toml writes them, when alike
     if groups:

@@ -30,7 +30,7 @@ from ...errors import UsageError
 from ...printing import fmt_bytes
 from ...trace.tracer import Tracer
 from ..preserve import RngState, private_copies, refuse_meta, tensors_in
-from ..training import LossFn, StepPhase, copy_for_training, training_step
+from ..training import LossFn, StepPhase, copy_for_training, optimizer_settings, training_step
 from .ledger import Ledger, breakdown
 from .result import PHASES, Category, MemoryReport, Peak
 
@@ -193,6 +193,7 @@ class _Measurement:
             target=type(original).__name__,
             mode="train" if original.training else "eval",
             optimizer=type(self.optimizer).__name__ if self.optimizer is not None else None,
+            optimizer_settings=optimizer_settings(self.optimizer),
             steps=steps,
             peak=self.ledger.overall_peak,
             step_peaks=step_peaks,

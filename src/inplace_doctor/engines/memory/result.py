@@ -108,6 +108,8 @@ class MemoryReport(Printable):
     baseline: int  # live bytes when the last step started
     device: str
     notes: list[str] = field(default_factory=list)
+    #: each parameter group's hyperparameters (`training.optimizer_settings`): momentum, betas, ...
+    optimizer_settings: tuple[dict[str, Any], ...] = ()
 
     @property
     def peak_phase(self) -> Peak:
@@ -128,6 +130,7 @@ class MemoryReport(Printable):
             "target": self.target,
             "mode": self.mode,
             "optimizer": self.optimizer,
+            "optimizer_settings": [dict(g) for g in self.optimizer_settings],
             "steps": self.steps,
             "device": self.device,
             "peak_bytes": self.peak,

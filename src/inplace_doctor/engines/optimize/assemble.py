@@ -83,6 +83,7 @@ def build_plan(search: Search, decided: Decided, measured: Measured, input_specs
         mode="train" if model.training else "eval",
         inputs=input_specs or [_spec(t) for t in tensors_in((search.args, search.kwargs))],
         optimizer=measured.planned.optimizer,
+        optimizer_settings=measured.planned.optimizer_settings,
         decisions=decisions,
         peak_shipped=measured.shipped.peak if measured.shipped is not None else None,
         peak_planned=measured.planned.peak,

@@ -91,6 +91,7 @@ class Plan(Printable):
     checkpoint_declined: str | None = None  # why no module is suggested for checkpointing
     all_paths: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    optimizer_settings: tuple[dict[str, Any], ...] = ()  # each parameter group's hyperparameters
 
     # -- the config ----------------------------------------------------------
     def config(self) -> dict[str, bool]:
@@ -214,6 +215,7 @@ class Plan(Printable):
             "mode": self.mode,
             "inputs": list(self.inputs),
             "optimizer": self.optimizer,
+            "optimizer_settings": [dict(g) for g in self.optimizer_settings],
             "decisions": [d.to_dict() for d in self.decisions],
             "peak_shipped": self.peak_shipped,
             "peak_planned": self.peak_planned,
