@@ -216,6 +216,12 @@ def _copy_at_handout(fix: Fix, finding: Finding, root_label: str) -> str:
 
 
 def _flag_at_constructor(fix: Fix, finding: Finding, root_label: str) -> str:
+    if len(fix.edits) > 1:  # one edit per place the finding folds in: all of them
+        where = " and ".join(f"{_at(e)}" + (f" (`{built}`)" if (built := _statement(e)) else "") for e in fix.edits)
+        return (
+            f"construct each of {_places(finding, root_label)} with inplace=False, at {where} (every place: one "
+            "alone leaves the others overwriting), or set `.inplace = False` on each"
+        )
     edit = fix.edits[0]
     ref = module_ref(finding.mutation, root_label) or "the module"
     built = _statement(edit)
@@ -223,12 +229,22 @@ def _flag_at_constructor(fix: Fix, finding: Finding, root_label: str) -> str:
     return f"construct `{ref}` with inplace=False at {_at(edit)}{shown}, or set `{ref}.inplace = False`"
 
 
+def _places(finding: Finding, root_label: str) -> str:
+    """The modules a finding folds in, as the report lists them (`D.net.2`, `D.net.5`)."""
+    places = finding.places or tuple(filter(None, [module_ref(finding.mutation, root_label)]))
+    return ", ".join(f"`{p}`" for p in places) or "the modules"
+
+
 def _flag_manual(fix: Fix, finding: Finding, root_label: str) -> str:
+    if len(finding.places) > 1:  # every place the finding folds in
+        return f"set `.inplace = False` on each of {_places(finding, root_label)} (or construct them with inplace=False)"
     ref = module_ref(finding.mutation, root_label)
     return f"set `{ref}.inplace = False` (or construct it with inplace=False)" if ref else ""
 
 
 def _flag_at_call(fix: Fix, finding: Finding, root_label: str) -> str:
+    if len(fix.edits) > 1:  # one edit per call the finding folds in: all of them
+        return f"pass inplace=False at {' and '.join(_at(e) for e in fix.edits)} (every call: one alone leaves the others)"
     edit = fix.edits[0]
     line = linecache.getline(edit.path, edit.start.line).rstrip("\r\n")
     if edit.start.line == edit.end.line and line[edit.start.column : edit.end.column] == edit.old:

@@ -52,7 +52,7 @@ from ..explanations import explained, unreached
 from ..findings import Finding, Severity
 from ..sites import Site, source_line
 from . import Rule
-from .fix_builders import alternative_fixes, are_updates
+from .fix_sets import alternative_fixes, are_updates, fixes_of_places
 from .phrasing import place_of
 from .suppress import is_suppressed
 
@@ -272,12 +272,12 @@ class Analyzer:
             return old  # backward never reached this one (a graph beside the one that raised): not an occurrence
         places = old.places + tuple(p for p in finding.places if p not in old.places)
         alternatives = old.fix_alternatives
+        # a flag to turn off at each place folded in: one fix with an edit per place (all must change)
+        records, per_place = fixes_of_places(old.fixes, finding.fixes, _FIXES_SHOWN)
         said = self._fixes_said.setdefault(key, [_fixed_by(old)])
-        if finding.fix and _fixed_by(finding) not in said and len(alternatives) + 1 < _FIXES_SHOWN:
+        if finding.fix and _fixed_by(finding) not in said and len(alternatives) + 1 < _FIXES_SHOWN and not per_place:
             said.append(_fixed_by(finding))
             alternatives += (finding.fix,)
-        # a flag fix differs per module folded in: each is kept, once
-        records = old.fixes + tuple(x for x in finding.fixes if x not in old.fixes)[: max(0, _FIXES_SHOWN - len(old.fixes))]
         if confirming and not old.confirmed:
             merged = old.with_(
                 confirmed=True, severity=finding.severity, what=finding.what, why=finding.why, cause=finding.cause,
@@ -285,6 +285,8 @@ class Analyzer:
             )
         else:
             merged = old.with_(count=old.count + 1, places=places, fix_alternatives=alternatives, fixes=records)
+        if per_place:  # the fix's words name every place now
+            merged = explained(merged, self.root_label)
         self.findings[index] = merged
         return merged
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ast
 
-from ..findings import Applicability, Edit, Finding, Fix, FixKind
+from ..findings import Applicability, Edit, Fix, FixKind
 from ..sites import Frame, Site, WriteForm
 from .fix_moves import step_fixes
 from .source import (
@@ -369,19 +369,3 @@ def _imported(source: Source) -> set[str]:
         (a.asname or a.name).split(".")[0]
         for n in ast.walk(source.tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names
     }
-
-
-def alternative_fixes(writes: list[Finding]) -> tuple[Fix, ...]:
-    """The fixes of several writes to one saved tensor, earliest write first, as alternatives (one
-    Fix per write); empty when the writes are updates of parameters (which move, all of them)."""
-    if are_updates(writes):
-        return ()
-    out: list[Fix] = []
-    for w in writes:
-        out += [x for x in w.fixes if x not in out]
-    return tuple(out)
-
-
-def are_updates(writes: list[Finding]) -> bool:
-    """Whether the writes are parameter updates (their fixes move or recompute: none writes to a copy)."""
-    return any(x.kind in (FixKind.RECOMPUTE, FixKind.MOVE_STATEMENT, FixKind.DETACH_CARRIED) for w in writes for x in w.fixes)
