@@ -70,6 +70,7 @@ def test_the_finding_has_one_flag_fix_with_an_edit_per_place(tmp_path: Path, mon
     spec = importlib.util.spec_from_file_location("discriminator_under_test", _discriminator(tmp_path))
     assert spec is not None and spec.loader is not None
     train = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, train)  # as an imported module is
     spec.loader.exec_module(train)  # the script's class, built from its own file
     monkeypatch.chdir(tmp_path)
     torch.manual_seed(0)
