@@ -19,7 +19,8 @@ classes defined outside torch: torch's own modules are called, not run by `forwa
 Known limitations: a class whose instances the session never meets that way (a model built before
 a `watch()` that is not given it, without submodules or never called through `nn.Module.__call__`)
 runs unseen. An instance attribute `forward` or `__call__` set by the program runs without the
-wrapper. While a session runs, `type(model).forward` is the wrapper (`is` comparisons with the
+wrapper, and so does a function another library already wrapped (it has `__wrapped__`: transformers'
+checkpointing layers compare `type(self).forward` with their own wrapper). While a session runs, `type(model).forward` is the wrapper (`is` comparisons with the
 function the class defines are False; `__wrapped__` holds it).
 """
 
@@ -77,6 +78,10 @@ def _make_patches(cls: type) -> tuple[SharedPatch[ModulePaths], ...]:
             continue  # torch's own modules are entered by `nn.Module.__call__` (`OptimizedModule`'s too)
         if not isinstance(owner.__dict__[name], types.FunctionType):
             continue  # a staticmethod, a C function: called as it is
+        if hasattr(owner.__dict__[name], "__wrapped__"):
+            # another library's wrapper, which may check that it is the one in place: transformers'
+            # checkpointing layers checkpoint only `if type(self).forward is forward_with_checkpointing`
+            continue
         key = (owner, name)
         if key not in _PATCHES:
             _PATCHES[key] = _entry_patch(owner, name)

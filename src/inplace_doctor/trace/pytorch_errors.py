@@ -145,13 +145,15 @@ class RaisedErrors:
         node = self._failing_node(exc)
         if call is not None:
             target = call[2]
-        else:  # no function mode (the fast tracer): the receiver of the call that raised, if plain
+        elif noted is not None:  # the fast tracer's wrapper saw the call: its receiver's node, read then
+            target = None
+        else:  # no function mode: the receiver of the call that raised, if plain
             target = _created(receiver_raised_at(exc.__traceback__))
         return InplaceErrorRaised(
             exc, site, checkpoint_in_traceback(exc.__traceback__),
             node=node.name if node is not None else None,
             created=node.site() if node is not None else None,
-            target_created=target.site() if target is not None else None,
+            target_created=target.site() if target is not None else noted.target_created if noted else None,
         )
 
     def _failing_node(self, exc: BaseException) -> NodeOrigin | None:
