@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 from .causes import WriteLineSearch as WriteLineSearch  # a record of the IPD109 facts too
 from .sites import Site
@@ -271,6 +272,14 @@ class ChangedGraphTensorHarmless:
     key: int
 
 
+@dataclass(frozen=True)
+class BackwardErrorCaught:
+    """The program caught the error a backward raised at an overwritten saved tensor (PyTorch's, which
+    the tool raised for it) and went on: the findings it confirmed, by `Finding.dedupe_key`."""
+
+    keys: tuple[Any, ...]
+
+
 Event = (
     SideEffectRepeated
     | SavedTensorOverwritten
@@ -289,4 +298,5 @@ Event = (
     | ChangedGraphTensorReached
     | ChangedGraphTensorFreed
     | ChangedGraphTensorHarmless
+    | BackwardErrorCaught
 )

@@ -217,3 +217,31 @@ def test_a_report_read_inside_the_block_has_the_errors_caught_so_far(deep: bool)
             pass
         assert [(f.code, f.caught) for f in session.report().findings] == [("IPD102", True)]
     assert [(f.code, f.caught) for f in session.findings] == [("IPD102", True)]  # once, not twice
+
+
+@TRACERS
+def test_a_caught_error_of_backward_is_marked_caught(deep: bool) -> None:
+    with ipd.watch(deep=deep) as session:
+        for _ in range(2):
+            x = torch.randn(4, requires_grad=True)
+            h = torch.sigmoid(x)
+            h.mul_(2)
+            try:
+                h.sum().backward()
+            except RuntimeError:
+                pass  # a loop that skips the step
+    (f,) = session.findings
+    assert (f.code, f.confirmed, f.caught, f.severity) == ("IPD101", True, True, Severity.ERROR)
+
+
+def test_an_error_of_backward_that_leaves_the_watch_or_audit_is_not_caught() -> None:
+    with pytest.raises(ipd.InplaceError):
+        with ipd.watch() as session:
+            x = torch.randn(4, requires_grad=True)
+            h = torch.sigmoid(x)
+            h.mul_(2)
+            h.sum().backward()
+    assert [f.caught for f in session.findings] == [False]
+    from inplace_doctor.examples import SigmoidThenReLU
+
+    assert [f.caught for f in ipd.audit(SigmoidThenReLU(), torch.randn(4, 8)).findings] == [False]

@@ -114,6 +114,7 @@ def run_script(
             except BaseException as exc:
                 carried = taken_from_program(exc)  # PyTorch's error in backward, with the tool's diagnosis
                 if carried is not None:
+                    session.tracer.left(exc)  # it ended the script: not one the script caught
                     counter.stop()
                     status = 1
                     print_script_error(exc, err or sys.stderr)

@@ -152,6 +152,7 @@ def audit(
                     loss.backward()
                 except Exception as exc:
                     if tool_error_of(exc) is not None:  # PyTorch's error, which the tool's diagnosis rides on
+                        tracer.left(exc)
                         forget_frames(exc)
                         report.notes.append("backward raised at the first overwritten saved tensor it reached")
                     else:
@@ -378,10 +379,10 @@ class watch:
         """The findings of an in-place error the program caught on purpose (a test's `pytest.raises`):
         PyTorch's error of a backward, the findings it carries; an error PyTorch raised at an in-place
         call, its finding now (it is not reported again as caught). Empty for another error."""
+        event = self._tracer.take_noted(exc)
         carried = tool_error_of(exc)
         if carried is not None:
             return list(carried.findings)
-        event = self._tracer.take_noted(exc)
         return self._analyzer.handle(event) if event is not None else []
 
     def annotate(self, exc: BaseException) -> None:

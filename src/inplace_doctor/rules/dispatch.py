@@ -36,6 +36,7 @@ from typing import Mapping, Sequence
 from ..causes import Cause, SavedTensorCause, Unreached, VersionFacts
 from ..errors import InplaceError, WrittenHere
 from ..events import (
+    BackwardErrorCaught,
     ChangedGraphTensorFreed,
     ChangedGraphTensorHarmless,
     ChangedGraphTensorReached,
@@ -111,6 +112,11 @@ class Analyzer:
         return self._overwrites.get(key)
 
     def __call__(self, event: Event) -> BaseException | None:
+        if isinstance(event, BackwardErrorCaught):  # the program went on after the error it confirmed
+            for key in event.keys:
+                if (index := self._index.get(key)) is not None:
+                    self.findings[index] = self.findings[index].with_(caught=True)
+            return None
         if isinstance(event, _FREED):
             if self.pending.pop(event.key, None):
                 self.dropped += 1

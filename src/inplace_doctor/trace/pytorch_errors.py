@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from .. import _compat
-from ..events import InplaceErrorRaised
+from ..events import BackwardErrorCaught, InplaceErrorRaised
 from .modules import ModuleContext
 from .nodes import NodeOrigin, custom_backward_in_traceback, origin_of
 from .ops import op_name
@@ -35,7 +35,7 @@ class RaisedErrors:
 
     __slots__ = (
         "failed_op", "error_module", "failed_node", "last_node", "custom_nodes", "failed_call", "noted", "unnoted",
-        "left",
+        "left", "in_backward",
     )
 
     def __init__(self) -> None:
@@ -58,6 +58,9 @@ class RaisedErrors:
         self.noted: dict[int, InplaceErrorRaised] = {}  # by the serial `note` sets on the exception
         self.unnoted = 0  # raised past `_MAX_NOTED`: not kept
         self.left: set[int] = set()  # the noted errors that left the traced code (not caught there)
+        #: PyTorch's errors the tool raised in backward at an overwritten saved tensor -> the keys of
+        #: the findings they confirmed (`Finding.dedupe_key`), by the same serial
+        self.in_backward: dict[int, tuple[Any, ...]] = {}
 
     def call_raised(self, exc: BaseException, func: Any, target: torch.Tensor, flag: bool = False) -> str | None:
         """See `TraceOwner.call_raised`; kept only for an in-place call (`mul_`, `x += y`, `x[i] = v`,
@@ -76,11 +79,8 @@ class RaisedErrors:
         freed), with a copy of it (the exception itself holds its frames)."""
         if not isinstance(exc, RuntimeError):
             return
-        key = getattr(exc, _SERIAL, None)
-        if key is None:
-            key = next(_serials)
-            setattr(exc, _SERIAL, key)
-        elif key in self.noted:
+        key = _serial_of(exc)
+        if key in self.noted:
             return
         if len(self.noted) >= _MAX_NOTED:
             self.unnoted += 1
@@ -102,23 +102,40 @@ class RaisedErrors:
 
         return note
 
+    def raised_in_backward(self, exc: BaseException, findings: Any) -> None:
+        """The tool raised `exc` (PyTorch's stale-tensor error) in backward for `findings`."""
+        if len(self.in_backward) < _MAX_NOTED:
+            self.in_backward[_serial_of(exc)] = tuple(f.dedupe_key for f in findings)
+
     def take(self, exc: BaseException) -> InplaceErrorRaised | None:
         """The note of `exc`, handed out once (not among the `caught` ones after)."""
-        return self.noted.pop(getattr(exc, _SERIAL, 0), None)
+        key = getattr(exc, _SERIAL, 0)
+        self.in_backward.pop(key, None)
+        return self.noted.pop(key, None)
 
     def forget(self, exc: BaseException) -> None:
-        """`exc` left the traced code: the program did not catch it (its own path reports it)."""
-        key = getattr(exc, _SERIAL, None)
-        if key is not None:
-            self.left.add(key)
+        """`exc` left the traced code (and what it was raised from, or during): the program did not
+        catch it (its own path reports it)."""
+        seen: set[int] = set()
+        chained: BaseException | None = exc
+        while chained is not None and id(chained) not in seen:
+            seen.add(id(chained))
+            key = getattr(chained, _SERIAL, None)
+            if key is not None:
+                self.left.add(key)
+            chained = chained.__cause__ or chained.__context__
 
-    def caught(self, leaving: BaseException | None) -> list[InplaceErrorRaised]:
+    def caught(self, leaving: BaseException | None) -> list[InplaceErrorRaised | BackwardErrorCaught]:
         """The noted errors the program caught: all but those that left (`leaving` among them; kept
-        for `describe`); forgotten once handed out."""
+        for `describe`); forgotten once handed out. Those of backward, as the findings they confirmed."""
         if leaving is not None:
             self.forget(leaving)
-        events = [event for key, event in self.noted.items() if key not in self.left]
+        events: list[InplaceErrorRaised | BackwardErrorCaught] = [
+            event for key, event in self.noted.items() if key not in self.left
+        ]
+        events += [BackwardErrorCaught(keys) for key, keys in self.in_backward.items() if key not in self.left]
         self.noted = {key: event for key, event in self.noted.items() if key in self.left}
+        self.in_backward.clear()
         self.left &= self.noted.keys()
         return events
 
@@ -177,7 +194,16 @@ class RaisedErrors:
 
 _SERIAL = "_inplace_doctor_noted"  # set on an exception a session noted: which note it is
 _serials = itertools.count(1)
-_MAX_NOTED = 256  # errors kept between two reports: a loop that catches one at every step repeats its line
+_MAX_NOTED = 256
+
+
+def _serial_of(exc: BaseException) -> int:
+    """The serial number `RaisedErrors` knows `exc` by, set on it the first time."""
+    key = getattr(exc, _SERIAL, None)
+    if key is None:
+        key = next(_serials)
+        setattr(exc, _SERIAL, key)
+    return int(key)  # errors kept between two reports: a loop that catches one at every step repeats its line
 
 
 def in_place_name(name: str, flag: bool = False) -> str | None:

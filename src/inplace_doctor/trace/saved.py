@@ -169,6 +169,8 @@ class SavedTensors:
         self._fresh: list[weakref.ref[SavedRecord]] | None = None
         #: `contents.ContentChecks` while the tracer checks saved tensors' bytes
         self.contents: Any = None
+        #: told each error unpack raises with the findings it confirmed (a caught one is said so)
+        self.on_raised: Callable[[BaseException, Any], None] | None = None
 
     def pack(self, t: torch.Tensor) -> SavedRecord:
         cls = type(t)
@@ -280,6 +282,8 @@ class SavedTensors:
             del t, record
             if error is not None:  # the program sees PyTorch's error; a watch it leaves raises ours from it
                 carry_tool_error(original, error)
+                if self.on_raised is not None:
+                    self.on_raised(original, error.findings)
             raise original
         return t
 

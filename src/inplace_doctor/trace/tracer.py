@@ -154,6 +154,7 @@ class Tracer:
         if observe_reads:  # the mode that sees `inplace=True` arguments runs only then
             self._writes.in_flag_call = lambda: self.inplace_calls.flag_calls > 0
         self._raised = RaisedErrors()
+        self._saved.on_raised = self._raised.raised_in_backward
         #: `torch.compile`d code runs eagerly while tracing; `compiled.calls` counts it
         self.compiled = EagerCompiled()
         #: threads started while tracing, which the tracer does not see into
@@ -329,6 +330,10 @@ class Tracer:
     def take_noted(self, exc: BaseException) -> InplaceErrorRaised | None:
         """The note of an error an in-place call raised (caught, as `settle_caught` would report it), now."""
         return self._raised.take(exc)
+
+    def left(self, exc: BaseException) -> None:
+        """`exc` left the program's code (the tool caught it itself): it is not the program's caught error."""
+        self._raised.forget(exc)
 
     def settle_caught(self, leaving: BaseException | None = None) -> None:
         """Errors PyTorch raised at an in-place call that the program caught (all but `leaving`, the
