@@ -147,6 +147,12 @@ def _clone(fix: Fix, finding: Finding, root_label: str) -> str:
             f"keep it, and give it a copy the saved graph does not hold: insert `{inserted}` before `{statement}` "
             f"at {_at(edit)}"
         )
+    if finding.code == "IPD109":  # memory written outside PyTorch (a kernel launched on a pointer)
+        return (
+            f"let it write a copy: insert `{inserted}` before `{statement}` at {_at(edit)} (the rest of your "
+            "program reads the written copy; the tensor autograd saved keeps its values), or hand the kernel a "
+            "fresh output buffer (`torch.empty_like(...)`) to write"
+        )
     return f"write into a copy (`{inserted}` before `{statement}`) or build the result out of place (torch.where) at {_at(edit)}"
 
 

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..causes import SiteRole, Unreached
+from .explain.outside_writes import unlocated_write
 from ..findings import Finding, Severity
 from ..printing import renders_html, renders_text
 from ..report import Report
@@ -61,7 +62,8 @@ def finding_lines(f: Finding, root_label: str = ROOT_LABEL, stack: int = 2) -> l
     status = {True: confirmed, False: unconfirmed, None: ""}[f.confirmed]
     count = f"  (x{f.count})" if f.count > 1 else ""
     out = [(f"{f.severity.value:<8}{f.code}  {f.title}{status}{count}", _STYLE[f.severity])]
-    label = "at" if raised_at_op else "overwritten"
+    unlocated = unlocated_write(f)  # IPD109: the line that wrote was not found, and why
+    label = "at" if raised_at_op else "handed out" if unlocated and f.mutation.op.startswith(".") else "overwritten"
     callers: set[tuple[str, int]] = set()  # a caller line shared by the sites is printed once
     out += [(line, "") for line in _site_line(label, f.mutation, root_label, stack=stack, shown=callers)]
     if f.saved is not None:
@@ -73,6 +75,8 @@ def finding_lines(f: Finding, root_label: str = ROOT_LABEL, stack: int = 2) -> l
         listed = ", ".join(f.places[:_PLACES_SHOWN])
         more = f" and {len(f.places) - _PLACES_SHOWN} more" if len(f.places) > _PLACES_SHOWN else ""
         out.append((f"  {'places' if len(f.places) > 1 else 'written':<12}{listed}{more}", ""))
+    if unlocated:
+        out.append((f"  written: {unlocated}", "dim"))
     out.append((f"  why: {f.why}", ""))
     if f.caught:
         out.append(("  caught: your program caught PyTorch's error and went on; the operation it refused never ran", "yellow"))

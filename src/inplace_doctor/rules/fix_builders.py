@@ -362,6 +362,34 @@ def copy_at_handout(site: Site | None, method: str) -> tuple[Fix, ...]:
     return (made(FixKind.COPY_AT_HANDOUT, source.replace(call, f"{{{k}: {v}.detach().clone() for {k}, {v} in {text}.items()}}")),)
 
 
+def pointer_handout(site: Site | None) -> tuple[str | None, tuple[Fix, ...]]:
+    """A raw pointer handed out (`t.data_ptr()`) on the line of the call it is passed to (a kernel's
+    launch): (that call's name, the launch being the write; the fix that keeps the write's purpose:
+    `t = t.clone()` before the line, so the kernel writes a copy the rest of the program reads, and
+    the tensor autograd saved keeps its values). The fix is manual where the receiver is no plain name."""
+    source = read(site.file) if site is not None else None
+    located = statement_at(source, site.line) if source is not None and site is not None else None
+    if source is None or located is None:
+        return None, (Fix(FixKind.CLONE_BEFORE_WRITE),)
+    handed = [
+        n for n in ast.walk(located.node)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "data_ptr" and not n.args
+    ]
+    if len(handed) != 1:
+        return None, (Fix(FixKind.CLONE_BEFORE_WRITE),)
+    pointer = handed[0]
+    launches = [
+        n for n in ast.walk(located.node)
+        if isinstance(n, ast.Call) and any(a is pointer for a in [*n.args, *(k.value for k in n.keywords)])
+    ]
+    launch = source.segment(launches[0].func) if len(launches) == 1 else None
+    receiver = pointer.func.value if isinstance(pointer.func, ast.Attribute) else None
+    if not isinstance(receiver, ast.Name):
+        return launch, (Fix(FixKind.CLONE_BEFORE_WRITE),)
+    name = receiver.id
+    return launch, (made(FixKind.CLONE_BEFORE_WRITE, source.insert_before(located.node, f"{name} = {name}.clone()")),)
+
+
 def _imported(source: Source) -> set[str]:
     """Names the file's imports bind (`import copy`, `import torch.nn.functional as F`: `F`; `from
     torch.nn import init`: `init`)."""

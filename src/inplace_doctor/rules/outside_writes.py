@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from ..causes import HandOutFacts, OutsideWriteCause
 from ..events import SavedTensorChangedOutside
-from ..findings import Finding, Severity
+from dataclasses import replace
+
+from ..findings import Finding, Fix, Severity
 from ..sites import Phase, Site
-from .fix_builders import copy_at_handout
+from .fix_builders import copy_at_handout, pointer_handout
 from .registry import RuleContext, make_finding, rule
 
 
@@ -103,10 +105,17 @@ def saved_tensor_changed_outside(event: SavedTensorChangedOutside, ctx: RuleCont
         shape=saved.shape, dtype=saved.dtype, saved_version=saved.version, node=saved.node, search=event.search,
         method=event.method, search_steps=event.search_steps,
     )
+    fixes: tuple[Fix, ...] = ()
+    if event.method is not None and event.method in COPIED_BY_METHOD:
+        fixes = copy_at_handout(handed, event.method)
+    elif event.method == "data_ptr":  # a pointer: the call it is passed to on that line wrote (a kernel's launch)
+        launch, fixes = pointer_handout(handed)
+        if launch is not None and cause is OutsideWriteCause.HANDED_OUT and handed is not None:
+            mutation = replace(handed, op=launch)
     return make_finding(
         "IPD109",
         cause=cause,
-        fixes=copy_at_handout(handed, event.method) if event.method is not None and event.method in COPIED_BY_METHOD else (),
+        fixes=fixes,
         mutation=mutation,
         saved=saved.site,
         confirmed=True if event.reached else None,

@@ -122,3 +122,12 @@ def _not_found_on_steps(search: WriteLineSearch, steps: tuple[int, int] | None) 
         "the change could not check the lines",
     }
     return f"the writing line is not named: {reasons.get(search, reasons[WriteLineSearch.NO_LATER_STEP])}"
+
+
+def unlocated_write(finding: Finding) -> str:
+    """For a write outside PyTorch whose line was not found (IPD109, handed out): how it was looked
+    for, as the text report says it under the sites ("" for any other finding)."""
+    facts = finding.facts
+    if finding.cause is not OutsideWriteCause.HANDED_OUT or not isinstance(facts, HandOutFacts):
+        return ""
+    return _line_not_named(facts.search, facts.search_steps)
