@@ -26,6 +26,7 @@ READS = {
     "trace/fast_writes.py": "an autograd node's class name (`AddmmBackward0`), for the op that saved",
     "rules/saved_tensors.py": "PyTorch's error message for a stale saved tensor",
     "rules/forbidden_inplace.py": "PyTorch's error messages for forbidden in-place writes",
+    "render/explain/forbidden_inplace.py": "PyTorch's error message naming the custom Function whose output was written",
     "rules/suppress.py": "`# inplace-doctor: ignore[...]` comments in the user's source",
     "cli/model.py": "an --input shape the user typed",
     "cli/output.py": "an output path the user typed (/dev/stdout, /proc/self/fd/N)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 from ...causes import ForbiddenCause, RaisedFacts
@@ -60,6 +61,8 @@ def forbidden_inplace(finding: Finding, root_label: str) -> Sentences:
         )
     if finding.cause is ForbiddenCause.MULTIPLE_VIEWS:
         what, fix = _multiple_views(finding, root_label)
+    if finding.cause is ForbiddenCause.CUSTOM_FUNCTION_VIEW:
+        fix = _custom_function_fix(raised.error, site.location)
     ref = module_ref(site, root_label)
     if ref is not None and site.module_inplace:
         fix = f"set `{ref}.inplace = False`; in general, {fix}"
@@ -80,3 +83,19 @@ def _multiple_views(finding: Finding, root_label: str) -> tuple[str, str]:
         f"compute it out of place and bind the result to a new name at {site.location}"
     )
     return what, fix
+
+
+# Over PyTorch's own message ("Output 0 of MyFn is a view", "of MyFnBackward" in older releases).
+_FUNCTION = re.compile(r"Output \d+ of (\w+?)(?:Backward\d*)? is a view")
+
+
+def _custom_function_fix(error: str, at: str) -> str:
+    """The fix of a write into what a custom Function returned as-is: in the Function, a clone (or,
+    when its forward writes its input and returns it, `ctx.mark_dirty`), else a clone before the write."""
+    found = _FUNCTION.search(error)
+    name = f"`{found[1]}`" if found else "the custom Function"
+    return (
+        f"in {name}'s forward, return a `.clone()` of an input it returns unchanged; if forward writes that "
+        f"input in place and returns it, declare it with `ctx.mark_dirty(x)`; or `.clone()` the output before "
+        f"the write at {at}"
+    )
