@@ -49,6 +49,8 @@ def to_json(report: Report) -> dict[str, Any]:
     for finding, out in zip(report.findings, data["findings"]):
         for fix, entry in zip(finding.fixes, out["fixes"]):
             text = sentence(fix, finding, report.root_label)
+            if not text and not fix.edits and len(finding.fixes) == 1:
+                text = finding.fix  # a change no edit expresses: the finding's own fix, as the text prints it
             if text:
                 entry["message"] = text
     return data

@@ -15,7 +15,7 @@ from ..causes import Cause, Facts, SiteRole
 from ..errors import UsageError
 from ..events import SavedTensorOverwritten
 from ..explanations import explained
-from ..findings import Finding, Fix, Severity
+from ..findings import Finding, Fix, FixKind, Severity
 from ..sites import Site
 
 
@@ -102,7 +102,10 @@ def make_finding(
         read_role=read_role,
         fixes=fixes,
     )
-    return explained(finding, root_label)
+    finding = explained(finding, root_label)
+    if not finding.fixes and finding.fix:  # every fix a report prints is a record: this one has no edit
+        finding = finding.with_(fixes=(Fix(FixKind.OTHER),))
+    return finding
 
 
 def _match(pattern: str) -> list[str]:
