@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from .blame import passed_through
 from .modules import ModulePaths
 from .shared_patches import SharedPatch
 
@@ -104,7 +105,11 @@ def _entry_patch(owner: type, name: str) -> SharedPatch[ModulePaths]:
             if not sessions or not isinstance(self, torch.nn.Module):
                 return original(self, *args, **kwargs)
             depths = [(paths, paths.call_entered(self, args, kwargs, bare)) for paths in sessions]
-            output = original(self, *args, **kwargs)
+            try:  # an error leaves the stack as a hooked call's does: where it was raised, for its report
+                output = original(self, *args, **kwargs)
+            except BaseException as exc:
+                passed_through(exc)  # the program's (a wrong argument), not the tool's crash
+                raise
             for paths, depth in reversed(depths):
                 paths.call_left(self, depth, output)
             return output

@@ -21,7 +21,7 @@ from .ops import op_name
 from .owner import Busy, Sink
 from .blame import the_programs_error
 from .fingerprint import fingerprint
-from ..errors import carry_tool_error
+from ..errors import InplaceError, carry_tool_error
 from .pytorch_errors import named_output, pytorch_stale_message
 from . import stacks as _stacks
 from .saved_place import SavedPlace
@@ -280,7 +280,7 @@ class SavedTensors:
             # The traceback keeps this frame alive (autograd may hold the error
             # for a while): it must not keep the saved tensor alive too.
             del t, record
-            if error is not None:  # the program sees PyTorch's error; a watch it leaves raises ours from it
+            if isinstance(error, InplaceError):  # the program sees PyTorch's error; a watch it leaves raises ours from it
                 carry_tool_error(original, error)
                 if self.on_raised is not None:
                     self.on_raised(original, error.findings)
