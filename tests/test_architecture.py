@@ -20,7 +20,7 @@ MAX_LINES = 400
 
 # Rooms from the bottom up; a module may import its own room and the rooms below it.
 ROOMS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("_compat", "_version", "errors", "printing")),
+    ("base", ("_compat", "_parsing", "_version", "errors", "printing")),
     ("records", ("causes", "sites", "events", "findings", "explanations", "verification", "report")),
     ("trace", ("trace",)),
     ("rules", ("rules",)),

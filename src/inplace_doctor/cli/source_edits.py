@@ -20,7 +20,6 @@ one fails: edits that span files land all or nothing.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import difflib
 import io
@@ -30,6 +29,7 @@ import tokenize
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from .._parsing import parse
 from ..errors import InplaceDoctorError
 from ..findings import Applicability, Edit, Evidence, Fix, FixKind, Position
 
@@ -138,7 +138,7 @@ def apply_to_source(path: str, source: Source, edits: Iterable[Edit]) -> bytes:
     out += source.data[at:]
     result = bytes(out)
     try:
-        ast.parse(result, filename=path)
+        parse(result, filename=path)
     except SyntaxError as e:
         raise EditError(f"the edit of {path} would not parse (line {e.lineno}: {e.msg}); nothing was written") from None
     return result

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import linecache
 
+from .._parsing import parse, parse_expression
 from ..causes import ForbiddenCause
 from ..findings import Applicability, Edit, Finding, Fix, FixKind
 from ..sites import Frame, Site, module_ref, source_line
@@ -84,7 +85,7 @@ def _piece(fix: Fix, edit: Edit) -> str:
 def _receiver(code: str) -> str | None:
     """`x` of the method call `x.clamp_(-1, 1)` (the edit's own old text)."""
     try:
-        node = ast.parse(code.strip(), mode="eval").body
+        node = parse_expression(code.strip())
     except SyntaxError:
         return None
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
@@ -129,7 +130,7 @@ def _joined(lines: list[str]) -> str:
 
 def _parses(text: str) -> bool:
     try:
-        ast.parse(text)
+        parse(text)
     except SyntaxError:
         return False
     return True
@@ -193,7 +194,7 @@ def cut_history(name: str | None) -> str:
 def _assigned(code: str) -> str | None:
     """`h` of `h = h.mul(2)` (the first statement's plain target)."""
     try:
-        node = ast.parse(code.strip()).body[0]
+        node = parse(code.strip()).body[0]
     except (SyntaxError, IndexError):
         return None
     target = node.targets[0] if isinstance(node, ast.Assign) else None
@@ -203,7 +204,7 @@ def _assigned(code: str) -> str | None:
 def _method(code: str) -> str:
     """`mul` of `h = h.mul(2)`."""
     try:
-        node = ast.parse(code.strip()).body[0]
+        node = parse(code.strip()).body[0]
     except (SyntaxError, IndexError):
         return "op"
     value = getattr(node, "value", None)

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .._parsing import parse
 from ..findings import Edit, Position
 
 _COMPOUND = (
@@ -102,7 +103,7 @@ def read(path: str | None) -> Source | None:
 def _parse(path: str, lines: tuple[str, ...]) -> Source | None:
     text = "".join(lines)
     try:
-        tree = ast.parse(text)
+        tree = parse(text)
     except (SyntaxError, ValueError):
         return None
     return Source(path, text, lines, tree)

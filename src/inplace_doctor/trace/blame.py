@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
@@ -119,33 +120,47 @@ def exception_text(exc: BaseException) -> str:
 # How many more frames the user's program needs under the tool than without it, measured
 # (tests/cli/test_user_errors.py holds a model to each): with the tracer's global module hooks on,
 # torch's `Module._call_impl` takes its slow path, which calls forward through one more frame
-# (`inner`): a module nested in a module costs 4 frames instead of 3, a third more. `copy.deepcopy`
+# (`inner`): a module nested in a module costs 4 frames instead of 3, a third more, and 5 where its
+# class defines `forward` (the entry wrapper, `entry_points.py`): two thirds more. `copy.deepcopy`
 # (verify, memory, optimize copy the model) takes 6 frames a nesting level where forward takes 3.
 # On top, the tool's own frames below the model's call (the command line, the engine, runpy under
 # `run`) and above its ops (the dispatch and function modes, the hooks): 11 (audit, run) to 24
 # (optimize) measured on a forward recursing in plain Python; 100 given.
 _TOOL_FRAMES = 100
-_user_limits: list[int] = []  # the user's own limit, while the tool's headroom is on
+#: one entry per headroom on, in the order they began: [the user's own limit, the limit to put back]
+_headrooms: list[list[int]] = []
+_headroom_lock = threading.Lock()
+os.register_at_fork(after_in_child=_headroom_lock._at_fork_reinit)  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager
 def recursion_headroom(*, copying: bool = False) -> Iterator[None]:
     """Raise the recursion limit, while the tool runs the user's program, by the frames the tool
     adds (with `copying`, what deep-copying the model needs); restored after, unless the program
-    set a limit of its own meanwhile. Nested uses scale the user's limit, not each other's."""
-    before = sys.getrecursionlimit()
-    user = _user_limits[-1] if _user_limits else before
-    # a module call of the user's class runs 5 frames where plain PyTorch runs 3: hooks' slow path
-    # (`inner`) and the entry wrapper of its `forward` (`entry_points.py`)
-    wanted = max(before, (2 * user if copying else user + 2 * user // 3) + _TOOL_FRAMES)
-    _user_limits.append(user)
-    sys.setrecursionlimit(wanted)
+    set a limit of its own meanwhile. Nested uses scale the user's limit, not each other's.
+
+    The limit is process-wide, and sessions of several threads may end in any order: one that ends
+    under another's headroom leaves the limit alone and hands what it would have put back to the
+    one above it. The limit is never lowered while another session runs (a lowered limit under a
+    thread's `ast.parse` makes CPython raise "AST constructor recursion depth mismatch")."""
+    with _headroom_lock:
+        before = sys.getrecursionlimit()
+        user = _headrooms[-1][0] if _headrooms else before
+        wanted = max(before, (2 * user if copying else user + 2 * user // 3) + _TOOL_FRAMES)
+        entry = [user, before]
+        _headrooms.append(entry)
+        if wanted != before:
+            sys.setrecursionlimit(wanted)
     try:
         yield
     finally:
-        _user_limits.pop()
-        if sys.getrecursionlimit() == wanted:
-            sys.setrecursionlimit(before)
+        with _headroom_lock:
+            at = next(i for i, e in enumerate(_headrooms) if e is entry)
+            del _headrooms[at]
+            if at < len(_headrooms):  # another began after this one and runs on: it puts back ours
+                _headrooms[at][1] = entry[1]
+            elif sys.getrecursionlimit() == wanted and entry[1] != wanted:
+                sys.setrecursionlimit(entry[1])
 
 
 def internal_error(exc: BaseException) -> InternalError:

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from .. import _compat
+from .._parsing import parse
 from ..sites import Site
 from .modules import ModuleContext
 from .ops import op_name
@@ -96,7 +97,7 @@ def _save_line(file: str, code: Any) -> RawFrame | None:
         return None
     try:
         lines, first = inspect.getsourcelines(code)
-        tree = ast.parse(textwrap.dedent("".join(lines)))
+        tree = parse(textwrap.dedent("".join(lines)))
     except (OSError, TypeError, SyntaxError):
         return None
     calls = [

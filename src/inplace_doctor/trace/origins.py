@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from .._parsing import parse
 from ..sites import Frame
 from .stacks import capture_stack, resolve_stack
 
@@ -120,7 +121,7 @@ def _class_tree(cls: type) -> tuple[str, int, ast.AST] | None:
     if file is None:
         return None
     try:
-        tree = ast.parse(textwrap.dedent("".join(lines)))
+        tree = parse(textwrap.dedent("".join(lines)))
     except SyntaxError:
         return None
     return file, start, tree
@@ -180,7 +181,7 @@ def _call_name(call: ast.Call) -> str | None:
 @functools.lru_cache(maxsize=128)
 def _file_tree(file: str) -> ast.AST | None:
     try:
-        return ast.parse("".join(linecache.getlines(file)))
+        return parse("".join(linecache.getlines(file)))
     except (SyntaxError, ValueError):
         return None
 
