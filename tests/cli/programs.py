@@ -1,9 +1,22 @@
-"""Programs several CLI test modules run, written once."""
+"""Programs several CLI test modules run, written once, and the git project they run in."""
 
 from __future__ import annotations
 
+import subprocess
 import textwrap
 from pathlib import Path
+
+
+def git_project(tmp_path: Path, files: dict[str, str | bytes]) -> Path:
+    """`files` written into `tmp_path`, made a git repository with them committed (as `fix` wants)."""
+    for name, text in files.items():
+        if isinstance(text, bytes):
+            (tmp_path / name).write_bytes(text)
+        else:
+            (tmp_path / name).write_text(text)
+    for cmd in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "start"]):
+        subprocess.run(["git", *cmd], cwd=tmp_path, check=True, capture_output=True)
+    return tmp_path
 
 # A SAC/DDPG-style step: the critic's step overwrites the weight the actor's loss saved. Where the
 # Polyak update (reading the stepped critic) goes is a slot: between that step and the actor's

@@ -15,6 +15,7 @@ import pytest
 from programs import ACTOR_CRITIC
 from programs import BUFFER
 from programs import TWO_STEP_TRAIN
+from programs import git_project
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKEN_TRAIN = ROOT / "examples" / "broken_train.py"
@@ -36,17 +37,6 @@ def output_of(project: Path, name: str) -> str:
     ran = subprocess.run([sys.executable, name], capture_output=True, text=True, cwd=project, timeout=300)
     assert ran.returncode == 0, ran.stderr
     return ran.stdout
-
-
-def git_project(tmp_path: Path, files: dict[str, str | bytes]) -> Path:
-    for name, text in files.items():
-        if isinstance(text, bytes):
-            (tmp_path / name).write_bytes(text)
-        else:
-            (tmp_path / name).write_text(text)
-    for cmd in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "start"]):
-        subprocess.run(["git", *cmd], cwd=tmp_path, check=True, capture_output=True)
-    return tmp_path
 
 
 def test_fix_of_the_bundled_broken_script_shows_the_patch_then_makes_the_proven_edit(tmp_path: Path) -> None:

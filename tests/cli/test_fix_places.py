@@ -19,6 +19,7 @@ import torch.nn as nn
 
 import inplace_doctor as ipd
 from inplace_doctor.findings import FixKind
+from programs import git_project
 
 DISCRIMINATOR = textwrap.dedent("""
     import torch
@@ -84,10 +85,7 @@ def test_the_finding_has_one_flag_fix_with_an_edit_per_place(tmp_path: Path, mon
 
 
 def test_fix_proves_and_writes_both_places(tmp_path: Path) -> None:
-    script = _discriminator(tmp_path)
-    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=tmp_path, check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], cwd=tmp_path, check=True)
+    script = git_project(tmp_path, {"train.py": DISCRIMINATOR}) / "train.py"
     plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert plain.returncode == 1 and "modified by an inplace operation" in plain.stderr
     done = subprocess.run(

@@ -34,8 +34,8 @@ class RaisedErrors:
     """
 
     __slots__ = (
-        "failed_op", "error_module", "failed_node", "last_node", "custom_nodes", "failed_call", "noted", "unnoted",
-        "left", "in_backward",
+        "failed_op", "error_module", "failed_node", "last_node", "custom_nodes", "failed_call", "noted", "left",
+        "in_backward",
     )
 
     def __init__(self) -> None:
@@ -56,7 +56,6 @@ class RaisedErrors:
         #: each error an in-place call raised -> the event that says where (`note`): those that
         #: never leave the traced code were caught by the program (`caught`)
         self.noted: dict[int, InplaceErrorRaised] = {}  # by the serial `note` sets on the exception
-        self.unnoted = 0  # raised past `_MAX_NOTED`: not kept
         self.left: set[int] = set()  # the noted errors that left the traced code (not caught there)
         #: PyTorch's errors the tool raised in backward at an overwritten saved tensor -> the keys of
         #: the findings they confirmed (`Finding.dedupe_key`), by the same serial
@@ -83,7 +82,6 @@ class RaisedErrors:
         if key in self.noted:
             return
         if len(self.noted) >= _MAX_NOTED:
-            self.unnoted += 1
             return
         frames, api = capture_frames()
         phase = "backward" if _compat.current_autograd_node() is not None else "forward"
@@ -194,7 +192,7 @@ class RaisedErrors:
 
 _SERIAL = "_inplace_doctor_noted"  # set on an exception a session noted: which note it is
 _serials = itertools.count(1)
-_MAX_NOTED = 256
+_MAX_NOTED = 256  # errors kept between two reports: a loop that catches one at every step repeats its line
 
 
 def _serial_of(exc: BaseException) -> int:
@@ -203,7 +201,7 @@ def _serial_of(exc: BaseException) -> int:
     if key is None:
         key = next(_serials)
         setattr(exc, _SERIAL, key)
-    return int(key)  # errors kept between two reports: a loop that catches one at every step repeats its line
+    return int(key)
 
 
 def in_place_name(name: str, flag: bool = False) -> str | None:
