@@ -66,6 +66,7 @@ class FixKind(enum.StrEnum):
     FLAG_OFF_AT_CONSTRUCTOR = "flag-off-at-constructor"  # `nn.ReLU(inplace=True)` -> `inplace=False`
     FLAG_OFF_AT_CALL = "flag-off-at-call"          # `F.relu(h, inplace=True)` -> `inplace=False`
     MOVE_STATEMENT = "move-statement"              # an optimizer step moved after the backward that reads
+    UPDATE_FIRST = "update-first"                  # the later update (zero_grad, backward, step) moved before the step
     COMPUTE_THEN_WRITE = "compute-then-write"      # `v = f(buf[2])`, `buf = buf.clone()`, `buf[4] = v`: the save is in the write
     RECOMPUTE = "recompute-forward"                # run the forward again after the update (manual)
     DETACH_CARRIED = "detach-carried"              # detach what a loop carries into its next step's graph (manual)

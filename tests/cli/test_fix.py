@@ -107,8 +107,11 @@ def test_moving_a_step_past_code_that_reads_the_stepped_parameters_is_not_applie
     done = fix_cli("train.py", cwd=project)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "fixed" not in done.stdout
-    assert ("not applied: IPD101 at train.py:20: delete `c_opt.step()  # overwrites it before the actor's backward` "
-            "at train.py:20; insert") in done.stdout
+    assert ("not applied: IPD101 at train.py:20: move `c_opt.step()  # overwrites it before the actor's backward` "
+            "(train.py:20) to after line 24: not equal to the intended program: forward of target (Linear): call 2: output 0 "
+            "differs") in done.stdout
+    assert ("not applied: IPD101 at train.py:20: move `with torch.no_grad():` and the 4 line(s) after it "
+            "(train.py:21-25) to before line 17: not equal") in done.stdout  # the actor's update first: Polyak too
     assert "not equal to the intended program" in done.stdout
     assert "no file was changed: no fix was proven" in done.stdout
     assert (project / "train.py").read_text() == ACTOR_CRITIC

@@ -95,8 +95,8 @@ def test_a_script_that_reads_the_clock_stays_unproven_and_fix_names_the_line(tmp
     done = fix_cli("train.py", cwd=project)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "fixed" not in done.stdout and (project / "train.py").read_text() == clocked
-    assert ("but the intended program itself does not compute the same values twice from the same seeds (forward: "
-            "call 1 (Tagger): output 0 differs between two runs of it): it reads what seeds do not fix: the clock "
+    assert ("but the intended program itself does not compute the same values twice from the same seeds (forward "
+            "of model (Tagger): call 1: output 0 differs between two runs of it): it reads what seeds do not fix: the clock "
             f"(time.time at train.py:{line}), so no edit can be proven equal to it") in done.stdout, done.stdout
     assert "does the script seed" not in done.stdout
 

@@ -277,13 +277,32 @@ def test_an_optimizer_step_is_moved_after_the_backward_and_recomputing_is_manual
     path = write("gan.py", GAN)
     finding = only(diagnose(path), "IPD101")
     kinds = [(f.kind, f.applicability) for f in finding.fixes]
-    assert kinds == [(FixKind.RECOMPUTE, Applicability.MANUAL), (FixKind.MOVE_STATEMENT, Applicability.UNSAFE)]
-    delete, insert = finding.fixes[1].edits
+    assert kinds == [(FixKind.RECOMPUTE, Applicability.MANUAL), (FixKind.UPDATE_FIRST, Applicability.UNSAFE),
+                     (FixKind.MOVE_STATEMENT, Applicability.UNSAFE)]
+    delete, insert = finding.fixes[2].edits
     assert delete == Edit(str(path), Position(16, 0), Position(17, 0), "opt_d.step()\n", "")
     assert insert == Edit(str(path), Position(19, 36), Position(19, 36), "", "\nopt_d.step()")
-    apply(finding.fixes[1])
+    apply(finding.fixes[2])
     assert "loss_g.backward()  # the generator's\nopt_d.step()\nopt_g.step()" in path.read_text()
     assert diagnose(path) == []
+
+
+def test_the_later_update_is_moved_before_the_step_with_its_own_lines():
+    """Issue 37, item 7: the generator's update (its loss, zero_grad, backward and step) moved before
+    the discriminator's, from the same forward: the finding goes, and the discriminator trains on
+    its own loss alone (its zero_grad clears what the generator's backward left in its `.grad`)."""
+    path = write("gan.py", GAN)
+    finding = only(diagnose(path), "IPD101")
+    first = finding.fixes[1]
+    insert, delete = first.edits
+    moved = "loss_g = F.softplus(-d_fake).mean()\nopt_g.zero_grad()\nloss_g.backward()  # the generator's\nopt_g.step()\n"
+    assert insert == Edit(str(path), Position(14, 0), Position(14, 0), "", moved)
+    assert delete == Edit(str(path), Position(17, 0), Position(21, 0), moved, "")
+    intended = run_plain(write("intended.py", GAN.replace("    fake = G(z)\n", "    fake = G(z)\n    D_old = copy.deepcopy(D)\n")
+                                .replace("d_fake = D(fake)", "d_fake = D_old(fake)").replace("    import torch\n", "    import copy\n    import torch\n", 1)))
+    apply(first)
+    assert diagnose(path) == []
+    assert_same(run_plain(path), intended)
 
 
 def test_a_fix_without_a_literal_flag_is_manual():

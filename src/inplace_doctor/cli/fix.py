@@ -46,6 +46,7 @@ import sys
 import sysconfig
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ..findings import FixKind
 from .errors import CliUsageError
 from .fix_search import where_written
 
@@ -165,7 +166,8 @@ def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run", patch: TextIO) -
     _refuse(ns, ws.root, set(changes))
     remaining = {identity(g, tree) for g in left}
     made = [(a, _how_sure(a.code, accepted[-1].verdict) if proven
-             else f"unsafe, {'in the patch' if ns.diff else 'applied'} by --unsafe-fixes: {why_not(a.verdict)}")
+             else f"unsafe, {'in the patch' if ns.diff else 'applied'} by --unsafe-fixes: {why_not(a.verdict)}"
+             f"{_MOVED.get(a.fix.kind, '')}")
             for a in accepted if a.target not in remaining]
     if ns.diff:  # stdout is the patch alone: whether it is proven is said here, on stderr
         for a, sure in made:
@@ -193,6 +195,15 @@ def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run", patch: TextIO) -
         return 1
     print("inplace-doctor: the edited script ran to the end (in a copy of the project) with no finding")
     return 0 if proven else 1
+
+
+# What an unproven move changes besides the order (said with it, never written in silence).
+_MOVED = {
+    FixKind.MOVE_STATEMENT: "; moved after that backward, the update also applies the gradient that backward "
+                            "accumulates into the parameters it updates (another loss's gradient)",
+    FixKind.UPDATE_FIRST: "; moved first, that backward's gradient stays in the other update's parameters' `.grad` "
+                          "unless a `zero_grad` clears it before their step (they then also train on that loss)",
+}
 
 
 def _how_sure(code: str, v: "Verdict") -> str:

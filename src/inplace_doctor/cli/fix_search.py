@@ -6,7 +6,7 @@ A fix is accepted when its trial is proven (the finding gone, nothing new, every
 recorded value equal to the intended program's), or equal as far as it ran and
 stopped at a finding no run had reached (the next to fix: the next round tries
 that finding's fixes), or, with `unsafe`, when its finding went whatever the
-values. The accepted fixes are a set: proven when the last trial is
+values and no other fix of that finding is proven. The accepted fixes are a set: proven when the last trial is
 (`Search.proven`). Every trial is kept with its verdict (`Search.tried`), so a
 report can carry what was checked as each fix's `Evidence`.
 """
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..findings import Applicability, Evidence
 from ..render.code_text import without_comment
-from ..render.fix_text import one_line
+from ..render.fix_text import moved_code, one_line
 from .errors import CliUsageError
 
 if TYPE_CHECKING:
@@ -96,6 +96,8 @@ def search(ws: "Workspace", first: "Run", *, unsafe: bool, say: Callable[[str], 
         for f in serious(findings):
             target = identity(f, tree)
             where = where_written(f, tree)
+            chosen: tuple[Accepted, dict[str, bytes], Run, set[Identity]] | None = None
+            fallback: tuple[Accepted, dict[str, bytes], Run, set[Identity]] | None = None
             for fx in _candidates(f):
                 edits = tuple(replace(e, path=ws.rebase(e.path, tree)) for e in fx.edits)
                 key = (target, tuple((e.path, e.old, e.new) for e in edits))
@@ -131,17 +133,25 @@ def search(ws: "Workspace", first: "Run", *, unsafe: bool, say: Callable[[str], 
                 if verdict.gone and not verdict.new and verdict.comparison == "differs" and not flag:
                     verdict.first_difference += _unrepeatable(ws, meant, reference, repeated)
                 out.tried.append(Tried(target, replace(fx, edits=edits), verdict, alone=not state))
-                if not (verdict.proven or verdict.on_the_way or (unsafe and verdict.gone)):
-                    out.rejected.append(f"{f['code']} at {where}: {described}: {why_not(verdict)}")
+                taken = Accepted(f["code"], where, target, replace(fx, edits=edits), verdict, described)
+                if not (verdict.proven or verdict.on_the_way):
+                    if unsafe and verdict.gone and fallback is None:  # taken only if no other fix of it proves
+                        fallback = (taken, candidate, trial, seen)
+                    else:
+                        out.rejected.append(f"{f['code']} at {where}: {described}: {why_not(verdict)}")
                     continue
-                out.accepted.append(Accepted(f["code"], where, target, replace(fx, edits=edits), verdict, described))
-                state, findings, tree = candidate, trial.findings, trial.tree
+                chosen = (taken, candidate, trial, seen)
+                break
+            if chosen is None and fallback is not None:
+                chosen = fallback
+            if chosen is not None:
+                taken, state, trial, seen = chosen
+                out.accepted.append(taken)
+                findings, tree = trial.findings, trial.tree
                 known = seen | {identity(g, tree) for g in serious(findings)}
-                if flag and verdict.proven:  # what is meant from here on: the program with the flag off
+                if f["code"] == "IPD105" and taken.verdict.proven:  # what is meant from here on: the flag off
                     reference, meant = ws.run(state, reference=True), state
                 progress = True
-                break
-            if progress:
                 break
         if not progress:
             break
@@ -255,7 +265,7 @@ def _first_unequal(a: "Record", b: "Record") -> str:
     ours, theirs = a.streams(), b.streams()
     for stream in {**ours, **theirs}:
         for x, y in itertools.zip_longest(ours.get(stream, []), theirs.get(stream, [])):
-            if x != y:
+            if x is None or y is None or x[:2] != y[:2]:
                 return (x or y)[0]
     return "" if (a.how, a.detail) == (b.how, b.detail) else f"how it ended ({a.ended}, then {b.ended})"
 
@@ -316,6 +326,15 @@ def describe(edits: tuple["Edit", ...], root: str, changes: dict[str, tuple[byte
     """The edits in words: a change inside one line shows the whole line before and after."""
     from .source_edits import Source
 
+    moved = _move_of(edits)
+    if moved is not None:
+        delete, insert = moved
+        texts = delete.old.splitlines()
+        first = delete.start.line + next((i for i, text in enumerate(texts) if without_comment(text).strip()), 0)
+        last = delete.end.line - 1 if delete.end.column == 0 else delete.end.line
+        span = where_edit(replace(delete, start=replace(delete.start, line=first)), root) + (f"-{last}" if last > first else "")
+        side = "after" if insert.new.startswith("\n") else "before"
+        return f"move {moved_code(delete.old)} ({span}) to {side} line {insert.start.line}"
     parts = []
     for e in edits:
         where = where_edit(e, root)
@@ -331,6 +350,16 @@ def describe(edits: tuple["Edit", ...], root: str, changes: dict[str, tuple[byte
         else:
             parts.append(f"replace `{old}` with `{new}` at {where}")
     return "; ".join(parts)
+
+
+def _move_of(edits: tuple["Edit", ...]) -> tuple["Edit", "Edit"] | None:
+    """(delete, insert) when the edits move statements within one file: the same code deleted and inserted."""
+    if len(edits) != 2 or edits[0].path != edits[1].path:
+        return None
+    delete, insert = sorted(edits, key=lambda e: not e.old)
+    if insert.old or delete.new or not delete.old or one_line(delete.old) != one_line(insert.new):
+        return None
+    return delete, insert
 
 
 def _line(source: "Source", number: int) -> str:

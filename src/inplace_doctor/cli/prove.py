@@ -62,11 +62,12 @@ class Record:
         """How it ended, in words (display only: decisions read `how`)."""
         return f"{self.how} {self.detail}" if self.detail else str(self.how)
 
-    def streams(self) -> dict[str, list[tuple[str, str]]]:
-        """The (label, value) entries of each stream (`recorder.py`), in order; streams in the order they start."""
-        out: dict[str, list[tuple[str, str]]] = {}
-        for stream, label, value in self.entries:
-            out.setdefault(stream, []).append((label, value))
+    def streams(self) -> dict[str, list[tuple[str, str, int]]]:
+        """The (label, value, place in the run) entries of each stream (`recorder.py`), in order;
+        streams in the order they start. Entries compare by label and value (`judge`)."""
+        out: dict[str, list[tuple[str, str, int]]] = {}
+        for n, (stream, label, value) in enumerate(self.entries):
+            out.setdefault(stream, []).append((label, value, n))
         return out
 
 
@@ -138,19 +139,21 @@ def judge(target: Identity, trial: Run, reference: Record, known: set[Identity],
     if (record.how, record.detail) != (reference.how, reference.detail):  # stopped early: its end state is not the end of the program
         want_streams.pop("end", None)
         got_streams.pop("end", None)
+    # the difference that came first in the edited program's run, whichever stream holds it
+    differences: list[tuple[int, str]] = []
     for stream, want in want_streams.items():
         got = got_streams.get(stream, [])
-        for w, g in zip(want, got):
-            if w != g:
-                verdict.first_difference = (
-                    f"{g[0]} differs from the intended program's" if w[0] == g[0]
-                    else f"the intended program recorded {w[0]} where the edited one recorded {g[0]}"
-                )
-                return verdict
+        at = next((n for n, (w, g) in enumerate(zip(want, got)) if w[:2] != g[:2]), None)
+        if at is not None:
+            w, g = want[at], got[at]
+            differences.append((g[2], f"{g[0]} differs from the intended program's" if w[0] == g[0]
+                                else f"the intended program recorded {w[0]} where the edited one recorded {g[0]}"))
+        elif len(got) > len(want):
+            differences.append((got[len(want)][2], f"the edited program recorded more: {got[len(want)][0]}"))
         shorter = shorter or len(got) < len(want)
-        if len(got) > len(want):
-            verdict.first_difference = f"the edited program recorded more: {got[len(want)][0]}"
-            return verdict
+    if differences:
+        verdict.first_difference = min(differences)[1]
+        return verdict
     extra = [s for s in got_streams if s not in want_streams]
     if extra:
         verdict.first_difference = f"the edited program recorded {got_streams[extra[0]][0][0]}, the intended one did not"

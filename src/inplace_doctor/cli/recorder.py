@@ -4,14 +4,16 @@
 - the output of each call of a top-level module (one no other module's forward
   is running around), and its buffers after it;
 - at each `torch.autograd.backward` (and so `Tensor.backward`): the root
-  tensors, and the gradient each leaf of the graph holds after it;
+  tensors, and the gradient the pass adds to each leaf of the graph;
 - at each optimizer step: the gradients it is about to use, then the
   parameters and the optimizer's state after it;
 - at the end: the parameters and buffers of those modules.
 Each value is a fingerprint of its bytes (`trace/fingerprint.py`: bit-exact),
-in its stream, with a label that says it in words, in order. The streams (forward calls, backward
-passes, each optimizer's steps, the end) are compared one by one, so moving an
-optimizer step past a backward reorders nothing that is compared.
+in its stream, with a label that says it in words, in order. The streams (each top-level module's
+calls, the backward passes of each line that calls backward, each optimizer's steps, the end) are
+compared one by one, so moving an optimizer step past a backward, or one update (its backward and
+step) before another, reorders nothing that is compared. Labels name a parameter as the program
+does (`critic.0.weight`: the name the user's code gives its top-level module, then the parameter's).
 
 Run as `python -m inplace_doctor.cli.recorder --record OUT [--reference] --
 ARGS`: without `--reference`, ARGS are `inplace-doctor run`'s, and the
@@ -39,6 +41,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from torch.utils._pytree import tree_leaves
 
 from ..trace.fingerprint import fingerprint
+from ..trace.user_files import is_user_file
+from ..trace.user_names import variable_name
 from .proof_seeds import Unseeded, seed
 from .prove import How
 
@@ -72,6 +76,10 @@ class Recorder:
         self._names: dict[int, str] = {}
         self._step_of: dict[int, int] = {}
         self._same_name: dict[str, int] = {}  # optimizers named alike so far
+        self._param_names: dict[int, str] = {}  # id of a top-level module's parameter -> `critic.0.weight`
+        self._module_names: dict[int, str] = {}  # id of a top-level module -> its name in the program
+        self._owners: dict[int, str] = {}  # id of a parameter -> the name of the top-level module the program named
+        self._passes: dict[str, int] = {}  # backward passes so far of each line that calls backward
         self.steps = 0  # training steps: the most steps of one optimizer, or backward passes without one
 
     def __enter__(self) -> "Recorder":
@@ -87,16 +95,25 @@ class Recorder:
 
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             roots = [t for t in tree_leaves(tensors) if isinstance(t, torch.Tensor)]
-            leaves = _leaves(roots)
-            result = original(tensors, *args, **kwargs)
+            # what this pass adds to each leaf's `.grad` (a hook sees it before it is accumulated): a
+            # gradient left from an earlier pass that `zero_grad` clears before any step reads it is
+            # not part of what the program computes
+            added: list[tuple[str, str]] = []
+            hooks = [leaf.register_hook(self._adder(leaf, added)) for leaf in _leaves(roots) if leaf.requires_grad]
+            try:
+                result = original(tensors, *args, **kwargs)
+            finally:
+                for h in hooks:
+                    h.remove()
             self._backwards += 1
-            label = f"backward: pass {self._backwards}"
+            stream = f"backward at `{_calling_line()}`"
+            self._passes[stream] = self._passes.get(stream, 0) + 1
+            label = f"{stream}: pass {self._passes[stream]}"
             for i, t in enumerate(roots):
-                self._add("backward", f"{label}: root {i}", t)
+                self._add(stream, f"{label}: root {i}", t)
             # graph order may differ between two programs computing the same thing: sort by value
-            triples = sorted((digest(leaf), digest(leaf.grad), _kind(leaf)) for leaf in leaves if leaf.grad is not None)
-            for value, grad, kind in triples:
-                self.entries.append(("backward", f"{label}: gradient of the leaf {kind}", f"{value} -> {grad}"))
+            for value, name in sorted(added):
+                self.entries.append((stream, f"{label}: gradient of {name}", value))
             return result
 
         torch.autograd.backward = backward  # type: ignore[assignment]
@@ -123,27 +140,57 @@ class Recorder:
         if self._depth == 1 and id(module) not in self._top_ids:
             self._top_ids.add(id(module))
             self._tops.append(module)
+            named = variable_name(module)
+            name = named or f"{type(module).__name__} #{sum(type(m) is type(module) for m in self._tops)}"
+            self._module_names[id(module)] = f"{named} ({type(module).__name__})" if named else name
+            for pname, p in module.named_parameters():
+                self._param_names.setdefault(id(p), f"{name}.{pname}" if named else f"parameter {pname} of {name}")
+                if named:
+                    self._owners.setdefault(id(p), named)
 
     def _post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         self._depth = max(0, self._depth - 1)
         if self._depth == 0:
             self._forwards += 1
-            label = f"forward: call {self._forwards} ({type(module).__name__})"
+            name = self._module_names.get(id(module), type(module).__name__)
+            stream = f"forward of {name}"
+            self._passes[stream] = self._passes.get(stream, 0) + 1
+            label = f"{stream}: call {self._passes[stream]}"
             for i, t in enumerate(x for x in tree_leaves(output) if isinstance(x, torch.Tensor)):
-                self._add("forward", f"{label}: output {i}", t)
-            for name, b in module.named_buffers():
-                self._add("forward", f"{label}: buffer {name} after it", b)
+                self._add(stream, f"{label}: output {i}", t)
+            for bname, b in module.named_buffers():
+                self._add(stream, f"{label}: buffer {bname} after it", b)
+
+    def _adder(self, leaf: torch.Tensor, added: list[tuple[str, str]]) -> Callable[[torch.Tensor], None]:
+        name = self._param_name(leaf)  # not its value: a step the edit reorders changes it, not this gradient
+
+        def seen(grad: torch.Tensor) -> None:
+            added.append((digest(grad), name))
+
+        return seen
+
+    def _param_name(self, t: torch.Tensor) -> str:
+        """A leaf as the program names it (`critic.0.weight`), else its dtype and shape."""
+        return self._param_names.get(id(t)) or f"the leaf {_kind(t)}"
 
     def _params(self, opt: torch.optim.Optimizer) -> list[tuple[str, torch.Tensor]]:
-        return [(f"group {g} parameter {i}", p) for g, group in enumerate(opt.param_groups) for i, p in enumerate(group["params"])]
+        return [
+            (self._param_names.get(id(p)) or f"group {g} parameter {i}", p)
+            for g, group in enumerate(opt.param_groups) for i, p in enumerate(group["params"])
+        ]
 
     def _stream(self, opt: torch.optim.Optimizer) -> str:
         """The optimizer named so two runs agree (moving a step must not rename it): its type and
         its parameters' shapes, numbered among optimizers of the same name in the order they first step."""
         key = id(opt)
         if key not in self._names:
-            shapes = ",".join(str(list(p.shape)) for _, p in self._params(opt))
-            name = f"{type(opt).__name__} over {hashlib.blake2b(shapes.encode(), digest_size=4).hexdigest()}"
+            params = self._params(opt)
+            owners = {self._owners.get(id(p)) for _, p in params}
+            if params and None not in owners:  # over modules the program named: named by them
+                name = f"{type(opt).__name__} over {', '.join(sorted(o for o in owners if o))}"
+            else:
+                shapes = ",".join(str(list(p.shape)) for _, p in params)
+                name = f"{type(opt).__name__} over {hashlib.blake2b(shapes.encode(), digest_size=4).hexdigest()}"
             self._same_name[name] = self._same_name.get(name, 0) + 1
             self._names[key] = f"optimizer {name} #{self._same_name[name]}"
             self._step_of[key] = 0
@@ -164,6 +211,19 @@ class Recorder:
             for key, value in sorted(opt.state.get(p, {}).items(), key=lambda kv: str(kv[0])):
                 if isinstance(value, torch.Tensor):
                     self._add(stream, f"{label}: optimizer state {key} of {name}", value)
+
+
+def _calling_line() -> str:
+    """The text of the program's line that called backward (`actor_loss.backward()`): the same in a
+    run whose edits moved it."""
+    import linecache
+
+    frame = sys._getframe(2)
+    while frame is not None and not is_user_file(frame.f_code.co_filename):
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return "?"
+    return linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip() or "?"
 
 
 def _leaves(roots: list[torch.Tensor]) -> list[torch.Tensor]:

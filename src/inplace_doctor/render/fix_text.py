@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import ast
 import linecache
+import textwrap
 
 from .._parsing import parse, parse_expression
 from ..causes import ForbiddenCause
 from ..findings import Applicability, Edit, Finding, Fix, FixKind
+from ..rules.source import COMPOUND
 from ..sites import Frame, Site, module_ref, source_line
 from .code_text import without_comment
 
@@ -304,6 +306,56 @@ def _move(fix: Fix, finding: Finding, root_label: str) -> str:
     return f"move `{one_line(delete.old)}` ({_at(delete)}) after the backward at {_at(insert)}{caution}"
 
 
+def _update_first(fix: Fix, finding: Finding, root_label: str) -> str:
+    insert, delete = fix.edits
+    first, last = _code_line_number(delete), delete.end.line - 1
+    lines = f"{Frame(delete.path, first, '').location}-{last}" if last > first else _code_at(delete)
+    before = _code_line(insert)
+    cleared = (
+        f"; the gradient it also leaves in the stepped parameters' `.grad` is cleared by `{before}`"
+        if ".zero_grad(" in before else
+        ": that backward's gradient also accumulates into the stepped parameters' `.grad` unless their update starts "
+        "with `zero_grad`"
+    )
+    return (
+        f"update in the other order, from the same forward: move {moved_code(delete.old)} ({lines}) "
+        f"before `{before}` at {_code_at(insert)}, so {_backward(finding)} runs before {_update(finding)} changes "
+        f"the parameters it saved{cleared}"
+    )
+
+
+def moved_code(text: str) -> str:
+    """Moved statements as a quote: on one line when they are simple (`a_opt.zero_grad(); loss.backward()`),
+    else the first line and how many follow (a `with` block does not read on one line)."""
+    lines = [line for line in text.splitlines() if without_comment(line).strip()]
+    try:
+        simple = not any(isinstance(n, COMPOUND) for n in parse(textwrap.dedent(text)).body)
+    except (SyntaxError, ValueError):
+        simple = False
+    if simple or len(lines) <= 1:
+        return f"`{one_line(text)}`"
+    return f"`{without_comment(lines[0]).strip()}` and the {len(lines) - 1} line(s) after it"
+
+
+def _code_line_number(edit: Edit) -> int:
+    """The first line from the edit's start that holds code (a moved block starts with its comments)."""
+    if edit.old:
+        lines = edit.old.splitlines()
+        return edit.start.line + next((i for i, text in enumerate(lines) if without_comment(text).strip()), 0)
+    line = edit.start.line
+    while not without_comment(source_line(Frame(edit.path, line, "")) or "") and line < edit.start.line + 50:
+        line += 1
+    return line
+
+
+def _code_at(edit: Edit) -> str:
+    return Frame(edit.path, _code_line_number(edit), "").location
+
+
+def _code_line(edit: Edit) -> str:
+    return without_comment(source_line(Frame(edit.path, _code_line_number(edit), "")) or "")
+
+
 def _move_manual(fix: Fix, finding: Finding, root_label: str) -> str:
     return f"move {_update(finding)} after {_backward(finding)}, if that backward is meant to use the old values"
 
@@ -331,6 +383,7 @@ _EDITED = {
     FixKind.FLAG_OFF_AT_CONSTRUCTOR: _flag_at_constructor,
     FixKind.FLAG_OFF_AT_CALL: _flag_at_call,
     FixKind.MOVE_STATEMENT: _move,
+    FixKind.UPDATE_FIRST: _update_first,
     FixKind.COPY_AT_HANDOUT: _copy_at_handout,
 }
 _MANUAL = {

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from .._parsing import parse
 from ..findings import Edit, Position
 
-_COMPOUND = (
+COMPOUND = (  # statements that hold blocks
     ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
     ast.AsyncFunctionDef, ast.ClassDef, ast.Match, ast.TryStar,
 )
@@ -126,7 +126,7 @@ def statement_at(source: Source, line: int | None) -> Located | None:
     best: Located | None = None
     for owner, block in _blocks(source.tree):
         for stmt in block:
-            if isinstance(stmt, _COMPOUND) or not (stmt.lineno <= line <= (stmt.end_lineno or stmt.lineno)):
+            if isinstance(stmt, COMPOUND) or not (stmt.lineno <= line <= (stmt.end_lineno or stmt.lineno)):
                 continue
             span = (stmt.end_lineno or stmt.lineno) - stmt.lineno
             if best is None or span < (best.node.end_lineno or 0) - best.node.lineno:
