@@ -167,7 +167,7 @@ def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run", patch: TextIO) -
     remaining = {identity(g, tree) for g in left}
     made = [(a, _how_sure(a.code, accepted[-1].verdict) if proven
              else f"unsafe, {'in the patch' if ns.diff else 'applied'} by --unsafe-fixes: {why_not(a.verdict)}"
-             f"{_MOVED.get(a.fix.kind, '')}")
+             f"{_MOVED.get(a.fix.kind, '')}{_PURPOSE.get(a.code, '')}")
             for a in accepted if a.target not in remaining]
     if ns.diff:  # stdout is the patch alone: whether it is proven is said here, on stderr
         for a, sure in made:
@@ -203,6 +203,13 @@ _MOVED = {
                             "accumulates into the parameters it updates (another loss's gradient)",
     FixKind.UPDATE_FIRST: "; moved first, that backward's gradient stays in the other update's parameters' `.grad` "
                           "unless a `zero_grad` clears it before their step (they then also train on that loss)",
+}
+
+
+# A difference that is the fix's purpose (said where the unproven fix is reported).
+_PURPOSE = {
+    "IPD106": "; that difference is the fix's purpose: the model no longer writes into its caller's tensor, so what "
+              "the caller reads afterwards changes (check that it is what the program means)",
 }
 
 

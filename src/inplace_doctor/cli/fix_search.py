@@ -22,11 +22,13 @@ from ..findings import Applicability, Evidence
 from ..render.code_text import without_comment
 from ..render.fix_text import moved_code, one_line
 from .errors import CliUsageError
+from .produced import did_the_work, edited_groups, finding_site, finding_sites, unprovable
+from .repeat import unrepeatable
 
 if TYPE_CHECKING:
     from ..findings import Edit, Fix
     from ..report import Report
-    from .prove import Identity, Record, Run, Verdict, Workspace
+    from .prove import Identity, Run, Verdict, Workspace
     from .source_edits import Source
 
 # A run stops at the first in-place error backward reaches; the next one shows after it is fixed.
@@ -78,14 +80,18 @@ def search(ws: "Workspace", first: "Run", *, unsafe: bool, say: Callable[[str], 
     from .prove import How, identity, serious
     from .source_edits import EditError, plan
 
-    reference = ws.run({}, reference=True)
+    # the findings' lines, which the intended program must run
+    sites = finding_sites(serious(first.findings), lambda p: ws.rebase(p, ws.root), ws.root)
+    reference = ws.run({}, reference=True, reach=sites)
     state: dict[str, bytes] = {}
     meant: dict[str, bytes] = {}  # the files of the reference run
     repeated: dict[int, str] = {}  # id of a reference run -> how a second run of it differs ("": it does not)
     known = {identity(f, ws.root) for f in serious(first.findings)}
     findings, tree = first.findings, ws.root
     out = Search([], [], [], state, findings, tree)
-    if reference.record is None or reference.record.how is not How.RAN:
+    if reference.record is not None and reference.record.refused:
+        out.reference_failed = unprovable(reference, reference, None)
+    elif reference.record is None or reference.record.how is not How.RAN:
         ended = reference.record.ended if reference.record is not None else "did not start"
         last = (reference.stderr.strip().splitlines() or [""])[-1]
         out.reference_failed = (f"the script with every saved tensor copied at save (the program it means) {ended}"
@@ -123,15 +129,18 @@ def search(ws: "Workspace", first: "Run", *, unsafe: bool, say: Callable[[str], 
                 described = describe(edits, ws.root, changes)
                 say(f"inplace-doctor: checking the fix for {f['code']} at {where} on a copy of the project: {described}")
                 flag = f["code"] == "IPD105"  # the intended program is the out-of-place one: verify's
-                trial = ws.run(candidate, verify=flag)
+                trial = ws.run(candidate, verify=flag, reach=edited_groups(changes, ws.root))
                 renames = _renames(changes, ws.root)  # a finding on a line the edit rewrote is still the one it was
                 seen = known | _renamed(known, renames)
                 also = frozenset(_renamed({target}, renames))
                 was = sum(identity(g, tree) == target for g in serious(findings))
                 verdict = (_verified(target, trial, seen, also, was) if flag
                            else _judge(target, trial, reference, seen, also, was))
-                if verdict.gone and not verdict.new and verdict.comparison == "differs" and not flag:
-                    verdict.first_difference += _unrepeatable(ws, meant, reference, repeated)
+                if not flag:
+                    site = finding_site(f, lambda p: ws.rebase(p, ws.root), ws.root) if tree == ws.root else None
+                    did_the_work(verdict, trial, reference, site)
+                if verdict.gone and not verdict.new and verdict.comparison == "differs" and not flag and not verdict.unprovable:
+                    verdict.first_difference += unrepeatable(ws, meant, reference, repeated)
                 out.tried.append(Tried(target, replace(fx, edits=edits), verdict, alone=not state))
                 taken = Accepted(f["code"], where, target, replace(fx, edits=edits), verdict, described)
                 if not (verdict.proven or verdict.on_the_way):
@@ -246,47 +255,6 @@ def _verified(target: "Identity", trial: "Run", known: "set[Identity]", also: "f
                    trial.record.steps if trial.record is not None else 0)
 
 
-def _unrepeatable(ws: "Workspace", state: dict[str, bytes], reference: "Run", repeated: dict[int, str]) -> str:
-    """'' when the intended program computes the same values on a second run from the same seeds
-    (the edits made the difference); else that it does not, and what it reads that seeds do not fix."""
-    if id(reference) not in repeated:
-        again = ws.run(state, reference=True)
-        differs = _first_unequal(reference.record, again.record) if reference.record and again.record else ""
-        repeated[id(reference)] = differs and (
-            f"; but the intended program itself does not compute the same values twice from the same seeds ({differs} "
-            f"differs between two runs of it): {_unseeded(reference)}, so no edit can be proven equal to it")
-    return repeated[id(reference)]
-
-
-def _first_unequal(a: "Record", b: "Record") -> str:
-    """The label of the first value two records of one program disagree on; '' when they agree."""
-    import itertools
-
-    ours, theirs = a.streams(), b.streams()
-    for stream in {**ours, **theirs}:
-        for x, y in itertools.zip_longest(ours.get(stream, []), theirs.get(stream, [])):
-            if x is None or y is None or x[:2] != y[:2]:
-                return (x or y)[0]
-    return "" if (a.how, a.detail) == (b.how, b.detail) else f"how it ended ({a.ended}, then {b.ended})"
-
-
-_KINDS = {"clock": "the clock", "urandom": "the operating system's random bytes", "uuid": "a random uuid",
-          "network": "the network"}
-
-
-def _unseeded(reference: "Run") -> str:
-    """What the program reads that seeds do not fix, at its own lines, in words."""
-    reads = reference.record.unseeded if reference.record is not None else ()
-    if not reads:
-        return ("something the seeds do not fix changes between runs: a file it reads, the clock or the network read "
-                "inside a library, or a nondeterministic kernel (on a GPU, torch.use_deterministic_algorithms(True) "
-                "makes those deterministic or raises)")
-    rel = {file: os.path.relpath(file, reference.tree) for _, _, file, _ in reads}
-    named = [f"{_KINDS.get(kind, kind)} ({called} at {file if rel[file].startswith('..') else rel[file]}:{line})"
-             for kind, called, file, line in reads]
-    return f"it reads what seeds do not fix: {', '.join(named)}"
-
-
 def _renames(changes: dict[str, tuple[bytes, bytes]], root: str) -> dict[tuple[str, str], set[str]]:
     """(file relative to the project, a line's text) -> what that line reads after the edits, for
     each line an edit rewrote in place (not one it inserted or removed): how a finding's name moves."""
@@ -315,6 +283,8 @@ def _renamed(ids: "set[Identity]", renames: dict[tuple[str, str], set[str]]) -> 
 
 
 def why_not(v: "Verdict") -> str:
+    if v.unprovable:
+        return v.unprovable
     if not v.gone:
         return "the edited program still has the finding"
     if v.new:

@@ -28,6 +28,7 @@ from typing import Any, Mapping
 
 from ..printing import fmt_bytes
 from .errors import CliUsageError
+from .produced import stamps, written
 from .proof_seeds import HASH_SEED
 
 SKIPPED = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache",
@@ -56,6 +57,14 @@ class Record:
     #: (kind, function, file, line): the first of the program's own calls of each thing seeds do not
     #: fix (`proof_seeds.Unseeded`), in the order they came
     unseeded: tuple[tuple[str, str, str, int], ...] = ()
+    #: (what, path or command): what the run was refused outside its copy (`confine.py`)
+    refused: tuple[tuple[str, str], ...] = ()
+    #: the `--reach` groups (`FILE:LINE`) it never ran a line of (`reach.py`)
+    unreached: tuple[str, ...] = ()
+
+    @property
+    def ran(self) -> bool:  # to its end, exit 0
+        return self.how is How.RAN
 
     @property
     def ended(self) -> str:
@@ -73,13 +82,18 @@ class Record:
 
 @dataclass
 class Run:
-    """One child run: exit status, the JSON report (None when there was none), the record."""
+    """One child run: exit status, the JSON report (None when there was none), the record; what
+    it printed (`out`, `err`: bytes, the tool's own `inplace-doctor` lines left out of `err`) and
+    the files it wrote in its copy (path relative to the copy -> a digest, or "deleted")."""
 
     status: int
     report: dict[str, Any] | None
     record: Record | None
     stderr: str = ""
     tree: str = ""
+    out: bytes = b""
+    err: bytes = b""
+    written: dict[str, str] = field(default_factory=dict)
 
     @property
     def findings(self) -> list[dict[str, Any]]:
@@ -108,15 +122,16 @@ class Verdict:
     comparison: str = "differs"  # "equal", "prefix" (equal until the trial stopped at a new error), "differs"
     first_difference: str = ""
     steps: int = 0
+    unprovable: str = ""  # why the runs prove nothing whatever their values (`produced.unprovable`)
 
     @property
     def proven(self) -> bool:
-        return self.gone and not self.new and self.comparison == "equal"
+        return self.gone and not self.new and self.comparison == "equal" and not self.unprovable
 
     @property
     def on_the_way(self) -> bool:
         """Equal as far as it ran, stopped by another finding's error (the next to fix)."""
-        return self.gone and self.comparison == "prefix"
+        return self.gone and self.comparison == "prefix" and not self.unprovable
 
 
 def judge(target: Identity, trial: Run, reference: Record, known: set[Identity], *,
@@ -204,19 +219,27 @@ class Workspace:
         except OSError:
             return None
 
-    def run(self, state: Mapping[str, bytes], *, reference: bool = False, verify: bool = False) -> Run:
+    def run(self, state: Mapping[str, bytes], *, reference: bool = False, verify: bool = False,
+            reach: Mapping[str, tuple[str, frozenset[int]]] | None = None) -> Run:
         """The program with `state`'s files (absolute paths under the project -> bytes), in a fresh
-        copy: the reference run, or a trial under `inplace-doctor run` (with `verify`: `run --verify`)."""
+        copy: the reference run, or a trial under `inplace-doctor run` (with `verify`: `run --verify`).
+        `reach`: groups of lines (`FILE:LINE` -> (path under the project, lines)) the run should
+        reach; the record names those it did not (`Record.unreached`)."""
         self._count += 1
         tree = os.path.join(self.tmp, f"run{self._count}")
+        own = os.path.join(self.tmp, f"own{self._count}")  # the child's record, report and TMPDIR
+        os.makedirs(os.path.join(own, "tmp"))
         shutil.copytree(self.base, tree, symlinks=True)
         for path, data in state.items():
             with open(os.path.join(tree, os.path.relpath(path, self.root)), "wb") as f:
                 f.write(data)
-        record_path = os.path.join(self.tmp, f"record{self._count}.json")
-        report_path = os.path.join(self.tmp, f"report{self._count}.json")
+        before = stamps(tree)
+        record_path = os.path.join(own, "record.json")
+        report_path = os.path.join(own, "report.json")
         program = ["-m", self.script] if self.module else [os.path.join(tree, os.path.relpath(self.script, self.root))]
-        argv = [sys.executable, "-m", "inplace_doctor.cli.recorder", "--record", record_path]
+        argv = [sys.executable, "-m", "inplace_doctor.cli.recorder", "--record", record_path, "--allow", own]
+        for path, lines in (reach or {}).values():
+            argv += ["--reach", f"{os.path.relpath(path, self.root)}:{','.join(map(str, sorted(lines)))}"]
         if reference:
             argv += ["--reference", "--", *program, *self.args]
         else:
@@ -224,14 +247,21 @@ class Workspace:
             argv += ["--steps", str(self.steps)] if self.steps is not None else []
             argv += ["--verify"] if verify else []
             argv += [*program, *self.args]
-        done = subprocess.run(argv, cwd=tree, capture_output=True, text=True, env=self._environment(tree))
-        run = Run(done.returncode, _load(report_path), None, done.stderr, tree)
+        env = self._environment(tree)
+        env["TMPDIR"] = os.path.join(own, "tmp")  # tempfile's folder: the one outside the copy it may write
+        done = subprocess.run(argv, cwd=tree, capture_output=True, env=env)
+        err = b"".join(line for line in done.stderr.splitlines(keepends=True) if not line.startswith(b"inplace-doctor"))
+        run = Run(done.returncode, _load(report_path), None, done.stderr.decode("utf-8", "replace"), tree,
+                  done.stdout, err, written(tree, before, {os.path.relpath(p, self.root) for p in state}))
         raw = _load(record_path)
         if raw is not None:
             run.record = Record(How(raw["how"]), str(raw["detail"]), int(raw["steps"]),
                                 tuple((str(a), str(b), str(c)) for a, b, c in raw["entries"]),
-                                tuple((str(k), str(c), str(f), int(n)) for k, c, f, n in raw.get("unseeded", ())))
+                                tuple((str(k), str(c), str(f), int(n)) for k, c, f, n in raw.get("unseeded", ())),
+                                tuple((str(w), str(p)) for w, p in raw.get("refused", ())),
+                                tuple(str(label) for label in raw.get("unreached", ())))
         shutil.rmtree(tree, ignore_errors=True)
+        shutil.rmtree(own, ignore_errors=True)
         return run
 
     def _environment(self, tree: str) -> dict[str, str]:
@@ -239,6 +269,7 @@ class Workspace:
         copy (a `src/` layout, a `-m` package), so the copy's edited files are the ones imported."""
         env = dict(os.environ)
         env.setdefault("PYTHONHASHSEED", HASH_SEED)  # every run iterates sets of strings alike (`proof_seeds.py`)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"  # no `.pyc` beside an installed library: a write outside the copy
         paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         if paths:
             env["PYTHONPATH"] = os.pathsep.join(self._in_copy(p, tree) for p in paths)

@@ -15,13 +15,15 @@ compared one by one, so moving an optimizer step past a backward, or one update 
 step) before another, reorders nothing that is compared. Labels name a parameter as the program
 does (`critic.0.weight`: the name the user's code gives its top-level module, then the parameter's).
 
-Run as `python -m inplace_doctor.cli.recorder --record OUT [--reference] --
-ARGS`: without `--reference`, ARGS are `inplace-doctor run`'s, and the
+Run as `python -m inplace_doctor.cli.recorder --record OUT [--reference] [--reach FILE:L1,L2 ...]
+[--allow FOLDER ...] -- ARGS`: without `--reference`, ARGS are `inplace-doctor run`'s, and the
 script runs watched; with it, ARGS are `SCRIPT [ARGS ...]` and the script runs
 as `python` would, except that every tensor autograd saves is copied at save
 (a pack hook returning a copy). That run is the program the user meant:
 backward computes the gradient of the forward as it ran, and autograd's own
 version check is off (PYTORCH_FACTS.md, "The program the user meant").
+Either way the run writes only inside its working directory (the copy) and the `--allow` folders
+(`confine.py`), and records which `--reach` groups of lines it ran (`reach.py`).
 Either way the run starts from the same seeds (`proof_seeds.py`; the program's own seeding wins),
 and the record names the first of its own lines that read what seeds do not fix (the clock,
 `os.urandom`, `uuid`, the network).
@@ -43,8 +45,10 @@ from torch.utils._pytree import tree_leaves
 from ..trace.fingerprint import fingerprint
 from ..trace.user_files import is_user_file
 from ..trace.user_names import variable_name
+from .confine import Confined
 from .proof_seeds import Unseeded, seed
 from .prove import How
+from .reach import Reach
 
 
 def digest(t: torch.Tensor) -> str:
@@ -249,13 +253,18 @@ def main(argv: Sequence[str]) -> int:
     reference = "--reference" in args[: args.index("--")]
     out = args[args.index("--record") + 1]
     rest = args[args.index("--") + 1 :]
-    recorder, unseeded = Recorder(), Unseeded()
+    head = args[: args.index("--")]
+    pairs = [(a, head[i + 1]) for i, a in enumerate(head[:-1]) if a in ("--reach", "--allow")]
+    groups = [_group(value) for a, value in pairs if a == "--reach"]
+    confined = Confined([os.getcwd(), *(value for a, value in pairs if a == "--allow")])
+    recorder, unseeded, reach = Recorder(), Unseeded(), Reach(groups)
     status = 0
     outcome: list[tuple[How, str]] = [(How.NOT_STARTED, "")]
     seed()
+    confined.install()
     try:
         if reference:
-            with unseeded:
+            with unseeded, reach:
                 status, outcome[0] = _run_reference(rest, recorder)
         else:
             from .main import main as cli_main
@@ -280,7 +289,7 @@ def main(argv: Sequence[str]) -> int:
             for name, original in originals.items():
                 setattr(runpy, name, watched(original))
             try:
-                with recorder, unseeded:
+                with recorder, unseeded, reach:
                     status = cli_main(["run", *rest])
             finally:
                 for name, original in originals.items():
@@ -289,8 +298,15 @@ def main(argv: Sequence[str]) -> int:
         with open(out, "w", encoding="utf-8") as f:
             how, detail = outcome[0]
             json.dump({"how": str(how), "detail": detail, "steps": recorder.steps, "entries": recorder.entries,
-                       "unseeded": unseeded.reads}, f)
+                       "unseeded": unseeded.reads, "refused": confined.refused,
+                       "unreached": [label for label in reach.labels if label not in reach.reached]}, f)
     return status
+
+
+def _group(given: str) -> tuple[str, frozenset[int]]:
+    """`FILE:L1,L2` (`--reach`): a file and lines of it, one of which the run should reach."""
+    file, _, lines = given.rpartition(":")
+    return file, frozenset(int(n) for n in lines.split(",") if n)
 
 
 def _ended(code: object) -> tuple[How, str]:
