@@ -333,14 +333,14 @@ def describe(edits: tuple["Edit", ...], root: str, changes: dict[str, tuple[byte
         first = delete.start.line + next((i for i, text in enumerate(texts) if without_comment(text).strip()), 0)
         last = delete.end.line - 1 if delete.end.column == 0 else delete.end.line
         span = where_edit(replace(delete, start=replace(delete.start, line=first)), root) + (f"-{last}" if last > first else "")
-        side = "after" if insert.new.startswith("\n") else "before"
+        side = "after" if insert.new.startswith(("\n", "\r")) else "before"  # the file's own line ending
         return f"move {moved_code(delete.old)} ({span}) to {side} line {insert.start.line}"
     parts = []
     for e in edits:
         where = where_edit(e, root)
         old, new = one_line(e.old), one_line(e.new)
         before_after = changes.get(os.path.realpath(e.path))
-        if e.start.line == e.end.line and "\n" not in e.new and old and before_after is not None:
+        if e.start.line == e.end.line and "\n" not in e.new and "\r" not in e.new and old and before_after is not None:
             lines = [Source.of(data, e.path) for data in before_after]
             old, new = (_line(src, e.start.line) for src in lines)
         if not old:
