@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from ..printing import fmt_bytes
 from .errors import CliUsageError
@@ -32,7 +32,6 @@ from .proof_seeds import HASH_SEED
 
 SKIPPED = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache",
                      ".pytest_cache", ".ruff_cache", "node_modules"})
-Identity = tuple[str, str, str]  # rule code, file relative to the project, the written line's text
 
 
 class How(enum.StrEnum):
@@ -86,13 +85,31 @@ class Run:
         return list(self.report["findings"]) if self.report is not None else []
 
 
-def identity(finding: Mapping[str, Any], tree: str) -> Identity:
+class Identity(NamedTuple):
+    """A finding named so that runs of two copies, edited differently, agree (`identity`)."""
+
+    code: str  # the rule
+    path: str  # the file, relative to the project
+    text: str  # the written line's text, whitespace runs as one space (what a message shows)
+    line: int  # that line in the program as fix started, followed through the edits; 0: a line the edits wrote
+
+
+def identity(finding: Mapping[str, Any], tree: str, lines: Mapping[str, Sequence[int]] | None = None) -> Identity:
     """A finding named so that two runs in two copies agree: its rule, its file relative to the
-    copy, and the text of the line that wrote (line numbers move when an edit inserts a line)."""
+    copy, the text of the line that wrote, and which line that is. Line numbers move when an edit
+    inserts a line, so the line is the one the program had before any edit: `lines` maps each
+    line of a file the edits changed (by its path relative to the project) to that line, 0 for a
+    line they wrote (`edited_lines.origins`). Two lines of one text (`h.mul_(2)` in two modules'
+    forwards) are two findings; a line an edit rewrote keeps its number (its text is the edit's)."""
     m = finding.get("mutation") or {}
     file = m.get("file") or ""
     rel = os.path.relpath(file, tree) if os.path.isabs(file) else file
-    return (str(finding.get("code")), rel, " ".join(str(m.get("code") or m.get("line")).split()))
+    written = m.get("line")
+    line = written if isinstance(written, int) else 0
+    followed = lines.get(os.path.normpath(rel)) if lines else None
+    if followed is not None:
+        line = followed[line - 1] if 0 < line <= len(followed) else 0
+    return Identity(str(finding.get("code")), rel, " ".join(str(m.get("code") or m.get("line")).split()), line)
 
 
 def serious(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -120,11 +137,12 @@ class Verdict:
 
 
 def judge(target: Identity, trial: Run, reference: Record, known: set[Identity], *,
-          also: frozenset[Identity] = frozenset(), was: int = 1) -> Verdict:
+          also: frozenset[Identity] = frozenset(), was: int = 1, lines: Mapping[str, Sequence[int]] | None = None) -> Verdict:
     """`also`: the target as the edits renamed it (its line rewritten: `h.mul_(2); g.mul_(3)` reads
     `h = h.mul(2); g.mul_(3)`); `was`: how many findings had the target's name before (two writes
-    on one line share it). The target is gone when fewer are left under either name."""
-    found = [identity(f, trial.tree) for f in serious(trial.findings)]
+    on one line share it). The target is gone when fewer are left under either name. `lines`: the
+    trial's lines followed back to the program's (`identity`)."""
+    found = [identity(f, trial.tree, lines) for f in serious(trial.findings)]
     ids, names = set(found), {target} | also
     new = sorted(i for i in ids if i not in known)
     left = sum(i in names for i in found)
@@ -161,9 +179,9 @@ def judge(target: Identity, trial: Run, reference: Record, known: set[Identity],
         verdict.comparison = "equal"
     elif shorter and record.how is How.RAISED and (others := ids - names if not left else ids):
         # stopped by another finding (one no run had reached, or one reported and not yet fixed)
-        code, path, text = sorted(others, key=lambda i: (i in known, i))[0]
+        stop = sorted(others, key=lambda i: (i in known, i))[0]
         verdict.comparison = "prefix"
-        verdict.first_difference = f"the edited program stopped at {code} at {path}: {text} (the next finding to fix)"
+        verdict.first_difference = f"the edited program stopped at {stop.code} at {stop.path}: {stop.text} (the next finding to fix)"
     else:
         verdict.first_difference = f"the edited program {record.ended}; the intended one {reference.ended}"
     return verdict
