@@ -27,7 +27,8 @@ class Applicability(enum.StrEnum):
 
 @dataclass(frozen=True, order=True)
 class Position:
-    """A place in a source file: 1-based line, 0-based column counted in characters of the decoded line."""
+    """A place in a source file: 1-based line (lines end at \\n, \\r\\n or a lone \\r, as Python reads
+    source), 0-based column counted in characters of the decoded line (a BOM not counted)."""
 
     line: int
     column: int
@@ -43,8 +44,11 @@ class Edit:
     An insertion has `start == end` and `old == ""`. `path` is the file as the finding's sites
     name it (relative to the working directory the run started in, or absolute). Built from the
     source at the site (never from a sentence); applied by splicing, so every other byte of the
-    file (line endings, BOM, encoding) stays as it was. Lines in `old` and `new` end with "\n"
-    (the decoded text); the file's own line ending is what is written in its place.
+    file (line endings, BOM, encoding) stays as it was. `old` and `new` end their lines as the file
+    does (`rules/source.py` `Source.edit`): `old` is the decoded text from `start` to `end` exactly,
+    and a line break in `new` is the ending of the line the edit starts on, so the decoded file with
+    `new` spliced in, encoded back (its BOM kept), is the bytes `fix` writes. (`fix` also takes
+    "\n" where the file has another ending, and writes the file's.)
     """
 
     path: str

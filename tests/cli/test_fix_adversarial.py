@@ -369,14 +369,14 @@ def test_an_edit_after_wide_characters_on_its_line_lands_on_its_statement(
 
 
 def test_a_finding_whose_line_another_fix_rewrote_is_the_one_it_was(tmp_path: Path) -> None:
-    from inplace_doctor.cli.fix_search import _renamed, _renames
-    from inplace_doctor.cli.prove import How, Record, Run, judge
+    from inplace_doctor.cli.edited_lines import renamed, rewritten
+    from inplace_doctor.cli.prove import How, Identity, Record, Run, judge
 
     before, after = b"x = 1\nh.mul_(2); g.mul_(3)\n", b"x = 1\nh = h.mul(2); g.mul_(3)\n"
-    renames = _renames({str(tmp_path / "t.py"): (before, after)}, str(tmp_path))
-    target = ("IPD101", "t.py", "h.mul_(2); g.mul_(3)")
-    also = frozenset(_renamed({target}, renames))
-    assert also == {("IPD101", "t.py", "h = h.mul(2); g.mul_(3)")}
+    renames = rewritten({str(tmp_path / "t.py"): (before, after)}, str(tmp_path))
+    target = Identity("IPD101", "t.py", "h.mul_(2); g.mul_(3)", 2)
+    also = frozenset(renamed({target}, renames))
+    assert also == {Identity("IPD101", "t.py", "h = h.mul(2); g.mul_(3)", 2)}
 
     def trial(n: int) -> Run:  # n findings left on the rewritten line, the run stopped by the first
         found = [{"code": "IPD101", "severity": "error",

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from inplace_doctor.cli.errors import CliUsageError
-from inplace_doctor.cli.prove import COPY_LIMIT, Workspace
+from inplace_doctor.cli.copy_room import COPY_LIMIT
+from inplace_doctor.cli.prove import Workspace
 
 BROKEN = """import torch
 x = torch.randn(4, requires_grad=True)

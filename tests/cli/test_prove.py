@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from inplace_doctor.cli.edited_lines import origins
 from inplace_doctor.cli.prove import Verdict, Workspace, identity, judge, serious
 from inplace_doctor.cli.source_edits import plan
 from inplace_doctor.findings import Edit, Position
@@ -44,7 +45,9 @@ class Proving:
         trial = self.ws.run(state)
         assert self.reference.record is not None
         known = {identity(f, self.original.tree) for f in self.findings}
-        return judge(identity(self.findings[0], self.original.tree), trial, self.reference.record, known), trial.findings
+        lines = origins(state, self.ws.original, self.ws.root)  # the trial's lines, followed back through the edits
+        target = identity(self.findings[0], self.original.tree)
+        return judge(target, trial, self.reference.record, known, lines=lines), trial.findings
 
     def close(self) -> None:
         self.ws.close()

@@ -164,7 +164,7 @@ def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run", patch: TextIO) -
         return 1
     changes = {p: (ws.original(p) or b"", data) for p, data in found.state.items()}
     _refuse(ns, ws.root, set(changes))
-    remaining = {identity(g, tree) for g in left}
+    remaining = {identity(g, tree, found.lines) for g in left}
     made = [(a, _how_sure(a.code, accepted[-1].verdict) if proven
              else f"unsafe, {'in the patch' if ns.diff else 'applied'} by --unsafe-fixes: {why_not(a.verdict)}"
              f"{_MOVED.get(a.fix.kind, '')}{_PURPOSE.get(a.code, '')}")

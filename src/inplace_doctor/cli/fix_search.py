@@ -13,7 +13,6 @@ report can carry what was checked as each fix's `Evidence`.
 
 from __future__ import annotations
 
-import difflib
 import os
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..findings import Applicability, Evidence
 from ..render.code_text import without_comment
 from ..render.fix_text import moved_code, one_line
+from .edited_lines import origins, renamed, rewritten
 from .errors import CliUsageError
 from .produced import did_the_work, edited_groups, finding_site, finding_sites, unprovable
 from .repeat import unrepeatable
@@ -65,6 +65,7 @@ class Search:
     tree: str  # the copy those findings name files in
     reference_failed: str = ""  # how the reference run failed, in words; "" when it ran to the end
     left: list[dict[str, Any]] = field(default_factory=list)
+    lines: dict[str, tuple[int, ...]] = field(default_factory=dict)  # `origins` of `state`: how `left` is named
 
     @property
     def proven(self) -> bool:
@@ -97,10 +98,11 @@ def search(ws: "Workspace", first: "Run", *, unsafe: bool, say: Callable[[str], 
         out.reference_failed = (f"the script with every saved tensor copied at save (the program it means) {ended}"
                                 f"{f' ({last})' if last else ''}: no fix can be proven equal to it")
     tried: set[tuple[Any, ...]] = set()
+    lines: dict[str, tuple[int, ...]] = {}  # the lines of `state`'s files followed back (`origins`)
     for _ in range(ROUNDS):
         progress = False
         for f in serious(findings):
-            target = identity(f, tree)
+            target = identity(f, tree, lines)
             where = where_written(f, tree)
             chosen: tuple[Accepted, dict[str, bytes], Run, set[Identity]] | None = None
             fallback: tuple[Accepted, dict[str, bytes], Run, set[Identity]] | None = None
@@ -130,12 +132,13 @@ def search(ws: "Workspace", first: "Run", *, unsafe: bool, say: Callable[[str], 
                 say(f"inplace-doctor: checking the fix for {f['code']} at {where} on a copy of the project: {described}")
                 flag = f["code"] == "IPD105"  # the intended program is the out-of-place one: verify's
                 trial = ws.run(candidate, verify=flag, reach=edited_groups(changes, ws.root))
-                renames = _renames(changes, ws.root)  # a finding on a line the edit rewrote is still the one it was
-                seen = known | _renamed(known, renames)
-                also = frozenset(_renamed({target}, renames))
-                was = sum(identity(g, tree) == target for g in serious(findings))
-                verdict = (_verified(target, trial, seen, also, was) if flag
-                           else _judge(target, trial, reference, seen, also, was))
+                renames = rewritten(changes, ws.root)  # a finding on a line the edit rewrote is still the one it was
+                seen = known | renamed(known, renames)
+                also = frozenset(renamed({target}, renames))
+                was = sum(identity(g, tree, lines) == target for g in serious(findings))
+                trial_lines = origins(candidate, ws.original, ws.root)
+                verdict = (_verified(target, trial, seen, also, was, trial_lines) if flag
+                           else _judge(target, trial, reference, seen, also, was, trial_lines))
                 if not flag:
                     site = finding_site(f, lambda p: ws.rebase(p, ws.root), ws.root) if tree == ws.root else None
                     did_the_work(verdict, trial, reference, site)
@@ -156,15 +159,15 @@ def search(ws: "Workspace", first: "Run", *, unsafe: bool, say: Callable[[str], 
             if chosen is not None:
                 taken, state, trial, seen = chosen
                 out.accepted.append(taken)
-                findings, tree = trial.findings, trial.tree
-                known = seen | {identity(g, tree) for g in serious(findings)}
+                findings, tree, lines = trial.findings, trial.tree, origins(state, ws.original, ws.root)
+                known = seen | {identity(g, tree, lines) for g in serious(findings)}
                 if f["code"] == "IPD105" and taken.verdict.proven:  # what is meant from here on: the flag off
                     reference, meant = ws.run(state, reference=True), state
                 progress = True
                 break
         if not progress:
             break
-    out.state, out.findings, out.tree = state, findings, tree
+    out.state, out.findings, out.tree, out.lines = state, findings, tree, lines
     out.left = serious(findings)
     return out
 
@@ -184,7 +187,7 @@ def with_evidence(report: "Report", found: Search, root: str) -> "Report":
     shown = {key(t.fix): evidence_of(t.verdict) for t in found.tried if t.alone}
     present = {key(fx) for f in report.findings for fx in f.fixes}
     accepted = {key(a.fix): a for a in found.accepted}
-    remaining = {identity(g, found.tree) for g in found.left}
+    remaining = {identity(g, found.tree, found.lines) for g in found.left}
     proven: dict[tuple[Any, ...], Evidence] = {}
     if found.proven and set(accepted) <= present:
         steps = found.accepted[-1].verdict.steps
@@ -205,7 +208,7 @@ def with_evidence(report: "Report", found: Search, root: str) -> "Report":
 def evidence_of(v: "Verdict") -> Evidence:
     """A trial's verdict as the record a report carries."""
     return Evidence(checked=True, equal=v.comparison == "equal", finding_gone=v.gone,
-                    new_findings=tuple(code for code, _, _ in v.new), steps=v.steps,
+                    new_findings=tuple(i.code for i in v.new), steps=v.steps,
                     first_difference=v.first_difference)
 
 
@@ -231,20 +234,21 @@ def where_edit(edit: "Edit", root: str) -> str:
 
 
 def _judge(target: "Identity", trial: "Run", reference: "Run", known: "set[Identity]", also: "frozenset[Identity]",
-           was: int) -> "Verdict":
+           was: int, lines: dict[str, tuple[int, ...]]) -> "Verdict":
     from .prove import How, Record, judge
 
-    return judge(target, trial, reference.record or Record(How.NOT_STARTED, "", 0, ()), known, also=also, was=was)
+    return judge(target, trial, reference.record or Record(How.NOT_STARTED, "", 0, ()), known, also=also, was=was,
+                 lines=lines)
 
 
 def _verified(target: "Identity", trial: "Run", known: "set[Identity]", also: "frozenset[Identity]",
-              was: int) -> "Verdict":
+              was: int, lines: dict[str, tuple[int, ...]]) -> "Verdict":
     """An IPD105 flag change judged by `run --verify`: every model the edited script ran computes
     what its out-of-place form computes."""
     from .prove import How, Record, Verdict, judge
 
     # for gone and new; the record is not the measure here
-    verdict = judge(target, trial, Record(How.NOT_STARTED, "", 0, ()), known, also=also, was=was)
+    verdict = judge(target, trial, Record(How.NOT_STARTED, "", 0, ()), known, also=also, was=was, lines=lines)
     report = trial.report or {}
     results = report.get("verify_results")  # `run --verify`'s verdicts as records: nothing reads its notes
     outcomes = [r.get("outcome") for r in results] if isinstance(results, list) else []
@@ -255,31 +259,6 @@ def _verified(target: "Identity", trial: "Run", known: "set[Identity]", also: "f
                    trial.record.steps if trial.record is not None else 0)
 
 
-def _renames(changes: dict[str, tuple[bytes, bytes]], root: str) -> dict[tuple[str, str], set[str]]:
-    """(file relative to the project, a line's text) -> what that line reads after the edits, for
-    each line an edit rewrote in place (not one it inserted or removed): how a finding's name moves."""
-    from .source_edits import Source
-
-    out: dict[tuple[str, str], set[str]] = {}
-    for path, (before, after) in changes.items():
-        rel = os.path.relpath(path, root)
-        old, new = (_texts(Source.of(data, path)) for data in (before, after))
-        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
-            if tag == "replace" and i2 - i1 == j2 - j1:
-                for a, b in zip(old[i1:i2], new[j1:j2]):
-                    out.setdefault((rel, a), set()).add(b)
-    return out
-
-
-def _texts(source: "Source") -> list[str]:
-    """Each line's text as a finding's identity names it (whitespace runs as one space)."""
-    starts = source.line_starts()
-    ends = [*starts[1:], len(source.data)]
-    return [" ".join(source.data[a:b].decode(source.encoding, "replace").split()) for a, b in zip(starts, ends)]
-
-
-def _renamed(ids: "set[Identity]", renames: dict[tuple[str, str], set[str]]) -> "set[Identity]":
-    return {(code, rel, text) for code, rel, old in ids for text in renames.get((rel, old), ())}
 
 
 def why_not(v: "Verdict") -> str:
@@ -288,7 +267,7 @@ def why_not(v: "Verdict") -> str:
     if not v.gone:
         return "the edited program still has the finding"
     if v.new:
-        return f"the edited program reports {', '.join(f'{c} at {p}: {t}' for c, p, t in v.new)}"
+        return f"the edited program reports {', '.join(f'{i.code} at {i.path}: {i.text}' for i in v.new)}"
     return f"not equal to the intended program: {v.first_difference}"
 
 
@@ -303,14 +282,14 @@ def describe(edits: tuple["Edit", ...], root: str, changes: dict[str, tuple[byte
         first = delete.start.line + next((i for i, text in enumerate(texts) if without_comment(text).strip()), 0)
         last = delete.end.line - 1 if delete.end.column == 0 else delete.end.line
         span = where_edit(replace(delete, start=replace(delete.start, line=first)), root) + (f"-{last}" if last > first else "")
-        side = "after" if insert.new.startswith("\n") else "before"
+        side = "after" if insert.new.startswith(("\n", "\r")) else "before"  # the file's own line ending
         return f"move {moved_code(delete.old)} ({span}) to {side} line {insert.start.line}"
     parts = []
     for e in edits:
         where = where_edit(e, root)
         old, new = one_line(e.old), one_line(e.new)
         before_after = changes.get(os.path.realpath(e.path))
-        if e.start.line == e.end.line and "\n" not in e.new and old and before_after is not None:
+        if e.start.line == e.end.line and "\n" not in e.new and "\r" not in e.new and old and before_after is not None:
             lines = [Source.of(data, e.path) for data in before_after]
             old, new = (_line(src, e.start.line) for src in lines)
         if not old:

@@ -19,21 +19,17 @@ import enum
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple, Sequence
 
-from ..printing import fmt_bytes
+from .copy_room import check_room, links_into_the_copy, skip
 from .errors import CliUsageError
 from .produced import stamps, written
 from .proof_seeds import HASH_SEED
 
-SKIPPED = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache",
-                     ".pytest_cache", ".ruff_cache", "node_modules"})
-Identity = tuple[str, str, str]  # rule code, file relative to the project, the written line's text
 
 
 class How(enum.StrEnum):
@@ -100,13 +96,31 @@ class Run:
         return list(self.report["findings"]) if self.report is not None else []
 
 
-def identity(finding: Mapping[str, Any], tree: str) -> Identity:
+class Identity(NamedTuple):
+    """A finding named so that runs of two copies, edited differently, agree (`identity`)."""
+
+    code: str  # the rule
+    path: str  # the file, relative to the project
+    text: str  # the written line's text, whitespace runs as one space (what a message shows)
+    line: int  # that line in the program as fix started, followed through the edits; 0: a line the edits wrote
+
+
+def identity(finding: Mapping[str, Any], tree: str, lines: Mapping[str, Sequence[int]] | None = None) -> Identity:
     """A finding named so that two runs in two copies agree: its rule, its file relative to the
-    copy, and the text of the line that wrote (line numbers move when an edit inserts a line)."""
+    copy, the text of the line that wrote, and which line that is. Line numbers move when an edit
+    inserts a line, so the line is the one the program had before any edit: `lines` maps each
+    line of a file the edits changed (by its path relative to the project) to that line, 0 for a
+    line they wrote (`edited_lines.origins`). Two lines of one text (`h.mul_(2)` in two modules'
+    forwards) are two findings; a line an edit rewrote keeps its number (its text is the edit's)."""
     m = finding.get("mutation") or {}
     file = m.get("file") or ""
     rel = os.path.relpath(file, tree) if os.path.isabs(file) else file
-    return (str(finding.get("code")), rel, " ".join(str(m.get("code") or m.get("line")).split()))
+    written = m.get("line")
+    line = written if isinstance(written, int) else 0
+    followed = lines.get(os.path.normpath(rel)) if lines else None
+    if followed is not None:
+        line = followed[line - 1] if 0 < line <= len(followed) else 0
+    return Identity(str(finding.get("code")), rel, " ".join(str(m.get("code") or m.get("line")).split()), line)
 
 
 def serious(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -135,11 +149,12 @@ class Verdict:
 
 
 def judge(target: Identity, trial: Run, reference: Record, known: set[Identity], *,
-          also: frozenset[Identity] = frozenset(), was: int = 1) -> Verdict:
+          also: frozenset[Identity] = frozenset(), was: int = 1, lines: Mapping[str, Sequence[int]] | None = None) -> Verdict:
     """`also`: the target as the edits renamed it (its line rewritten: `h.mul_(2); g.mul_(3)` reads
     `h = h.mul(2); g.mul_(3)`); `was`: how many findings had the target's name before (two writes
-    on one line share it). The target is gone when fewer are left under either name."""
-    found = [identity(f, trial.tree) for f in serious(trial.findings)]
+    on one line share it). The target is gone when fewer are left under either name. `lines`: the
+    trial's lines followed back to the program's (`identity`)."""
+    found = [identity(f, trial.tree, lines) for f in serious(trial.findings)]
     ids, names = set(found), {target} | also
     new = sorted(i for i in ids if i not in known)
     left = sum(i in names for i in found)
@@ -176,9 +191,9 @@ def judge(target: Identity, trial: Run, reference: Record, known: set[Identity],
         verdict.comparison = "equal"
     elif shorter and record.how is How.RAISED and (others := ids - names if not left else ids):
         # stopped by another finding (one no run had reached, or one reported and not yet fixed)
-        code, path, text = sorted(others, key=lambda i: (i in known, i))[0]
+        stop = sorted(others, key=lambda i: (i in known, i))[0]
         verdict.comparison = "prefix"
-        verdict.first_difference = f"the edited program stopped at {code} at {path}: {text} (the next finding to fix)"
+        verdict.first_difference = f"the edited program stopped at {stop.code} at {stop.path}: {stop.text} (the next finding to fix)"
     else:
         verdict.first_difference = f"the edited program {record.ended}; the intended one {reference.ended}"
     return verdict
@@ -199,13 +214,13 @@ class Workspace:
         self.tmp = tempfile.mkdtemp(prefix="inplace-doctor-fix-")
         self.base = os.path.join(self.tmp, "base")
         try:
-            shutil.copytree(self.root, self.base, symlinks=True, ignore=_skip)
+            shutil.copytree(self.root, self.base, symlinks=True, ignore=skip)
         except shutil.Error as e:  # a file that cannot be read (permissions): one line, the copy gone
             self.close()
             source, _, why = e.args[0][0] if e.args and e.args[0] else ("", "", str(e))
             raise CliUsageError(f"cannot copy the project to check the fixes on: {why}"
                                 f"{f' ({os.path.relpath(source, self.root)})' if source else ''}") from None
-        _links_into_the_copy(self.root, self.base)
+        links_into_the_copy(self.root, self.base)
         self._count = 0
 
     def close(self) -> None:
@@ -287,108 +302,6 @@ class Workspace:
             rel = os.path.relpath(path, tree)
             return os.path.join(self.root, rel) if not rel.startswith("..") else path
         return os.path.join(self.root, path)
-
-
-COPY_LIMIT = "INPLACE_DOCTOR_COPY_LIMIT"
-_DEFAULT_LIMIT = 2 << 30
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}  # binary, as `du -h`
-
-
-def copy_limit() -> int:
-    """The most bytes a scratch copy of the project may hold: `INPLACE_DOCTOR_COPY_LIMIT` (bytes, or
-    a number with K, M, G or T, binary), else 2 GiB."""
-    raw = os.environ.get(COPY_LIMIT, "").strip()
-    if not raw:
-        return _DEFAULT_LIMIT
-    text = raw.upper().removesuffix("B").removesuffix("I")  # 8G, 8GB, 8GiB
-    unit = text[-1] if text and text[-1] in _UNITS else ""
-    try:
-        value = float(text[: len(text) - len(unit)])
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        raise CliUsageError(f"{COPY_LIMIT}={raw!r} is not a size: give bytes or a number with K, M, G or T, e.g. "
-                            f"{COPY_LIMIT}=8G")
-    return int(value * _UNITS[unit])
-
-
-def check_room(root: str) -> None:
-    """Refuse, before copying anything, a project whose copies would not fit: more bytes than
-    `copy_limit()` (a dataset or checkpoints in the working directory: every check copies them
-    again), or more than the scratch folder's disk has free for the two copies a check holds."""
-    limit = copy_limit()
-    size, parts = _tree_size(root, stop=limit)
-    largest = ", ".join(f"{name} {fmt_bytes(n)}" for name, n in sorted(parts.items(), key=lambda p: -p[1])[:3])
-    if size > limit:
-        raise CliUsageError(
-            f"the working directory {root} holds more than {fmt_bytes(limit)} ({largest}), and each fix is checked "
-            "on a scratch copy of it: run from the folder that holds the program (files it reads by a path outside "
-            f"that folder are read where they are, not copied), or raise the limit above its size ({COPY_LIMIT}: "
-            "bytes or a number with K, M, G or T, e.g. 16G)")
-    scratch = tempfile.gettempdir()
-    free = shutil.disk_usage(scratch).free
-    if 2 * size > free:
-        raise CliUsageError(
-            f"checking a fix holds two copies of the working directory ({fmt_bytes(size)} each: {largest}) in "
-            f"{scratch}, which has {fmt_bytes(free)} free: free space there or set TMPDIR to a folder on a larger disk")
-
-
-def _tree_size(root: str, stop: int) -> tuple[int, dict[str, int]]:
-    """Bytes of the files a copy would hold (symbolic links are copied as links), and per top-level
-    entry; the walk ends once past `stop`."""
-    total, parts = 0, dict[str, int]()
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if d not in _skip(folder, dirs) and not os.path.islink(os.path.join(folder, d))]
-        for name in files:
-            path = os.path.join(folder, name)
-            try:
-                info = os.lstat(path)
-            except OSError:
-                continue
-            if not stat.S_ISREG(info.st_mode):
-                continue
-            total += info.st_size
-            rel = os.path.relpath(path, root)
-            top = rel.split(os.sep)[0] + ("/" if os.sep in rel else "")  # a folder's total as `data/`
-            parts[top] = parts.get(top, 0) + info.st_size
-        if total > stop:
-            break
-    return total, parts
-
-
-def _skip(folder: str, names: list[str]) -> set[str]:
-    """Caches and environments, and files that hold no bytes to copy (a named pipe, a socket, a
-    device: copying one would block on it or fail)."""
-    return {n for n in names if n in SKIPPED or _special(os.path.join(folder, n))}
-
-
-def _special(path: str) -> bool:
-    try:
-        mode = os.lstat(path).st_mode
-    except OSError:
-        return False
-    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
-
-
-def _links_into_the_copy(root: str, copy: str) -> None:
-    """Each symbolic link of the copy names what the user's names, as seen from the copy: a place
-    inside the project, its copy (an absolute link would lead a run back into the user's files: its
-    checkpoints written there, its imports unedited); a place outside, that place (a relative link
-    would lead nowhere from the scratch folder)."""
-    for folder, dirs, files in os.walk(copy):
-        for name in (*dirs, *files):
-            link = os.path.join(folder, name)
-            if not os.path.islink(link):
-                continue
-            target = os.readlink(link)
-            real = os.path.realpath(os.path.join(root, os.path.relpath(link, copy)))
-            if real == root or real.startswith(os.path.join(root, "")):
-                new = os.path.relpath(os.path.join(copy, os.path.relpath(real, root)), folder)
-            else:
-                new = target if os.path.isabs(target) else real
-            if new != target:
-                os.unlink(link)
-                os.symlink(new, link)
 
 
 def _load(path: str) -> dict[str, Any] | None:

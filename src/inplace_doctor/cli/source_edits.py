@@ -8,7 +8,8 @@ it), each position becomes a byte offset within its line, and the new text is
 encoded and spliced in. Every byte outside the edited ranges is the file's own:
 CRLF or CR line endings, the BOM, a latin-1 byte. A newline inside an edit's new
 text takes the ending of the line it lands on (on a last line without one, the
-ending of the line before it).
+ending of the line before it): the edits the rules build already carry those
+endings (findings.py `Edit`), and one written with "\\n" is written the same.
 
 Before anything is written: each edit's range must read its `old` text (else the
 file changed since the run), edits of one file must not overlap, and each result

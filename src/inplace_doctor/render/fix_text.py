@@ -327,6 +327,7 @@ def _update_first(fix: Fix, finding: Finding, root_label: str) -> str:
 def moved_code(text: str) -> str:
     """Moved statements as a quote: on one line when they are simple (`a_opt.zero_grad(); loss.backward()`),
     else the first line and how many follow (a `with` block does not read on one line)."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")  # an edit's text ends its lines as its file does
     lines = [line for line in text.splitlines() if without_comment(line).strip()]
     try:
         simple = not any(isinstance(n, COMPOUND) for n in parse(textwrap.dedent(text)).body)

@@ -11,7 +11,8 @@ does not read them today, SARIF viewers that apply fixes do) only for fixes that
 checked on the user's program (`inplace-doctor run --prove`, `fix`) and found to compute what
 was intended. An unproven edit is never offered for one-click acceptance; its
 words stay in the message. Columns count Unicode code points
-(`columnKind: unicodeCodePoints`), as the edits do.
+(`columnKind: unicodeCodePoints`), and inserted texts end their lines as the file does
+(CRLF in a CRLF file), as the edits do: applied, they give the bytes `fix` writes.
 """
 
 from __future__ import annotations

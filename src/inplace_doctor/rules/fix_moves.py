@@ -29,7 +29,7 @@ from __future__ import annotations
 import ast
 import textwrap
 
-from ..findings import Applicability, Edit, Fix, FixKind, Position
+from ..findings import Applicability, Fix, FixKind, Position
 from ..sites import Site
 from .source import COMPOUND, Located, Source, enclosing, function_at, read, statement_at
 
@@ -125,8 +125,8 @@ def move_after(site: Site, backward: Site | None) -> Fix | None:
     block = textwrap.indent(textwrap.dedent(text), indent).rstrip("\n")
     end_line = anchor.end_lineno or anchor.lineno
     end = Position(end_line, len(target_source.line_text(end_line)))
-    delete = Edit(source.path, Position(first, 0), Position(last + 1, 0), text, "")
-    insert = Edit(target_source.path, end, end, "", f"\n{block}")
+    delete = source.edit(Position(first, 0), Position(last + 1, 0), text, "")
+    insert = target_source.edit(end, end, "", f"\n{block}")
     return Fix(FixKind.MOVE_STATEMENT, (delete, insert), Applicability.UNSAFE)  # proven only by `fix`
 
 
@@ -175,10 +175,10 @@ def update_first(site: Site, backward: Site | None) -> Fix | None:
     if not text.endswith("\n"):
         return None
     gap = first - 1 > (block[i].end_lineno or block[i].lineno) and not source.lines[first - 2].strip()
-    delete = Edit(source.path, Position(first - 1 if gap else first, 0), Position(last + 1, 0),
-                  "".join(source.lines[(first - 2 if gap else first - 1) : last]), "")
+    delete = source.edit(Position(first - 1 if gap else first, 0), Position(last + 1, 0),
+                         "".join(source.lines[(first - 2 if gap else first - 1) : last]), "")
     at = Position(_attached_comments(source, group[0].lineno), 0)
-    insert = Edit(source.path, at, at, "", text + ("\n" if gap else ""))
+    insert = source.edit(at, at, "", text + ("\n" if gap else ""))
     return Fix(FixKind.UPDATE_FIRST, (insert, delete), Applicability.UNSAFE)  # proven only by `fix`
 
 

@@ -8,7 +8,10 @@ columns in UTF-8 bytes, turned into characters here) and its text
 range by new text, and every other byte of the file stays as it was.
 
 The file is read through `linecache` (decoded with its BOM or PEP 263
-encoding, line endings read as "\\n"), as the tracer read the site's line.
+encoding, line endings read as "\\n"), as the tracer read the site's line. An
+`Edit`'s texts end their lines as the file's bytes do (`Source.edit`): a CRLF
+file's edit reads and writes "\\r\\n", so splicing it into the decoded file gives
+the bytes `fix` writes.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 
 from .._parsing import parse
 from ..findings import Edit, Position
+from .line_endings import file_endings, in_file_endings
 
 COMPOUND = (  # statements that hold blocks
     ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
@@ -64,7 +68,7 @@ class Source:
 
     def replace(self, node: Node, new: str) -> Edit:
         """An edit replacing `node`'s text by `new`."""
-        return Edit(self.path, self.start(node), self.end(node), self.segment(node), new)
+        return self.edit(self.start(node), self.end(node), self.segment(node), new)
 
     def insert_before(self, node: ast.stmt, statement: str) -> Edit | None:
         """An edit inserting `statement` on its own line before `node`, at its indentation (None
@@ -73,7 +77,13 @@ class Source:
         if indent is None:
             return None
         at = self.start(node)
-        return Edit(self.path, at, at, "", f"{statement}\n{indent}")
+        return self.edit(at, at, "", f"{statement}\n{indent}")
+
+    def edit(self, start: Position, end: Position, old: str, new: str) -> Edit:
+        """An edit of this file from texts whose lines end in "\\n" (as `lines`), ending them as the
+        file's bytes do (`line_endings.py`): the bytes `fix` writes."""
+        old, new = in_file_endings(file_endings(self.path, self.lines), start.line, old, new)
+        return Edit(self.path, start, end, old, new)
 
     def names(self) -> frozenset[str]:
         """Every name the file binds or reads (for a fresh name that shadows nothing)."""
