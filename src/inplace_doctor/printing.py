@@ -130,6 +130,11 @@ class ToolStream:
         except OSError as e:
             raise OutputFailed(self.name, e) from e
 
+    def write_bytes(self, data: bytes) -> None:
+        """`data` unchanged, after the text written so far: a program's own bytes, a patch, a PNG."""
+        with self._failing():
+            write_bytes(self.wrapped, data)
+
     def isatty(self) -> bool:
         return bool(self.wrapped.isatty())
 
@@ -200,6 +205,21 @@ def _usable(stream: Any, fd: int | None) -> Any:
         return io.StringIO()  # nothing to write to, as python with no stderr: the output is dropped
     encoding = getattr(stream, "encoding", None) or "utf-8"
     return open(fd, "w", encoding=encoding, errors="backslashreplace", closefd=False, buffering=1)
+
+
+def write_bytes(stream: Any, data: bytes) -> None:
+    """Write `data` to the text stream `stream` byte for byte, through its binary buffer after
+    flushing its text; a stream without one (a `StringIO`) gets the text, undecodable bytes escaped."""
+    if isinstance(stream, ToolStream):
+        stream.write_bytes(data)
+        return
+    stream.flush()
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:
+        stream.write(data.decode("utf-8", "backslashreplace"))
+        return
+    buffer.write(data)
+    buffer.flush()
 
 
 def quiet_after_failure(stream: Any) -> None:

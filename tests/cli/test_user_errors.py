@@ -218,7 +218,7 @@ def test_argparse_exiting_in_the_factory_is_the_factorys_error(capsys, factories
 NOT_COMPILING = {
     "syntax": (b"import torch\ndef f(:\n    pass\n", "SyntaxError: invalid syntax", 'line 2'),
     "unknown encoding": (b"# -*- coding: no-such-codec -*-\nx = 1\n", "no-such-codec", "SyntaxError"),
-    "not utf-8": (b'x = "\xff\xfe"\n', "SyntaxError", "utf-8"),
+    "not utf-8": (b'x = "\xff\xfe"\n', "SyntaxError", "Non-UTF-8 code starting with '\\xff'"),  # python's words
 }
 
 

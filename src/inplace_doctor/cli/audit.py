@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import TYPE_CHECKING
 
 from .args import (
@@ -26,7 +25,7 @@ from .args import (
 )
 from .errors import model_raises
 from .model import apply_config_option, build_model
-from .output import check_outputs, write_report, write_text
+from .output import check_outputs, screen, write_report, write_text
 
 if TYPE_CHECKING:
     from .args import Subcommands
@@ -71,7 +70,7 @@ def command(ns: argparse.Namespace) -> int:
     if ns.output:
         write_report(outputs["--output"], renderer, report)
     else:
-        renderer(report, sys.stdout)
+        renderer(report, screen(outputs))
     if ns.html:
         from ..render.html import html_page
 

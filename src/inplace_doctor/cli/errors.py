@@ -1,15 +1,18 @@
 """Exit codes of `inplace-doctor`, and the exceptions `main` turns into them.
 
-Exit codes: 0 no finding of severity error/warning; 1 such findings; 2 usage
+Exit codes (README, "Exit codes"): 0 no finding of severity error/warning; 1 such findings; 2 usage
 error (one line on stderr); 3 the user's model, factory or module itself raised, or called
 `sys.exit` (its traceback without the tool's frames, then one line); 4 inplace-doctor itself
 crashed (its traceback, then one line with the versions); 130 interrupted (Ctrl-C); 141 the
 reader of the output went away (a closed pipe), quietly, as git and coreutils exit (128 + SIGPIPE).
+`run` and `fix` pass a script's own non-zero status on instead, as python and a shell report it
+(`sys.exit(5)` is 5, an uncaught exception 1, a death by signal N 128 + N: `child_exit`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,6 +32,24 @@ class CliUsageError(UsageError):
 class FactoryError(InplaceDoctorError):
     """The user's model factory (or the module it is in) raised (chained as `__cause__`): its
     traceback, one line, exit 3."""
+
+
+def child_exit(returncode: int) -> int:
+    """A child process's status as a shell reports it: a death by signal N is 128 + N (143 for
+    SIGTERM), not the negative number `subprocess` gives, which exit statuses would wrap (241)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def ended_by(returncode: int) -> str:
+    """How a child process ended, in words: `exited 5`, `was killed by SIGTERM (exit 143, as a shell
+    reports it)`."""
+    if returncode >= 0:
+        return f"exited {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"was killed by {name} (exit {child_exit(returncode)}, as a shell reports it)"
 
 
 def first_line(exc: BaseException) -> str:

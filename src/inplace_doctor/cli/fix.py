@@ -32,7 +32,10 @@ in the patch and whether the patch is proven (unproven only with `--unsafe-fixes
 
 Exit codes: 0 when the edits were written and the edited script ran to the end
 with no error or warning finding (or there was nothing to fix); 1 when findings
-remain, no fix was proven, or with `--diff`; 2 for a refusal.
+remain, no fix was proven, or with `--diff`; 2 for a refusal; 3 when a model
+factory raises (its traceback, as `audit` shows it). The script's own non-zero
+status wins, said after fix's own lines (`fix_exit.py`): `sys.exit(5)` is 5, a
+death by SIGTERM 143. The script's output is passed on byte for byte.
 """
 
 from __future__ import annotations
@@ -47,12 +50,14 @@ import sysconfig
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..findings import FixKind
-from .errors import CliUsageError
+from ..printing import write_bytes
+from .errors import CliUsageError, child_exit, ended_by
 from .fix_search import where_written
 
 if TYPE_CHECKING:
     from .args import Subcommands
-    from .prove import Run, Verdict, Workspace
+    from .fix_exit import Watched
+    from .prove import Run, Verdict
 
 
 # A model factory runs as this module (not imported here: `run -m` runs it as __main__ in the child).
@@ -97,7 +102,9 @@ def command(ns: argparse.Namespace) -> int:
 
 
 def _command(ns: argparse.Namespace, patch: TextIO) -> int:
-    from .prove import Workspace, serious
+    from .fix_exit import Watched
+    from .project import load_project_config
+    from .prove import serious
     from .source_edits import fixes_from_json
 
     if ns.module:
@@ -115,17 +122,19 @@ def _command(ns: argparse.Namespace, patch: TextIO) -> int:
     if not (ns.diff or ns.force) and shutil.which("git") is None:
         raise CliUsageError("git is not on PATH, and fix edits only files git can give back: install git, see the "
                             "edit with --diff, or pass --force")
+    load_project_config()  # a pyproject.toml that cannot be read: one line now, not the child's after the script
     root = os.path.realpath(os.getcwd())
     first = _watch(["-m", script] if ns.module else [script], args, ns.steps)
+    status = child_exit(first.status)
     if first.report is None:
-        sys.stderr.write(first.stderr)
-        print(f"inplace-doctor: the script's run under inplace-doctor gave no report (exit {first.status})",
-              file=sys.stderr)
-        return first.status or 1
+        _pass_stderr(first.stderr)
+        print(f"inplace-doctor: the script's run under inplace-doctor {ended_by(first.status)} before it gave a "
+              "report", file=sys.stderr)
+        return status or 1
     targets = serious(first.findings)
-    if first.status and not targets:  # the script failed on its own: its error as python prints it, its status
-        sys.stderr.write(first.stderr)
-        return first.status
+    if status and not targets:  # the script failed on its own: its error as python prints it, its status
+        _pass_stderr(first.stderr)
+        return status
     if not targets:
         print("inplace-doctor: nothing to fix: no error or warning finding")
         return 0
@@ -133,22 +142,23 @@ def _command(ns: argparse.Namespace, patch: TextIO) -> int:
     if not edited:
         print(f"inplace-doctor: {len(targets)} finding(s), none with an edit fix can make and check:")
         _suggest(targets, root)
-        return 1
+        return _as_it_is(first)
     _refuse(ns, root, {os.path.join(root, e.path) for e in edited})
-    ws = Workspace(root, script, args, ns.steps, module=bool(ns.module))
+    ws = Watched(root, script, args, ns.steps, module=bool(ns.module))
     try:
         return _fix(ns, ws, first, patch)
     finally:
         ws.close()
 
 
-def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run", patch: TextIO) -> int:
+def _fix(ns: argparse.Namespace, ws: "Watched", first: "Run", patch: TextIO) -> int:
+    from .fix_exit import edited_end, passed_on
     from .fix_search import search, why_not
     from .prove import identity, serious
     from .source_edits import EditError, unified_diff, write_all
 
     found = search(ws, first, unsafe=ns.unsafe_fixes, say=print)
-    if found.reference_failed:
+    if found.reference_failed and not found.proven:  # proven: the edited program ends as the reference did
         print(f"inplace-doctor: {found.reference_failed}", file=sys.stderr)
     for line in found.rejected:
         print(f"inplace-doctor: not applied: {line}")
@@ -156,12 +166,12 @@ def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run", patch: TextIO) -
     if not accepted:
         _suggest(left, tree)
         print("inplace-doctor: no file was changed: no fix was proven")
-        return 1
+        return _as_it_is(first)
     proven = found.proven
     if not proven and not ns.unsafe_fixes:
         print(f"inplace-doctor: nothing written: {why_not(accepted[-1].verdict)}, so the edits so far are not "
               "proven; --unsafe-fixes applies them anyway")
-        return 1
+        return _as_it_is(first)
     changes = {p: (ws.original(p) or b"", data) for p, data in found.state.items()}
     _refuse(ns, ws.root, set(changes))
     remaining = {identity(g, tree, found.lines) for g in left}
@@ -175,10 +185,8 @@ def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run", patch: TextIO) -
         print("inplace-doctor: the patch on stdout is proven (nothing was written)" if proven else
               f"inplace-doctor: the patch on stdout is NOT proven: {why_not(accepted[-1].verdict)}; it is printed "
               "because of --unsafe-fixes (nothing was written)")
-        patch.flush()
-        patch.buffer.write(unified_diff(changes, ws.root))
-        patch.buffer.flush()
-        return 1
+        write_bytes(patch, unified_diff(changes, ws.root))  # a full disk: one line, exit 2 (main)
+        return _as_it_is(first)
     try:
         write_all(changes)
     except EditError as e:
@@ -189,12 +197,30 @@ def _fix(ns: argparse.Namespace, ws: "Workspace", first: "Run", patch: TextIO) -
     for f in serious(first.findings):  # a sibling (another write to the same saved tensor) went with a fix
         if identity(f, ws.root) not in remaining | targeted:
             print(f"inplace-doctor: gone with the edits above: {f['code']} at {where_written(f, ws.root)}")
+    end, how = edited_end(ws, tree)
     if left:
         print(f"inplace-doctor: after the edits {len(left)} finding(s) remain:")
         _suggest(left, tree)
-        return 1
+        if end > 1:
+            print(passed_on(end, "the edited script (in a copy of the project)", how))
+        return end or 1
+    if end:
+        print("inplace-doctor: the edited script reported no finding (in a copy of the project)")
+        print(passed_on(end, "the edited script", how))
+        return end
     print("inplace-doctor: the edited script ran to the end (in a copy of the project) with no finding")
     return 0 if proven else 1
+
+
+def _as_it_is(first: "Run") -> int:
+    """Fix's exit when it wrote nothing: 1, or the script's own status under `run` (said in a line
+    after fix's own) when that is another (1 is also `run`'s word for the findings themselves)."""
+    from .fix_exit import passed_on
+
+    status = child_exit(first.status)
+    if status > 1:
+        print(passed_on(status, "the script as it is", f"exited {status} under inplace-doctor run"))
+    return status or 1
 
 
 # What an unproven move changes besides the order (said with it, never written in silence).
@@ -239,9 +265,15 @@ def _watch(program: list[str], args: list[str], steps: int | None) -> "Run":
         out = os.path.join(tmp, "report.json")
         argv = [sys.executable, "-m", "inplace_doctor", "run", "--format", "json", "--output", out]
         argv += ["--steps", str(steps)] if steps is not None else []
-        done = subprocess.run([*argv, *program, *args], capture_output=True, text=True)
-        sys.stdout.write(done.stdout)  # the script's own output, as `run` leaves it
-        return Run(done.returncode, _load(out), None, done.stderr, os.path.realpath(os.getcwd()))
+        done = subprocess.run([*argv, *program, *args], capture_output=True)  # bytes: a script's output need not be text
+        write_bytes(sys.stdout, done.stdout)  # the script's own output, byte for byte, as `run` leaves it
+        stderr = done.stderr.decode("utf-8", "surrogateescape")  # `_pass_stderr` gives back the same bytes
+        return Run(done.returncode, _load(out), None, stderr, os.path.realpath(os.getcwd()))
+
+
+def _pass_stderr(text: str) -> None:
+    """The first run's stderr (the script's own, and its traceback) passed on byte for byte."""
+    write_bytes(sys.stderr, text.encode("utf-8", "surrogateescape"))
 
 
 def _refuse(ns: argparse.Namespace, root: str, paths: set[str]) -> None:

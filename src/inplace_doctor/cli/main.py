@@ -37,6 +37,10 @@ from .run_command import split_run
 __all__ = ["CliUsageError", "build_model", "main", "run"]
 
 
+# The commands that run the user's model or script (`rules`, `rule` and `myths` read no environment).
+_RUNS_A_PROGRAM = frozenset({"audit", "verify", "memory", "optimize", "run", "fix"})
+
+
 def _parser() -> Parser:
     parser = Parser(prog="inplace-doctor", description="Find in-place operations that break PyTorch autograd.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -78,6 +82,10 @@ def _main(argv: Sequence[str] | None) -> int:
         ns = _parser().parse_args(argv)
         if script_args is not None:
             ns.target = ns.target + script_args
+        if ns.command in _RUNS_A_PROGRAM:  # a bad INPLACE_DOCTOR_TRACER is one line in each, before any work
+            from ..engines.tracer_mode import asked
+
+            asked(None)
         try:  # the current directory stays importable while a model spec's code runs, as under `python -c`
             with cwd_importable() if hasattr(ns, "spec") else contextlib.nullcontext(), recursion_headroom():
                 return ns.handler(ns)

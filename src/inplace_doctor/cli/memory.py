@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from ..errors import ModelError
 from ..trace.pytorch_errors import is_stale_saved_tensor_error
 from .errors import EXIT_OK, model_raises
-from .output import print_result
+from .output import print_result, screen
 from .training import add_training_parser, progress, training_setup, write_html, write_png
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def command(ns: argparse.Namespace) -> int:
                 "configuration that runs"
             ) from None  # the traceback names neither op: the one line says where to look instead
     report.target = ns.spec
-    print_result(ns, report)
+    print_result(ns, report, screen(outputs))
     write_html(outputs, f"inplace-doctor memory: {ns.spec}", memory=[("as shipped", report)])
     write_png(outputs, [("as shipped", report)])
     return EXIT_OK

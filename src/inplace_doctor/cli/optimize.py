@@ -7,7 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from .errors import EXIT_FINDINGS, EXIT_OK, model_raises
-from .output import REPLACE, print_result, write_text
+from .output import REPLACE, STDOUT, print_result, screen, write_text
 from .training import add_training_parser, progress, training_setup, write_html, write_png
 
 if TYPE_CHECKING:
@@ -41,12 +41,14 @@ def command(ns: argparse.Namespace) -> int:
                         suggest_checkpoint=not ns.no_checkpoint, steps=ns.steps, input_specs=specs,
                         progress=say_and_note, **kwargs)
     plan.target = ns.spec
-    print_result(ns, plan)
+    shown = screen(outputs)
+    print_result(ns, plan, shown)
     if ns.write:
         config = outputs["--write"]
         write_text(config, plan.toml())
-        if ns.format == "text":
-            print(_replaced(config.given, config.previous, plan.toml()) if config.kind == REPLACE else f"wrote {ns.write}")
+        if ns.format == "text" and config.kind != STDOUT:
+            print(_replaced(config.given, config.previous, plan.toml()) if config.kind == REPLACE else f"wrote {ns.write}",
+                  file=shown)
     write_html(outputs, f"inplace-doctor optimize: {ns.spec}", plan=plan)
     write_png(outputs, plan.memory_series())
     return EXIT_OK if bool(plan.verified) else EXIT_FINDINGS

@@ -11,6 +11,9 @@ What holds for every file the user names (README, "Files the tool writes"):
   `--force` (the link stays, its target gets the report);
 - a pipe or a character device (`/dev/stdout`, `/dev/null`, a FIFO) is written to as a stream,
   never read and never replaced; a block device or a socket is refused;
+- `-` is standard output, as in every Unix tool (never a file named `-`: `./-` names that): the
+  bytes go there alone, and what the command would print on stdout goes to stderr instead
+  (`screen`); two options may not both name it;
 - the folder must exist and be writable, and two options may not name the same file;
 - the write goes to a temporary file in the same folder, then is renamed over the path, after a
   second look: a file that appeared or changed since the check (the script wrote it) is kept,
@@ -32,10 +35,11 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from ..printing import write_bytes
 from .errors import CliUsageError
 from .provenance import READ_LIMIT, is_report, read_regular
 
-NEW, REPLACE, STREAM = "new", "replace", "stream"
+NEW, REPLACE, STREAM, STDOUT = "new", "replace", "stream", "stdout"
 CONFIG_LIMIT = 1 << 20  # the text of a config `--write --force` replaces, kept to show the diff
 _OWN_DESCRIPTOR = re.compile(r"/dev/(stdout|stderr|fd/\d+)|/proc/(self|\d+)/fd/\d+")
 
@@ -47,7 +51,7 @@ class Destination:
     option: str  # "--output"
     given: str  # as the user typed it: what messages name
     path: str  # where the bytes go: absolute, fixed before the user's code ran
-    kind: str  # NEW, REPLACE (an existing regular file) or STREAM (a pipe or a device)
+    kind: str  # NEW, REPLACE (an existing regular file), STREAM (a pipe or a device) or STDOUT (`-`)
     seen: tuple[Any, ...] | None = None  # REPLACE: the file's identity and digest when checked
     previous: bytes | None = None  # REPLACE of a config: its text, for the diff of what --force replaced
 
@@ -76,7 +80,15 @@ def check_outputs(named: dict[str, str | None], *, force: bool = False, config: 
     return out
 
 
+def screen(outputs: dict[str, Destination]) -> Any:
+    """Where the command prints what it shows (its report, a plan): stdout, or stderr when a file
+    option named `-`, so that stdout carries that file alone (`--html - > page.html`)."""
+    return sys.stderr if any(d.kind == STDOUT for d in outputs.values()) else sys.stdout
+
+
 def _check(option: str, given: str, *, force: bool, config: bool) -> Destination:
+    if given == "-":
+        return Destination(option, given, given, STDOUT)
     path = os.path.join(os.getcwd(), given)
     if _OWN_DESCRIPTOR.fullmatch(os.path.normpath(path)):
         if not os.path.exists(path):
@@ -153,8 +165,14 @@ def _check_folder(given: str, path: str) -> None:
 
 def _refuse_the_same_file_twice(destinations: list[Destination]) -> None:
     seen: dict[str, Destination] = {}
+    out = [d for d in destinations if d.kind == STDOUT]
+    if len(out) > 1:
+        raise CliUsageError(
+            f"{out[0].option} - and {out[1].option} - both name standard output, where the second would follow "
+            "the first in one stream; give one of them a file"
+        )
     for d in destinations:
-        if d.kind == STREAM:
+        if d.kind in (STREAM, STDOUT):
             continue  # two streams to one terminal or pipe lose nothing
         key = os.path.realpath(d.path)
         if key in seen:
@@ -180,6 +198,9 @@ def _identity(path: str) -> tuple[Any, ...] | None:
 
 def write_output(dest: Destination, data: bytes) -> None:
     """Write `data` to `dest` as `check_outputs` promised, or the usage error saying why not."""
+    if dest.kind == STDOUT:  # the tool's stdout: a closed pipe ends it quietly, a full disk is one line (main)
+        write_bytes(sys.stdout, data)
+        return
     with writing(dest.given):
         if dest.kind == STREAM:
             _write_stream(dest, data)
@@ -277,12 +298,13 @@ def write_report(dest: Destination, renderer: Any, report: Any) -> None:
     write_text(dest, stream.getvalue())
 
 
-def print_result(ns: argparse.Namespace, result: Any) -> None:
-    """A memory report or a plan on stdout: its text, or its `to_dict()` as JSON."""
+def print_result(ns: argparse.Namespace, result: Any, stream: Any = None) -> None:
+    """A memory report or a plan on `stream` (stdout): its text, or its `to_dict()` as JSON."""
+    stream = stream or sys.stdout
     if ns.format == "json":
         from ..render.json import dump
 
-        dump(result.to_dict(), sys.stdout, indent=2, sort_keys=False)
-        sys.stdout.write("\n")
+        dump(result.to_dict(), stream, indent=2, sort_keys=False)
+        stream.write("\n")
     else:
-        print(result, end="")
+        print(result, end="", file=stream)

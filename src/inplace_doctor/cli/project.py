@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,12 +43,36 @@ class ProjectConfig:
 
 
 def find_pyproject(start: str | os.PathLike[str] | None = None) -> Path | None:
+    """The nearest `pyproject.toml` from `start` up: the first name that exists, whatever it is (a
+    FIFO, a device, a link to one or to nothing is that project's file too, and refused when read:
+    walking past it would take another project's settings)."""
     here = Path(start or os.getcwd()).resolve()
     for folder in (here, *here.parents):
         candidate = folder / "pyproject.toml"
-        if candidate.is_file():
+        if os.path.lexists(candidate):
             return candidate
     return None
+
+
+def _refuse_unreadable(path: Path) -> None:
+    """A project file that is not a regular file: one line naming it, unread (a FIFO would block, a
+    device never end), found with `stat`, which opens nothing."""
+    linked = f", a symbolic link to {os.readlink(path)!r}," if path.is_symlink() else ""
+    try:
+        mode = path.stat().st_mode
+    except OSError as e:
+        what = f"cannot be followed ({e.strerror})" if linked else f"cannot be read ({e.strerror})"
+        raise UsageError(f"project file {str(path)!r}{linked} {what}, so its [tool.inplace-doctor] settings are "
+                         "unknown and nothing ran: point it at a readable file (or remove it)") from None
+    if stat.S_ISREG(mode):
+        return
+    kind = ("a folder" if stat.S_ISDIR(mode) else "a named pipe (FIFO)" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "not a regular file")
+    raise UsageError(
+        f"project file {str(path)!r}{linked} is {kind}, not a file, so its [tool.inplace-doctor] settings are "
+        "unknown and nothing ran: make it a regular file (or remove it), or run from outside that project"
+    )
 
 
 def _did_you_mean(word: str, choices: tuple[str, ...] | list[str]) -> str:
@@ -74,6 +99,7 @@ def load_project_config(start: str | os.PathLike[str] | None = None) -> ProjectC
     path = find_pyproject(start)
     if path is None:
         return ProjectConfig()
+    _refuse_unreadable(path)
     data = read_toml(path, "project file")
     table = _tool_table(data, path)
     if table is None:

@@ -31,7 +31,11 @@
   the report follows.
 - A script that does not compile (a `SyntaxError`, a bad encoding) gets
   python's message and exit 1, as under `python`: the error is the file's it
-  names, not the tool's that compiled it.
+  names, not the tool's that compiled it. What python refuses as it reads a
+  script file, where `runpy`'s compile of its bytes would let it through or
+  name no file, is refused first with python's words (`refused_by_python`): a
+  byte that is not UTF-8 in a file that declares no encoding (in a comment
+  too), a null byte.
 - A script that fails after the watched window ended gets a last line saying
   so, with the `--steps` that would watch the step it failed in.
 
@@ -42,6 +46,7 @@ else 0.
 
 from __future__ import annotations
 
+import codecs
 import os
 import runpy
 import sys
@@ -96,10 +101,13 @@ def run_script(
     session.__enter__()
     if models is not None:
         models.observe(session.tracer.modules)
+    refused = None if module else refused_by_python(target)
     try:
         with counter:
             try:
                 with user_streams():  # after the script, sys.stderr is the tool's again, even if it closed it
+                    if refused is not None:
+                        raise refused
                     if module:
                         runpy.run_module(target, run_name="__main__", alter_sys=True)
                     else:
@@ -113,7 +121,10 @@ def run_script(
                 stats.diagnosis = _diagnosis(e)
             except BaseException as exc:
                 carried = taken_from_program(exc)  # PyTorch's error in backward, with the tool's diagnosis
-                if carried is not None:
+                if exc is refused:  # python's own refusal of the file: its words, exit 1, as under python
+                    status = 1
+                    print_script_error(exc, err or sys.stderr)
+                elif carried is not None:
                     session.tracer.left(exc)  # it ended the script: not one the script caught
                     counter.stop()
                     status = 1
@@ -136,6 +147,58 @@ def run_script(
     report = session.report()
     counter.name_write_lines(report)  # IPD109's writing lines, found in the watched steps that followed
     return status, report, stats
+
+
+def refused_by_python(path: str) -> SyntaxError | None:
+    """The `SyntaxError` python raises, as it reads the script file at `path`, for what `runpy`
+    would run anyway or blame on no file: a byte that is not UTF-8 in a file with no BOM and no
+    coding line (python checks every line, comments too), a null byte. None for a file python reads."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None  # runpy says why
+    where = os.path.abspath(path)  # python names the script by its absolute path
+    lines = data.splitlines()  # at \n, \r and \r\n, as python counts lines
+    for number, line in enumerate(lines, 1):
+        if b"\0" in line:
+            text = line.split(b"\0")[0].decode("utf-8", "replace")
+            return SyntaxError("source code cannot contain null bytes", (where, number, None, text))
+    if data.startswith(codecs.BOM_UTF8) or _declares_encoding(lines[:2]):
+        return None  # python decodes it as declared, and so does runpy's compile
+    for number, line in enumerate(lines, 1):
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return SyntaxError(f"Non-UTF-8 code starting with '\\x{line[e.start]:02x}' in file {where} on line "
+                               f"{number}, but no encoding declared; see https://peps.python.org/pep-0263/ for details")
+    return None
+
+
+def _declares_encoding(first: list[bytes]) -> bool:
+    """Whether the first two lines hold PEP 263's coding line (`# -*- coding: latin-1 -*-`): the
+    first line, or the second after a first that is blank or only a comment (as `tokenize` reads)."""
+    if not first:
+        return False
+    if _coding_line(first[0]):
+        return True
+    opening = first[0].decode("latin-1").lstrip(" \t\f")
+    return len(first) > 1 and opening[:1] in ("", "#") and _coding_line(first[1])
+
+
+def _coding_line(line: bytes) -> bool:
+    """A comment with `coding:` or `coding=` followed by a name."""
+    text = line.decode("latin-1").lstrip(" \t\f")
+    if not text.startswith("#"):
+        return False
+    at = text.find("coding")
+    while at != -1:
+        after = text[at + len("coding"):]
+        name = after[1:].lstrip(" \t")
+        if after[:1] in (":", "=") and name[:1] and (name[0].isalnum() or name[0] in "-_."):
+            return True
+        at = text.find("coding", at + 1)
+    return False
 
 
 def _script_raised(

@@ -16,7 +16,8 @@ file changed since the run), edits of one file must not overlap, and each result
 must parse. `write_all` then replaces the files atomically (a temporary file in
 the same folder with the original's mode and, where allowed, owner, on disk before
 it is renamed over the original), and puts back those already replaced if a later
-one fails: edits that span files land all or nothing.
+one fails: edits that span files land all or nothing. A file with a second hard
+link is written in place, last, so every name of it sees the edit.
 """
 
 from __future__ import annotations
@@ -181,7 +182,11 @@ def plan(edits: Iterable[Edit], root: str, current: Mapping[str, bytes] | None =
 
 def write_all(changes: Mapping[str, tuple[bytes, bytes]]) -> None:
     """Write each file's new bytes, atomically per file, all or nothing across files: a file that
-    no longer holds its old bytes, or a failed write, leaves every file as it was (EditError)."""
+    no longer holds its old bytes, or a failed write, leaves every file as it was (EditError).
+
+    A file with other hard links is written in place instead, after every other file is renamed
+    into place: a rename would give this name a new file and leave the other names the old bytes.
+    Its new bytes are staged beside it first all the same (the folder can hold them)."""
     staged: list[tuple[str, str]] = []
     try:
         for path, (before, after) in changes.items():
@@ -197,18 +202,40 @@ def write_all(changes: Mapping[str, tuple[bytes, bytes]]) -> None:
         for _, tmp in staged:
             os.unlink(tmp)
         raise
+    linked = {path for path, _ in staged if os.stat(path).st_nlink > 1}
+    staged.sort(key=lambda p: p[0] in linked)  # renamed first; written in place last
     done: list[str] = []
     try:
         for path, tmp in staged:
-            os.replace(tmp, path)
+            if path in linked:
+                os.unlink(tmp)
+                _write_in_place(path, changes[path][1])
+            else:
+                os.replace(tmp, path)
             done.append(path)
     except OSError as e:
-        for path in done:  # put back what was already replaced, atomically too
-            os.replace(_staged(path, changes[path][0]), path)
-        for _, tmp in staged[len(done):]:
+        failed = e.filename or staged[len(done)][0]
+        for path in done:  # put back what was already written, as it was written
+            if path in linked:
+                _write_in_place(path, changes[path][0])
+            else:
+                os.replace(_staged(path, changes[path][0]), path)
+        for path, tmp in staged[len(done):]:
+            if path in linked:  # its own write failed part way, maybe: its old bytes again
+                with contextlib.suppress(OSError):
+                    _write_in_place(path, changes[path][0])
             if os.path.exists(tmp):
                 os.unlink(tmp)
-        raise EditError(f"could not write {e.filename} ({e.strerror}); every file is as it was") from None
+        raise EditError(f"could not write {failed} ({e.strerror}); every file is as it was") from None
+
+
+def _write_in_place(path: str, data: bytes) -> None:
+    """`data` written into the file at `path` itself (its inode: every hard link sees it), on disk."""
+    with open(path, "r+b") as f:
+        f.write(data)
+        f.truncate()
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _staged(path: str, data: bytes) -> str:

@@ -29,8 +29,9 @@ def asked(deep: bool | None) -> bool | None:
         return None
     if value not in _CHOICES:
         close = difflib.get_close_matches(value, list(_CHOICES), n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"choose one of {', '.join(_CHOICES)}"
-        raise UsageError(f"{ENVIRONMENT}={os.environ[ENVIRONMENT]!r} is not a tracer; {hint}")
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise UsageError(f"{ENVIRONMENT}={os.environ[ENVIRONMENT]!r} is not a tracer; {hint}choose one of "
+                         f"{', '.join(_CHOICES)}, or unset it")
     return _CHOICES[value]
 
 

@@ -28,6 +28,7 @@ import torch
 from .. import _compat
 from .._parsing import parse
 from ..sites import Site
+from .blame import printable_text
 from .modules import ModuleContext
 from .ops import op_name
 from . import stacks as _stacks
@@ -254,7 +255,8 @@ _RETURNED = re.compile(r"Function (\w+) returned an invalid gradient at index (\
 
 def in_user_terms(error: BaseException, node: str) -> str:
     """PyTorch's backward error in the words of the forward it came from."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    said = printable_text(error)  # None: a user's exception whose __str__ raises
+    text = said.splitlines()[0] if said else type(error).__name__
     found = _RETURNED.search(text)
     if found:
         return (

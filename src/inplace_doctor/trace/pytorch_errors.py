@@ -10,6 +10,7 @@ import torch
 
 from .. import _compat
 from ..events import BackwardErrorCaught, InplaceErrorRaised
+from .blame import printable_text
 from .modules import ModuleContext
 from .nodes import NodeOrigin, custom_backward_in_traceback, origin_of
 from .ops import op_name
@@ -180,10 +181,10 @@ class RaisedErrors:
         custom = custom_backward_in_traceback(exc.__traceback__)
         if custom is not None:
             return custom
+        text = printable_text(exc) or ""  # a user's exception whose __str__ raises names no node
         last = self.last_node
-        if last is not None and f"Function {last.name} returned" in str(exc):
+        if last is not None and f"Function {last.name} returned" in text:
             return last
-        text = str(exc)
         for name, origin in self.custom_nodes.items():
             if f"Function {name} returned" in text:
                 return origin
@@ -237,7 +238,8 @@ def written_here(error: BaseException) -> BaseException | None:
 def is_stale_saved_tensor_error(error: BaseException | str) -> bool:
     """Whether `error` is PyTorch's "modified by an inplace operation" (a saved tensor changed
     before backward read it), in its wording or ours (`pytorch_stale_message`)."""
-    return "modified by an inplace operation" in str(error).lower()
+    text = error if isinstance(error, str) else printable_text(error) or ""
+    return "modified by an inplace operation" in text.lower()
 
 
 def named_output(record: Any, node: Any) -> tuple[int, str] | None:

@@ -83,12 +83,17 @@ def read_config_text(path: str | os.PathLike[str], what: str, *, strict: bool = 
 def read_toml(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
     """The TOML file at `path`; `UsageError` naming `what` and the problem on any file that is not
     readable UTF-8 TOML (missing, a folder, a pipe or device, too large, unreadable, another
-    encoding, a syntax error)."""
+    encoding, a syntax error, arrays nested too deep to parse)."""
     text = read_config_text(path, what)
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{what} {repr(os.fspath(path))} is not valid TOML: {e}") from None
+    except RecursionError:  # tomllib reads the whole file, other tools' tables too, recursively
+        raise UsageError(
+            f"{what} {repr(os.fspath(path))} cannot be read: its arrays or inline tables nest deeper than Python's "
+            "TOML reader can go (RecursionError; every table is read, other tools' too); nest them less deeply"
+        ) from None
 
 
 def write_atomically(path: str, text: str) -> None:
