@@ -24,9 +24,9 @@ class Watched(Workspace):
         super().__init__(*args, **kwargs)
         self.trials: dict[str, Run] = {}
 
-    def run(self, state: Mapping[str, bytes], *, reference: bool = False, verify: bool = False) -> Run:
-        done = super().run(state, reference=reference, verify=verify)
-        if not reference:
+    def run(self, state: Mapping[str, bytes], **options: Any) -> Run:
+        done = super().run(state, **options)
+        if not options.get("reference"):
             self.trials[done.tree] = done
         return done
 

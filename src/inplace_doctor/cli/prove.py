@@ -264,6 +264,10 @@ class Workspace:
             argv += [*program, *self.args]
         env = self._environment(tree)
         env["TMPDIR"] = os.path.join(own, "tmp")  # tempfile's folder: the one outside the copy it may write
+        # compile caches there too (torch sets TORCHINDUCTOR_CACHE_DIR in the process that first asks for
+        # it, and children inherit it): a cache is no output of the program's
+        for cache in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+            env[cache] = os.path.join(own, "tmp", cache.lower())
         done = subprocess.run(argv, cwd=tree, capture_output=True, env=env)
         err = b"".join(line for line in done.stderr.splitlines(keepends=True) if not line.startswith(b"inplace-doctor"))
         run = Run(done.returncode, _load(report_path), None, done.stderr.decode("utf-8", "replace"), tree,

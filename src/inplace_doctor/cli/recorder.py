@@ -329,7 +329,11 @@ def _run_reference(rest: list[str], recorder: Recorder) -> tuple[int, tuple[How,
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
             return code, _ended(e.code)
         except Exception as e:  # the program the user meant failed too: fix says so
-            print(f"{type(e).__name__}: {e}", file=sys.stderr)
+            try:
+                said = str(e)
+            except Exception:  # noqa: BLE001 -- an exception whose __str__ raises: python's own words
+                said = "<exception str() failed>"
+            print(f"{type(e).__name__}: {said}", file=sys.stderr)
             return 1, (How.RAISED, type(e).__name__)
     return 0, (How.RAN, "")
 
