@@ -30,6 +30,26 @@ for _ in range(2):
 """
 
 
+# IPD106: a model that writes into its caller's batch; a statistic of the batch follows (a test adds it)
+CLIP = textwrap.dedent(
+    """\
+        import torch
+        from torch import nn
+
+
+        class Clip(nn.Module):
+            def forward(self, x):
+                x[x < 0] = 0
+                return x * 2
+
+
+        torch.manual_seed(0)
+        batch = torch.randn(8, 8)
+        out = Clip()(batch)
+    """
+)
+
+
 def fix(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "inplace_doctor", "fix", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=600)
@@ -88,24 +108,7 @@ def test_a_program_the_script_starts_is_refused_in_a_proof_and_named(tmp_path: P
 def test_a_fix_that_changes_what_the_script_prints_is_not_proven_and_says_the_line(tmp_path: Path) -> None:
     # IPD106: the model writes into its caller's batch; the clone stops it, and the caller's printed
     # statistic changes: that is the fix's purpose, said in the line that reports it, never "proven".
-    program = textwrap.dedent(
-        """\
-        import torch
-        from torch import nn
-
-
-        class Clip(nn.Module):
-            def forward(self, x):
-                x[x < 0] = 0
-                return x * 2
-
-
-        torch.manual_seed(0)
-        batch = torch.randn(8, 8)
-        out = Clip()(batch)
-        print("negatives left in batch:", int((batch < 0).sum()))
-        """
-    )
+    program = CLIP + 'print("negatives left in batch:", int((batch < 0).sum()))\n'
     project = git_project(tmp_path, {"clip.py": program})
     done = fix("clip.py", cwd=project)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -119,25 +122,7 @@ def test_a_fix_that_changes_what_the_script_prints_is_not_proven_and_says_the_li
 def test_a_file_the_script_writes_differently_is_a_difference(tmp_path: Path) -> None:
     # the same caller-data fix, its statistic written to a file in the project instead of printed:
     # the output and every recorded value agree, the file does not
-    program = textwrap.dedent(
-        """\
-        import torch
-        from torch import nn
-
-
-        class Clip(nn.Module):
-            def forward(self, x):
-                x[x < 0] = 0
-                return x * 2
-
-
-        torch.manual_seed(0)
-        batch = torch.randn(8, 8)
-        out = Clip()(batch)
-        with open("stats.txt", "w") as f:
-            f.write(str(int((batch < 0).sum())))
-        """
-    )
+    program = CLIP + 'with open("stats.txt", "w") as f:\n    f.write(str(int((batch < 0).sum())))\n'
     project = git_project(tmp_path, {"clip.py": program})
     done = fix("clip.py", cwd=project)
     assert done.returncode == 1, done.stdout + done.stderr

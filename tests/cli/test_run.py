@@ -178,5 +178,6 @@ def test_a_long_loop_under_watch_does_not_grow_memory() -> None:
             if i == 20:
                 early = (live(), session.tracer.live_saved_tensors())
         late = (live(), session.tracer.live_saved_tensors())
-    assert late == early and late[1] == 0
+    # a tensor kept per step would be 100 more; a few come and go with the process (other threads)
+    assert late[0] - early[0] < 20 and late[1] == early[1] == 0, (early, late)
     assert session.findings == []

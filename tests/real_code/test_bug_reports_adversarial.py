@@ -120,9 +120,9 @@ def apply(*fixes: Fix) -> None:
     write_all(plan(edits, str(Path.cwd())))
 
 
-def edited(finding: ipd.Finding) -> Fix:
-    """The finding's first fix that carries edits."""
-    fix = next((f for f in finding.fixes if f.edits), None)
+def edited(finding: ipd.Finding, kind: FixKind | None = None) -> Fix:
+    """The finding's first fix that carries edits (of `kind`, when given)."""
+    fix = next((f for f in finding.fixes if f.edits and kind in (None, f.kind)), None)
     assert fix is not None, finding.fixes
     return fix
 
@@ -306,8 +306,8 @@ def test_sac_fix_moves_both_q_steps_after_the_policy_backward_restricted_to_the_
     findings = diagnose(path)
     error = naming(findings, "IPD101", Severity.ERROR, at(path, "write-qf2"), at(path, "saved"))
     warning = naming(findings, "IPD101", Severity.WARNING, at(path, "write-qf1"), at(path, "saved"))
-    move = edited(error)
-    assert move.kind is FixKind.MOVE_STATEMENT
+    move = edited(error, FixKind.MOVE_STATEMENT)
+    assert edited(error).kind is FixKind.UPDATE_FIRST  # tried first: the policy's update before the Q steps
     assert [e.old.split("#")[0].strip() for e in move.edits] == ["self.qf2_optimizer.step()", ""]
     assert f"move `Adam.step` at {at(path, 'write-qf1')} after the later backward and restrict" in warning.fix
     assert "(`loss.backward(inputs=[...])`)" in error.fix
@@ -379,8 +379,8 @@ def test_gan_sine_fix_moves_the_d_step_and_restricts_g_backward_to_g():
     reaches D's `.grad` and D's step applies it: the caution is true."""
     path = program("gan_sine_step_order")
     [finding] = diagnose(path)
-    move = edited(finding)
-    assert move.kind is FixKind.MOVE_STATEMENT and "accumulates into D's `.grad`" in finding.fix
+    move = edited(finding, FixKind.MOVE_STATEMENT)
+    assert "accumulates into D's `.grad`" in finding.fix
     apply(move)
     unrestricted = path.read_text()
     restricted = unrestricted.replace("G_loss.backward()  # <backward>", "G_loss.backward(inputs=list(G.parameters()))")

@@ -55,9 +55,11 @@ def _is_wrapper_package(filename: str) -> bool:
 
 # Installed frameworks that run the user's code (test runners, trainers): their frames are how the
 # user's function was reached, not the user's line (`manual_backward` calls `loss.backward()` inside
-# Lightning; pytest and pluggy put about 40 frames under every test).
+# Lightning; pytest and pluggy put about 40 frames under every test; pytest-xdist's workers run them
+# under execnet's).
 _FRAMEWORK_PACKAGES = frozenset(
-    {"pytest", "_pytest", "pluggy", "lightning", "pytorch_lightning", "lightning_fabric", "accelerate"}
+    {"pytest", "_pytest", "pluggy", "xdist", "execnet", "lightning", "pytorch_lightning", "lightning_fabric",
+     "accelerate"}
 )
 _framework_cache: dict[str, str | None] = {}
 
