@@ -12,7 +12,12 @@ structure), `training.py` holds what `memory` and
 `optimize` share, `errors.py` the exit codes and the exceptions behind them.
 `script.py` runs a user's script for `run` (with `steps.py` counting training
 steps and `tracebacks.py` printing the script's traceback as python would);
-`project.py` loads `[tool.inplace-doctor]` from pyproject.toml. This room may
+`project.py` loads `[tool.inplace-doctor]` from pyproject.toml. `fix` (`fix.py`)
+and `run --prove` check fixes on scratch copies of the project: `fix_search.py`
+(the rounds of checks), `prove.py` (the copies and the verdict), `recorder.py` (the
+child that records a run), with `confine.py`, `reach.py`, `produced.py`,
+`repeat.py`, `proof_seeds.py`, `copy_room.py`, `edited_lines.py`,
+`source_edits.py` and `fix_exit.py` (docs/architecture.md says each). This room may
 import everything below it in the package; nothing imports it.
 """
 

@@ -2,12 +2,16 @@
 
 One rule is a function registered with `@rule(...)` whose docstring is its
 documentation (`inplace-doctor rule CODE`, docs/rules/). Every module of this
-folder other than the machinery below is a rule module and is imported here, so
-a new rule is one new file (plus its fixtures under tests/rules/IPDxxx/):
-`registry` (codes, selection, `make_finding`), `dispatch` (the Analyzer that
-routes events to rules, folds findings and confirms predictions), `suppress`
-(comments and regions), `phrasing` (how a place is named: a finding's `places`; the
-sentences of findings are render/explain/'s).
+folder is imported here, so that the rule modules among them register their
+rules; the others are the machinery: `registry` (codes, selection,
+`make_finding`), `dispatch` (the Analyzer that routes events to rules, folds
+findings and confirms predictions), `suppress` (comments and regions),
+`phrasing` (how a place is named: a finding's `places`; the sentences of
+findings are render/explain/'s), and the fixes' builders and the source they
+read (`fix_builders`, `fix_moves`, `fix_history`, `fix_sets`, `source`,
+`line_endings`). A new rule is one new file
+plus its fixtures under tests/rules/IPDxxx/ (today a rule read by the fast
+tracer is also named in `FAST_MODE_RULES`: issue 39).
 Rules may import the records and trace/ (for stacks), never engines/, render/
 or cli/.
 """
