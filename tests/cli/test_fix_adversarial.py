@@ -292,7 +292,7 @@ def test_two_flags_on_the_constructors_line_leave_the_fix_manual(tmp_path: Path,
 ])
 def test_a_statement_over_several_lines_is_described_as_python_reads_it(tmp_path: Path, code: str, shown: str) -> None:
     from inplace_doctor.cli.fix_search import describe
-    from inplace_doctor.render.fix_text import one_line
+    from inplace_doctor.render.code_text import one_line
 
     assert one_line(code) == shown
     (tmp_path / "m.py").write_text(f"if True:\n    {code}\n")
@@ -477,7 +477,7 @@ def test_checks_in_the_copy_write_nothing_through_an_absolute_link_into_the_proj
 
 
 def test_a_comment_is_kept_only_where_nothing_follows_it() -> None:
-    from inplace_doctor.render.fix_text import one_line
+    from inplace_doctor.render.code_text import one_line
 
     assert one_line("c_opt.step()  # before the actor's backward\n") == "c_opt.step()  # before the actor's backward"
     assert one_line("x = 1  # one\ny = 2  # two\n") == "x = 1; y = 2  # two"

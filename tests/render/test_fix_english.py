@@ -24,7 +24,7 @@ from inplace_doctor import Severity
 from inplace_doctor.findings import Edit, Finding
 from inplace_doctor.render import json as json_format
 from inplace_doctor.render import text as text_format
-from inplace_doctor.render.fix_text import one_line
+from inplace_doctor.render.code_text import one_line
 
 HEAD = "import torch\nfrom torch import nn\nimport torch.nn.functional as F\ntorch.manual_seed(0)\nx = torch.randn(4, requires_grad=True)\n"
 

@@ -7,6 +7,7 @@ import os
 import shutil
 import stat
 import tempfile
+from typing import Callable, Iterator
 
 from ..printing import fmt_bytes
 from .errors import CliUsageError
@@ -63,23 +64,30 @@ def _tree_size(root: str, stop: int) -> tuple[int, dict[str, int]]:
     """Bytes of the files a copy would hold (symbolic links are copied as links), and per top-level
     entry; the walk ends once past `stop`."""
     total, parts = 0, dict[str, int]()
+    for rel, info in files_under(root, lambda folder, dirs: skip(folder, dirs)):
+        if not stat.S_ISREG(info.st_mode):
+            continue
+        total += info.st_size
+        top = rel.split(os.sep)[0] + ("/" if os.sep in rel else "")  # a folder's total as `data/`
+        parts[top] = parts.get(top, 0) + info.st_size
+        if total > stop:
+            break
+    return total, parts
+
+
+def files_under(root: str, pruned: Callable[[str, list[str]], set[str]]) -> Iterator[tuple[str, os.stat_result]]:
+    """Each file under `root` (its path relative to `root`) with its `lstat`, folders that are links
+    not entered, nor those `pruned(folder, names)` names; a file gone meanwhile is left out."""
     for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if d not in skip(folder, dirs) and not os.path.islink(os.path.join(folder, d))]
+        left_out = pruned(folder, dirs)
+        dirs[:] = [d for d in dirs if d not in left_out and not os.path.islink(os.path.join(folder, d))]
         for name in files:
             path = os.path.join(folder, name)
             try:
                 info = os.lstat(path)
             except OSError:
                 continue
-            if not stat.S_ISREG(info.st_mode):
-                continue
-            total += info.st_size
-            rel = os.path.relpath(path, root)
-            top = rel.split(os.sep)[0] + ("/" if os.sep in rel else "")  # a folder's total as `data/`
-            parts[top] = parts.get(top, 0) + info.st_size
-        if total > stop:
-            break
-    return total, parts
+            yield os.path.relpath(path, root), info
 
 
 def skip(folder: str, names: list[str]) -> set[str]:

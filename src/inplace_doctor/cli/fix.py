@@ -49,7 +49,7 @@ import sys
 import sysconfig
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..findings import FixKind
+from ..render.fix_text import unproven_caveat
 from ..printing import write_bytes
 from .errors import CliUsageError, child_exit, ended_by
 from .fix_search import where_written
@@ -177,7 +177,7 @@ def _fix(ns: argparse.Namespace, ws: "Watched", first: "Run", patch: TextIO) -> 
     remaining = {identity(g, tree, found.lines) for g in left}
     made = [(a, _how_sure(a.code, accepted[-1].verdict) if proven
              else f"unsafe, {'in the patch' if ns.diff else 'applied'} by --unsafe-fixes: {why_not(a.verdict)}"
-             f"{_MOVED.get(a.fix.kind, '')}{_PURPOSE.get(a.code, '')}")
+             f"{unproven_caveat(a.fix, a.code)}")
             for a in accepted if a.target not in remaining]
     if ns.diff:  # stdout is the patch alone: whether it is proven is said here, on stderr
         for a, sure in made:
@@ -221,22 +221,6 @@ def _as_it_is(first: "Run") -> int:
     if status > 1:
         print(passed_on(status, "the script as it is", f"exited {status} under inplace-doctor run"))
     return status or 1
-
-
-# What an unproven move changes besides the order (said with it, never written in silence).
-_MOVED = {
-    FixKind.MOVE_STATEMENT: "; moved after that backward, the update also applies the gradient that backward "
-                            "accumulates into the parameters it updates (another loss's gradient)",
-    FixKind.UPDATE_FIRST: "; moved first, that backward's gradient stays in the other update's parameters' `.grad` "
-                          "unless a `zero_grad` clears it before their step (they then also train on that loss)",
-}
-
-
-# A difference that is the fix's purpose (said where the unproven fix is reported).
-_PURPOSE = {
-    "IPD106": "; that difference is the fix's purpose: the model no longer writes into its caller's tensor, so what "
-              "the caller reads afterwards changes (check that it is what the program means)",
-}
 
 
 def _how_sure(code: str, v: "Verdict") -> str:

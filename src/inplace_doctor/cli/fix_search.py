@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..findings import Applicability, Evidence
-from ..render.code_text import without_comment
-from ..render.fix_text import moved_code, one_line
+from ..render.code_text import moved_code, one_line, without_comment
+from ..render.fix_text import moved_edits, moved_lines
 from .edited_lines import origins, renamed, rewritten
 from .errors import CliUsageError
 from .produced import did_the_work, edited_groups, finding_site, finding_sites, unprovable
@@ -275,12 +275,10 @@ def describe(edits: tuple["Edit", ...], root: str, changes: dict[str, tuple[byte
     """The edits in words: a change inside one line shows the whole line before and after."""
     from .source_edits import Source
 
-    moved = _move_of(edits)
+    moved = moved_edits(edits)
     if moved is not None:
         delete, insert = moved
-        texts = delete.old.splitlines()
-        first = delete.start.line + next((i for i, text in enumerate(texts) if without_comment(text).strip()), 0)
-        last = delete.end.line - 1 if delete.end.column == 0 else delete.end.line
+        first, last = moved_lines(delete)
         span = where_edit(replace(delete, start=replace(delete.start, line=first)), root) + (f"-{last}" if last > first else "")
         side = "after" if insert.new.startswith(("\n", "\r")) else "before"  # the file's own line ending
         return f"move {moved_code(delete.old)} ({span}) to {side} line {insert.start.line}"
@@ -299,16 +297,6 @@ def describe(edits: tuple["Edit", ...], root: str, changes: dict[str, tuple[byte
         else:
             parts.append(f"replace `{old}` with `{new}` at {where}")
     return "; ".join(parts)
-
-
-def _move_of(edits: tuple["Edit", ...]) -> tuple["Edit", "Edit"] | None:
-    """(delete, insert) when the edits move statements within one file: the same code deleted and inserted."""
-    if len(edits) != 2 or edits[0].path != edits[1].path:
-        return None
-    delete, insert = sorted(edits, key=lambda e: not e.old)
-    if insert.old or delete.new or not delete.old or one_line(delete.old) != one_line(insert.new):
-        return None
-    return delete, insert
 
 
 def _line(source: "Source", number: int) -> str:

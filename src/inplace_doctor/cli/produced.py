@@ -19,6 +19,8 @@ import hashlib
 import os
 from typing import Any, Callable, Protocol
 
+from .copy_room import files_under
+
 
 class _Record(Protocol):  # `prove.Record`, as read here (prove.py imports this module)
     @property
@@ -114,17 +116,7 @@ def changed_lines(before: bytes, after: bytes) -> frozenset[int]:
 
 def stamps(tree: str) -> dict[str, tuple[int, int]]:
     """Each file under `tree` (relative path) -> (size, modification time in ns), links not followed."""
-    out: dict[str, tuple[int, int]] = {}
-    for folder, dirs, files in os.walk(tree):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
-        for name in files:
-            path = os.path.join(folder, name)
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            out[os.path.relpath(path, tree)] = (st.st_size, st.st_mtime_ns)
-    return out
+    return {rel: (st.st_size, st.st_mtime_ns) for rel, st in files_under(tree, lambda _, dirs: {"__pycache__"} & set(dirs))}
 
 
 def written(tree: str, before: dict[str, tuple[int, int]], edited: set[str]) -> dict[str, str]:
@@ -146,21 +138,22 @@ def written(tree: str, before: dict[str, tuple[int, int]], edited: set[str]) -> 
 
 def finding_sites(findings: list[dict[str, Any]], rebase: Callable[[str], str], root: str) -> dict[str, tuple[str, frozenset[int]]]:
     """The `--reach` groups of the findings' lines, each its own group (`rebase`: a path as the project names it)."""
-    out: dict[str, tuple[str, frozenset[int]]] = {}
-    for f in findings:
-        m = f.get("mutation") or {}
-        if m.get("file") and isinstance(m.get("line"), int):
-            path = rebase(str(m["file"]))
-            out[label(path, root, m["line"])] = (path, frozenset({m["line"]}))
-    return out
+    places = (place for f in findings if (place := _place(f, rebase)) is not None)
+    return {label(path, root, line): (path, frozenset({line})) for path, line in places}
 
 
 def finding_site(finding: dict[str, Any], rebase: Callable[[str], str], root: str) -> str | None:
     """The `--reach` label of a finding's line."""
+    place = _place(finding, rebase)
+    return label(place[0], root, place[1]) if place is not None else None
+
+
+def _place(finding: dict[str, Any], rebase: Callable[[str], str]) -> tuple[str, int] | None:
+    """The finding's written line: (its file as the project names it, the line), when the report has both."""
     m = finding.get("mutation") or {}
     if not m.get("file") or not isinstance(m.get("line"), int):
         return None
-    return label(rebase(str(m["file"])), root, m["line"])
+    return rebase(str(m["file"])), m["line"]
 
 
 def edited_groups(changes: dict[str, tuple[bytes, bytes]], root: str) -> dict[str, tuple[str, frozenset[int]]]:

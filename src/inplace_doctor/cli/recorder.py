@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import linecache
 import os
 import runpy
 import sys
@@ -220,8 +221,6 @@ class Recorder:
 def _calling_line() -> str:
     """The text of the program's line that called backward (`actor_loss.backward()`): the same in a
     run whose edits moved it."""
-    import linecache
-
     frame = sys._getframe(2)
     while frame is not None and not is_user_file(frame.f_code.co_filename):
         frame = frame.f_back  # type: ignore[assignment]

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import ast
 import linecache
-import textwrap
 
 from .._parsing import parse, parse_expression
 from ..causes import ForbiddenCause
 from ..findings import Applicability, Edit, Finding, Fix, FixKind
-from ..rules.source import COMPOUND
 from ..sites import Frame, Site, module_ref, source_line
-from .code_text import without_comment
+from .code_text import moved_code, one_line, without_comment
 
 
 def fix_lines(finding: Finding, root_label: str) -> list[str]:
@@ -97,45 +95,6 @@ def _receiver(code: str) -> str | None:
 
 def _at(edit: Edit) -> str:
     return Frame(edit.path, edit.start.line, "").location
-
-
-def one_line(code: str) -> str:
-    """Statements on several lines shown on one, as Python would accept them: `a = f(b); b = a`;
-    one statement over several lines (in brackets, after a backslash) joined into one:
-    `h.mul_(\\n    2,\\n)` is `h.mul_(2,)`. A fragment that is no statement keeps a `; ` per line."""
-    statements: list[str] = []
-    pending: list[str] = []
-    comment = ""  # the last statement's own comment: any other would swallow what follows it
-    for raw in code.splitlines():
-        line = without_comment(raw).strip()
-        if not line:
-            continue
-        continued = line.endswith("\\")
-        pending.append(line[:-1].rstrip() if continued else line)
-        if not continued and _parses(joined := _joined(pending)):
-            statements.append(joined)
-            comment, pending = raw.strip()[len(line):], []
-    if pending:
-        return "; ".join([*statements, *pending])
-    return "; ".join(statements) + comment
-
-
-def _joined(lines: list[str]) -> str:
-    """Physical lines of one statement, with a space between them except inside brackets' edges and
-    before an attribute (`h` and `.mul_(2)`)."""
-    out = lines[0]
-    for line in lines[1:]:
-        tight = out.endswith(("(", "[", "{")) or line.startswith((")", "]", "}", "."))
-        out += line if tight or not out else f" {line}"
-    return out
-
-
-def _parses(text: str) -> bool:
-    try:
-        parse(text)
-    except SyntaxError:
-        return False
-    return True
 
 
 def _clone(fix: Fix, finding: Finding, root_label: str) -> str:
@@ -263,11 +222,26 @@ def _flag_at_call(fix: Fix, finding: Finding, root_label: str) -> str:
     return f"pass inplace=False at {_at(edit)}"
 
 
-def _moved(fix: Fix) -> tuple[Edit, Edit] | None:
-    if len(fix.edits) != 2:
+def moved_edits(edits: tuple[Edit, ...]) -> tuple[Edit, Edit] | None:
+    """(delete, insert) when two edits move statements within one file (the same code deleted and
+    inserted, in either order: a step moved after a backward, an update moved first); else None."""
+    if len(edits) != 2 or edits[0].path != edits[1].path:
         return None
-    delete, insert = fix.edits
-    return (delete, insert) if delete.old and not delete.new and insert.new and not insert.old else None
+    delete, insert = sorted(edits, key=lambda e: not e.old)
+    if insert.old or delete.new or not delete.old or one_line(delete.old) != one_line(insert.new):
+        return None
+    return delete, insert
+
+
+def moved_lines(delete: Edit) -> tuple[int, int]:
+    """The first and last line of code a move's deletion takes (it may start at a blank or comment line)."""
+    last = delete.end.line - 1 if delete.end.column == 0 else delete.end.line
+    return _code_line_number(delete), last
+
+
+def _moved(fix: Fix) -> tuple[Edit, Edit] | None:
+    """A step moved after a backward: its (delete, insert)."""
+    return moved_edits(fix.edits) if fix.kind is FixKind.MOVE_STATEMENT else None
 
 
 def _update(finding: Finding) -> str:
@@ -307,8 +281,11 @@ def _move(fix: Fix, finding: Finding, root_label: str) -> str:
 
 
 def _update_first(fix: Fix, finding: Finding, root_label: str) -> str:
-    insert, delete = fix.edits
-    first, last = _code_line_number(delete), delete.end.line - 1
+    moved = moved_edits(fix.edits)
+    if moved is None:
+        return ""
+    delete, insert = moved
+    first, last = moved_lines(delete)
     lines = f"{Frame(delete.path, first, '').location}-{last}" if last > first else _code_at(delete)
     before = _code_line(insert)
     cleared = (
@@ -322,20 +299,6 @@ def _update_first(fix: Fix, finding: Finding, root_label: str) -> str:
         f"before `{before}` at {_code_at(insert)}, so {_backward(finding)} runs before {_update(finding)} changes "
         f"the parameters it saved{cleared}"
     )
-
-
-def moved_code(text: str) -> str:
-    """Moved statements as a quote: on one line when they are simple (`a_opt.zero_grad(); loss.backward()`),
-    else the first line and how many follow (a `with` block does not read on one line)."""
-    text = text.replace("\r\n", "\n").replace("\r", "\n")  # an edit's text ends its lines as its file does
-    lines = [line for line in text.splitlines() if without_comment(line).strip()]
-    try:
-        simple = not any(isinstance(n, COMPOUND) for n in parse(textwrap.dedent(text)).body)
-    except (SyntaxError, ValueError):
-        simple = False
-    if simple or len(lines) <= 1:
-        return f"`{one_line(text)}`"
-    return f"`{without_comment(lines[0]).strip()}` and the {len(lines) - 1} line(s) after it"
 
 
 def _code_line_number(edit: Edit) -> int:
@@ -393,6 +356,27 @@ _MANUAL = {
     FixKind.RECOMPUTE: _recompute,
     FixKind.DETACH_CARRIED: _detach_carried,
 }
+
+
+# What an unproven fix changes besides what it is for, said where `fix` reports it written (never
+# written in silence): a move changes which gradients an update applies; a copy of the caller's data
+# changes what the caller reads.
+_MOVED = {
+    FixKind.MOVE_STATEMENT: "; moved after that backward, the update also applies the gradient that backward "
+                            "accumulates into the parameters it updates, where it reaches them (another loss's gradient)",
+    FixKind.UPDATE_FIRST: "; moved first, where that backward reaches the other update's parameters its gradient "
+                          "stays in their `.grad` unless a `zero_grad` clears it before their step (they then also "
+                          "train on that loss)",
+}
+_PURPOSE = {
+    "IPD106": "; that difference is the fix's purpose: the model no longer writes into its caller's tensor, so what "
+              "the caller reads afterwards changes (check that it is what the program means)",
+}
+
+
+def unproven_caveat(fix: Fix, code: str) -> str:
+    """What an unproven `fix` of a finding of rule `code` changes besides its purpose ("" when nothing to say)."""
+    return _MOVED.get(fix.kind, "") + _PURPOSE.get(code, "")
 
 
 def is_offered(fix: Fix) -> bool:
