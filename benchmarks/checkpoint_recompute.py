@@ -20,14 +20,14 @@ encoder with each layer checkpointed (non-reentrant). Prints measurements; asser
 from __future__ import annotations
 
 import argparse
-from typing import Callable
+from collections.abc import Callable
 
 import torch
+from _checkpointed import MLP, best_times  # benchmarks/ is on sys.path when run as a script
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import inplace_doctor as ipd
-from _checkpointed import MLP, best_times  # benchmarks/ is on sys.path when run as a script
 
 
 class Encoder(nn.Module):

@@ -23,13 +23,13 @@ nothing.
 from __future__ import annotations
 
 import argparse
-from typing import Callable
+from collections.abc import Callable
 
 import torch
+from _checkpointed import MLP, best_times  # benchmarks/ is on sys.path when run as a script
 from torch import nn
 
 import inplace_doctor as ipd
-from _checkpointed import MLP, best_times  # benchmarks/ is on sys.path when run as a script
 from inplace_doctor.rules import FAST_MODE_RULES
 from inplace_doctor.trace.write_kernels import WriteKernels
 

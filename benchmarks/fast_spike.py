@@ -30,12 +30,11 @@ import warnings
 from typing import Any
 
 import torch
+from overhead import WORKLOADS, Workload, count_ops
 
 import inplace_doctor as ipd
 from inplace_doctor._compat import gather_traceback
 from inplace_doctor.trace.write_kernels import WriteKernels, registered
-
-from overhead import WORKLOADS, Workload, count_ops
 
 VARIANTS = ("plain", "anomaly", "kernels", "pack", "both", "watch")
 

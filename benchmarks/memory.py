@@ -25,10 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import torchvision
+from _torchvision_sizes import classification_size  # benchmarks/ is on sys.path when run as a script
 from torch import nn
 
 import inplace_doctor as ipd
-from _torchvision_sizes import classification_size  # benchmarks/ is on sys.path when run as a script
 from inplace_doctor.engines.optimize.toml_config import inplace_modules
 
 

@@ -24,14 +24,15 @@ import sys
 import time
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
+from _torchvision_sizes import classification_size  # benchmarks/ is on sys.path when run as a script
 
 import inplace_doctor as ipd
 from inplace_doctor.engines.training import default_loss
-from _torchvision_sizes import classification_size  # benchmarks/ is on sys.path when run as a script
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "zoo_results.jsonl"

@@ -24,7 +24,7 @@ torch.manual_seed(0)
 model = Tagger()
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 x, y = torch.randn(64, 16), torch.randint(0, 4, (64,))
-for step in range(1, 21):
+for _step in range(1, 21):
     opt.zero_grad()
     loss = nn.functional.cross_entropy(model(x, pad=8), y)
     loss.backward()

@@ -174,7 +174,7 @@ class Leftovers:
     full: bool = True
 
     @classmethod
-    def take(cls, state: bool = True) -> "Leftovers":
+    def take(cls, state: bool = True) -> Leftovers:
         """Everything (`state=False`: the attributes and hook dicts only, as a session may hold
         state that taking it would change: the node-creation hooks are counted by popping them)."""
         namespaces = _namespaces()
@@ -183,7 +183,7 @@ class Leftovers:
         )
 
     @classmethod
-    def quick(cls) -> "Leftovers":
+    def quick(cls) -> Leftovers:
         """Only what sessions of the tool are known to change (`touched()`), and the state."""
         attributes: dict[int, tuple[Any, dict[str, Any]]] = {}
         for namespace, names in touched():
@@ -192,7 +192,7 @@ class Leftovers:
 
         return cls(attributes, _hook_dicts([mm]), _state(), False)
 
-    def changed(self, other: "Leftovers") -> list[tuple[Any, str]]:
+    def changed(self, other: Leftovers) -> list[tuple[Any, str]]:
         """(namespace, attribute) of each attribute that differs in `other` (a later snapshot)."""
         found: list[tuple[Any, str]] = []
         for key, (namespace, before) in self.attributes.items():

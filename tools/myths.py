@@ -42,10 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     if ns.write:
         DOC.parent.mkdir(exist_ok=True)
         DOC.write_text(document(outcomes))
-    if ns.check:
-        if ns.name or not DOC.is_file() or DOC.read_text() != document(outcomes):
-            print("docs/myths.md does not match a fresh run: python tools/myths.py --write", file=sys.stderr)
-            return 1
+    if ns.check and (ns.name or not DOC.is_file() or DOC.read_text() != document(outcomes)):
+        print("docs/myths.md does not match a fresh run: python tools/myths.py --write", file=sys.stderr)
+        return 1
     return exit_status(outcomes)
 
 

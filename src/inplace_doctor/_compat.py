@@ -7,8 +7,9 @@ naming the torch version, instead of misbehaving deep inside a user's run.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from types import FrameType
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

@@ -6,12 +6,13 @@ what users can call and what the tool's own front ends call are the same functio
 
 from __future__ import annotations
 
-from .engines.audit import audit, watch
+from .engines.audit import audit
 from .engines.distributed import gather
 from .engines.memory import MemoryReport
 from .engines.memory import measure_memory as memory
 from .engines.optimize import Plan, apply_config, optimize
 from .engines.verify import VerifyResult, verify
+from .engines.watch import watch
 from .errors import InplaceDoctorError, InplaceError, ModelError, UsageError, WrittenHere
 from .findings import Finding, Severity
 from .report import Report

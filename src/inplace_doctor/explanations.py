@@ -13,8 +13,9 @@ The sentences are made once, when the finding is made: they quote the user's sou
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable, NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar
 
 from .causes import Cause, Unreached
 from .findings import Finding

@@ -226,7 +226,7 @@ class Finding:
         read = (self.read.file, self.read.line) if self.read is not None else None
         return (self.code, self.mutation.file, self.mutation.line, self.mutation.op, saved, read)
 
-    def with_(self, **changes: Any) -> "Finding":
+    def with_(self, **changes: Any) -> Finding:
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:

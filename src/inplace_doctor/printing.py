@@ -17,7 +17,8 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 _TEXT: dict[type, Callable[[Any], str]] = {}
 _HTML: dict[type, Callable[[Any], str]] = {}

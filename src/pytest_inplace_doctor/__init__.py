@@ -30,7 +30,8 @@ are imported, by absolute name, when a test uses the fixture or the marker.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Generator, Iterable, Protocol
+from collections.abc import Generator, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 

@@ -5,8 +5,8 @@ RFC 8259 JSON whatever the floats it holds."""
 from __future__ import annotations
 
 import io
-import math
 import json
+import math
 import sys
 from pathlib import Path
 

@@ -12,10 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from programs import ACTOR_CRITIC
-from programs import BUFFER
-from programs import TWO_STEP_TRAIN
-from programs import git_project
+from programs import ACTOR_CRITIC, BUFFER, TWO_STEP_TRAIN, git_project
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKEN_TRAIN = ROOT / "examples" / "broken_train.py"
@@ -190,7 +187,7 @@ def forced(tmp_path_factory: pytest.TempPathFactory) -> Forced:
     text = "# -*- coding: latin-1 -*-\n# écrit à la main\n" + BROKEN_TRAIN.read_text()
     committed = text.replace("\n", "\r\n").encode("latin-1")
     project = git_project(tmp_path_factory.mktemp("forced"), {"broken_train.py": committed})
-    edited = committed.replace(b"for step in range(1, 21):", b"for step in range(1, 3):")
+    edited = committed.replace(b"for _step in range(1, 21):", b"for _step in range(1, 3):")
     assert edited != committed
     (project / "broken_train.py").write_bytes(edited)
     refused = fix_cli("broken_train.py", cwd=project)

@@ -466,10 +466,10 @@ def test_checks_in_the_copy_write_nothing_through_an_absolute_link_into_the_proj
     (runs / ".keep").write_bytes(b"")
     (tmp_path / "ckpt").symlink_to(runs)  # absolute: in a copy it named the user's folder
     program = (
-        "import torch\n\nwith open('ckpt/log.txt', 'a') as f:\n    f.write('ran\\n')\n"
-        "torch.manual_seed(0)\nw = torch.randn(4, requires_grad=True)\nfor _ in range(2):\n"
-        "    h = torch.sigmoid(w)\n    h[0] = 0\n    h.sum().backward()\n"
-    ).encode()
+        b"import torch\n\nwith open('ckpt/log.txt', 'a') as f:\n    f.write('ran\\n')\n"
+        b"torch.manual_seed(0)\nw = torch.randn(4, requires_grad=True)\nfor _ in range(2):\n"
+        b"    h = torch.sigmoid(w)\n    h[0] = 0\n    h.sum().backward()\n"
+    )
     committed(tmp_path, {"train.py": program})
     done = fix_bytes("train.py", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from inplace_doctor.cli.errors import CliUsageError
 from inplace_doctor.cli.copy_room import COPY_LIMIT
+from inplace_doctor.cli.errors import CliUsageError
 from inplace_doctor.cli.prove import Workspace
 
 BROKEN = """import torch

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
+from programs import git_project
 
 import inplace_doctor as ipd
 from inplace_doctor.findings import FixKind
-from programs import git_project
 
 DISCRIMINATOR = textwrap.dedent("""
     import torch

@@ -18,7 +18,7 @@ from pathlib import Path
 from test_fix import BROKEN_TRAIN, fix_cli, git_project
 
 UNSEEDED_TRAIN = BROKEN_TRAIN.read_text().replace("torch.manual_seed(0)\n", "").replace(
-    "for step in range(1, 21):", "for step in range(1, 3):")
+    "for _step in range(1, 21):", "for _step in range(1, 3):")
 
 RANDOM_NUMBERS = textwrap.dedent(
     """\

@@ -5,7 +5,6 @@ and a model spec naming no module at all: exit 2, one line.
 
 from __future__ import annotations
 
-
 import pytest
 
 from inplace_doctor.cli.main import main

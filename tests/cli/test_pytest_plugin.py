@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import marker_line
 
 import inplace_doctor as ipd
 import pytest_inplace_doctor as plugin
-from conftest import marker_line
 from inplace_doctor.examples import LinearThenReLU, ResidualReLU, SigmoidThenReLU
 
 pytest_plugins = ["pytester"]

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
-import re
 import textwrap
 from pathlib import Path
 

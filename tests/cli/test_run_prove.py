@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+from programs import ACTOR_CRITIC, TWO_STEP_TRAIN
 
 import inplace_doctor as ipd
-from programs import ACTOR_CRITIC
-from programs import TWO_STEP_TRAIN
 
 ROOT = Path(__file__).resolve().parents[2]
 SARIF_SCHEMA = ROOT / "tests" / "render" / "data" / "sarif-schema-2.1.0.json"

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from inplace_doctor.cli.source_edits import (
-    EditError, Source, already_made, apply_to_source, fixes_from_json, plan, unified_diff, write_all,
+    EditError,
+    Source,
+    already_made,
+    apply_to_source,
+    fixes_from_json,
+    plan,
+    unified_diff,
+    write_all,
 )
 from inplace_doctor.findings import Applicability, Edit, Fix, FixKind, Position
 

@@ -163,14 +163,12 @@ def test_an_inner_watch_is_its_own_and_the_outer_holds_its_findings_once() -> No
     import inplace_doctor as ipd
 
     w = torch.randn(3, requires_grad=True)
-    with pytest.raises(ipd.InplaceError):
-        with ipd.watch() as alone:
-            _stale_exp(w).sum().backward()
+    with pytest.raises(ipd.InplaceError), ipd.watch() as alone:
+        _stale_exp(w).sum().backward()
     with ipd.watch() as outer:
         for _ in range(2):  # the same cause again, in a second inner block (called from the same line)
-            with pytest.raises(ipd.InplaceError):
-                with ipd.watch() as inner:
-                    _stale_exp(w).sum().backward()
+            with pytest.raises(ipd.InplaceError), ipd.watch() as inner:
+                _stale_exp(w).sum().backward()
     def facts(session: ipd.watch) -> list[tuple[Any, ...]]:
         return [(f.code, f.severity, f.confirmed, f.mutation.line, f.saved and f.saved.line) for f in session.findings]
 
@@ -201,12 +199,10 @@ def test_entering_an_open_watch_again_is_a_usage_error_and_the_watch_goes_on() -
 
     w = torch.randn(3, requires_grad=True)
     session = ipd.watch()
-    with pytest.raises(ipd.InplaceError):
-        with session:
-            with pytest.raises(ipd.UsageError, match="this watch is already open"):
-                with session:
-                    pass
-            _stale_exp(w).sum().backward()
+    with pytest.raises(ipd.InplaceError), session:
+        with pytest.raises(ipd.UsageError, match="this watch is already open"), session:
+            pass
+        _stale_exp(w).sum().backward()
     assert [(f.code, f.mutation.line) for f in session.findings] == [("IPD101", line_of(__file__, "# <stale exp>"))]
     assert torch._C._len_torch_function_stack() == 0 and torch._C._autograd._top_saved_tensors_default_hooks(False) is None
 
@@ -231,9 +227,7 @@ def test_an_error_pytorch_raises_at_the_op_through_both_sessions_is_one_finding(
     import inplace_doctor as ipd
 
     w = torch.randn(3, requires_grad=True)
-    with pytest.raises(ipd.InplaceError):
-        with ipd.watch() as outer:
-            with ipd.watch():
-                w.add_(1)  # a leaf that requires grad: PyTorch raises here
+    with pytest.raises(ipd.InplaceError), ipd.watch() as outer, ipd.watch():
+        w.add_(1)  # a leaf that requires grad: PyTorch raises here
     [finding] = outer.findings
     assert finding.code == "IPD102" and finding.count == 1

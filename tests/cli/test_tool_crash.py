@@ -119,9 +119,8 @@ def test_a_fault_in_the_tracer_raises_internal_error_from_the_api(tracer_fault):
     with pytest.raises(InternalError, match="inplace-doctor failed: ZeroDivisionError") as info:
         ipd.audit(model, torch.randn(2, 4))
     assert isinstance(info.value.__cause__, ZeroDivisionError)
-    with pytest.raises(InternalError):
-        with ipd.watch():
-            model(torch.randn(2, 4)).sum().backward()
+    with pytest.raises(InternalError), ipd.watch():
+        model(torch.randn(2, 4)).sum().backward()
 
 
 def test_a_correct_model_still_audits_after_a_fault_was_removed(tracer_fault, monkeypatch):

@@ -12,9 +12,9 @@ import threading
 import pytest
 import torch
 from _cpu_tests import load
+from conftest import line_of
 
 import inplace_doctor as ipd
-from conftest import line_of
 from inplace_doctor.examples import LinearThenReLU, SigmoidThenReLU
 
 recompute = load("rules/test_ipd111_recompute.py")  # `_watch(deep)`: either tracer, each with the rules it serves
@@ -44,11 +44,10 @@ def test_a_cuda_backward_runs_on_the_device_thread() -> None:
 def test_watch_confirms_ipd101_at_a_backward_on_the_device_thread(deep: bool) -> None:
     torch.manual_seed(0)
     model, x = SigmoidThenReLU().cuda(), torch.randn(4, 8, device="cuda")
-    with pytest.raises(ipd.InplaceError) as caught:
-        with recompute._watch(deep) as session:
-            out = model(x)
-            threads = _backward_thread(out)
-            out.sum().backward()
+    with pytest.raises(ipd.InplaceError) as caught, recompute._watch(deep) as session:
+        out = model(x)
+        threads = _backward_thread(out)
+        out.sum().backward()
     assert threads and threads[0] != threading.get_ident()
     [finding] = caught.value.findings
     assert finding.code == "IPD101" and finding.confirmed is True and finding.severity is ipd.Severity.ERROR

@@ -201,8 +201,8 @@ def test_the_readme_python_example_prints_both_culprits(tmp_path: Path, monkeypa
 
 @pytest.mark.parametrize("doc", DOCUMENTS, ids=[d.name for d in DOCUMENTS])
 def test_toml_examples_are_valid_configs(doc: Path, tmp_path: Path) -> None:
-    from inplace_doctor.engines.optimize.toml_config import load_config
     from inplace_doctor.cli.project import load_project_config
+    from inplace_doctor.engines.optimize.toml_config import load_config
 
     for _, block in fenced(doc, "toml"):
         if "[tool.inplace-doctor]" in block:

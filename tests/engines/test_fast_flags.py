@@ -17,8 +17,8 @@ from conftest import line_of
 from torch import nn
 
 import inplace_doctor as ipd
-from inplace_doctor.errors import InplaceError
 from inplace_doctor.cli.main import main
+from inplace_doctor.errors import InplaceError
 from inplace_doctor.examples import SigmoidThenReLU
 from inplace_doctor.rules import FAST_MODE_RULES
 from inplace_doctor.trace.write_kernels import end_linger, registered
@@ -130,10 +130,9 @@ class UsesDoubles(nn.Module):
 def test_the_fast_tracer_names_the_forward_line_of_a_failing_custom_backward() -> None:
     """The node-creation hook reuses the stack its node's saves captured: still the apply line."""
     model = UsesDoubles()
-    with pytest.raises(ValueError) as info:
-        with ipd.watch(model, deep=False, select=sorted(FAST_MODE_RULES)) as session:
-            assert not session.deep
-            model(torch.randn(3, 4)).sum().backward()
+    with pytest.raises(ValueError) as info, ipd.watch(model, deep=False, select=sorted(FAST_MODE_RULES)) as session:
+        assert not session.deep
+        model(torch.randn(3, 4)).sum().backward()
     [note] = info.value.__notes__
     assert "in DoublesBackward, the backward of `Doubles.apply` in model (UsesDoubles) at " in note
     assert f":{line_of(SOURCE, '# <custom apply>')}" in note
@@ -141,11 +140,10 @@ def test_the_fast_tracer_names_the_forward_line_of_a_failing_custom_backward() -
 
 def test_the_fast_tracer_names_saved_tensors_after_sharing_stacks_with_their_nodes() -> None:
     model = UsesDoubles()
-    with pytest.raises(InplaceError) as info:
-        with ipd.watch(model, deep=False, select=sorted(FAST_MODE_RULES)):
-            y = torch.sigmoid(model.fc(torch.randn(3, 4)))  # <own sigmoid>
-            y.add_(1)  # <write>
-            y.sum().backward()
+    with pytest.raises(InplaceError) as info, ipd.watch(model, deep=False, select=sorted(FAST_MODE_RULES)):
+        y = torch.sigmoid(model.fc(torch.randn(3, 4)))  # <own sigmoid>
+        y.add_(1)  # <write>
+        y.sum().backward()
     [finding] = info.value.findings
     assert finding.code == "IPD101" and finding.saved is not None
     assert finding.saved.line == line_of(SOURCE, "# <own sigmoid>")

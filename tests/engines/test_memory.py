@@ -13,13 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 import torchvision
+from conftest import marker_line
 from torch import nn
 from torch.distributed._tools.mem_tracker import MemTracker
 
 import inplace_doctor as ipd
 from inplace_doctor.engines.training import training_step
-
-from conftest import marker_line
 
 
 def _encoder() -> nn.Module:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hypothesis.strategies as st
 import torch
-from hypothesis import example, HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from torch import nn
 
 import inplace_doctor as ipd

@@ -93,7 +93,7 @@ class Snapshot:
     rng: tuple[torch.Tensor, Any, Any]
 
     @classmethod
-    def take(cls, model: nn.Module, inputs: list[torch.Tensor]) -> "Snapshot":
+    def take(cls, model: nn.Module, inputs: list[torch.Tensor]) -> Snapshot:
         named = [(f"param {n}", p) for n, p in model.named_parameters(remove_duplicate=False)]
         named += [(f"buffer {n}", b) for n, b in model.named_buffers(remove_duplicate=False)]
         named += [(f"input {i}", t) for i, t in enumerate(inputs)]

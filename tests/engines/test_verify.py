@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -46,7 +47,7 @@ def test_functional_inplace_argument_is_named_by_its_line():
     torch.manual_seed(0)
     result = ipd.verify(FunctionalResidual(), torch.randn(3, 6))
     [culprit] = result.culprits
-    line = next(i + 1 for i, t in enumerate(open(__file__).read().splitlines()) if t.endswith("# <functional>"))
+    line = next(i + 1 for i, t in enumerate(Path(__file__).read_text().splitlines()) if t.endswith("# <functional>"))
     assert culprit.kind == "call" and culprit.where == f"{__file__}:{line}"
 
 

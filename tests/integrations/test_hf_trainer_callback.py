@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import marker_line
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
-
-from conftest import marker_line
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")  # Trainer needs it; CI installs both through '.[test]'

@@ -6,11 +6,9 @@ import logging
 
 import pytest
 import torch
-
+from conftest import marker_line
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
-
-from conftest import marker_line
 
 pl = pytest.importorskip("lightning.pytorch")  # CI installs it through '.[test]'; a guard for bare checkouts
 

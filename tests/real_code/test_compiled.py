@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import marker_line
 from torch import nn
 
 import inplace_doctor as ipd
 from inplace_doctor.trace.compiled import EagerCompiled
-from conftest import marker_line
 
 TRAIN = textwrap.dedent(
     """\
@@ -144,9 +144,8 @@ def test_a_compiled_function_is_traced_eagerly_and_compiles_after_watch() -> Non
         return s
 
     x = torch.randn(3, requires_grad=True)
-    with pytest.raises(ipd.InplaceError, match="SigmoidBackward0"):
-        with ipd.watch() as session:
-            gate(x).sum().backward()
+    with pytest.raises(ipd.InplaceError, match="SigmoidBackward0"), ipd.watch() as session:
+        gate(x).sum().backward()
     assert calls == []  # nothing compiled inside the watched window
     [f] = session.findings
     assert f.code == "IPD101"
@@ -239,9 +238,8 @@ def test_pytorch_fact_inductor_runs_on_where_eager_raises_with_the_out_of_place_
 
 def test_a_save_inside_compiled_code_is_marked_so_the_finding_says_what_compiled_code_does() -> None:
     model = Encoder()
-    with pytest.raises(ipd.InplaceError) as raised:
-        with ipd.watch():
-            _shift_after_forward(torch.compile(model, backend="eager"), torch.randn(4, 8), inplace=True)
+    with pytest.raises(ipd.InplaceError) as raised, ipd.watch():
+        _shift_after_forward(torch.compile(model, backend="eager"), torch.randn(4, 8), inplace=True)
     [f] = raised.value.findings
     assert f.code == "IPD101" and f.confirmed and f.saved is not None
     assert f.saved.in_compiled and not f.mutation.in_compiled  # saved in the compiled forward, written after it
@@ -250,16 +248,14 @@ def test_a_save_inside_compiled_code_is_marked_so_the_finding_says_what_compiled
 
 def test_a_save_and_a_write_both_inside_compiled_code_are_both_marked() -> None:
     compiled = torch.compile(Gate(), backend="eager")
-    with pytest.raises(ipd.InplaceError) as raised:
-        with ipd.watch():
-            compiled(torch.randn(2, 4)).sum().backward()
+    with pytest.raises(ipd.InplaceError) as raised, ipd.watch():
+        compiled(torch.randn(2, 4)).sum().backward()
     [f] = raised.value.findings
     assert f.saved is not None and f.saved.in_compiled and f.mutation.in_compiled
 
 
 def test_a_save_outside_compiled_code_is_not_marked() -> None:
-    with pytest.raises(ipd.InplaceError) as raised:
-        with ipd.watch():
-            _shift_after_forward(Encoder(), torch.randn(4, 8), inplace=True)
+    with pytest.raises(ipd.InplaceError) as raised, ipd.watch():
+        _shift_after_forward(Encoder(), torch.randn(4, 8), inplace=True)
     [f] = raised.value.findings
     assert f.saved is not None and not f.saved.in_compiled and not f.mutation.in_compiled

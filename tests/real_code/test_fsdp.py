@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import line_of
 
 HERE = Path(__file__).parent

@@ -19,12 +19,15 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from test_idioms import (
+    one_thread,  # noqa: F401  (its autouse fixture, for these tests too)
+    serious,
+    twin,
+)
 from torch import nn
 
 import inplace_doctor as ipd
 from inplace_doctor import Severity
-from test_idioms import one_thread  # noqa: F401  (its autouse fixture, for these tests too)
-from test_idioms import serious, twin
 
 HERE = Path(__file__).resolve()
 

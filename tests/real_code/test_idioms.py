@@ -17,8 +17,9 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
@@ -720,9 +721,8 @@ def test_broken_gan_order_is_flagged_at_the_discriminator_step(variant):
 
     torch.manual_seed(0)
     G, D, opt_g, opt_d = _gan()
-    with pytest.raises(ipd.InplaceError) as excinfo:
-        with ipd.watch(G, D) as session:
-            step(G, D, opt_g, opt_d)
+    with pytest.raises(ipd.InplaceError) as excinfo, ipd.watch(G, D) as session:
+        step(G, D, opt_g, opt_d)
     assert isinstance(excinfo.value, RuntimeError)
     assert excinfo.value.findings and all(f.code == "IPD101" for f in excinfo.value.findings)
 
@@ -750,9 +750,8 @@ def test_broken_gan_order_is_flagged_at_the_discriminator_step(variant):
 def test_broken_gan_order_is_flagged_with_a_single_model_root():
     torch.manual_seed(0)
     G, D, opt_g, opt_d = _gan()
-    with pytest.raises(ipd.InplaceError):
-        with ipd.watch(D) as session:
-            _broken_gan_step_separate(G, D, opt_g, opt_d)
+    with pytest.raises(ipd.InplaceError), ipd.watch(D) as session:
+        _broken_gan_step_separate(G, D, opt_g, opt_d)
     step_line = line_of("broken-gan-d-step-separate")
     hits = [f for f in session.findings if f.code == "IPD101" and f.mutation.line == step_line]
     assert hits, [f.message for f in session.findings]
@@ -764,9 +763,8 @@ def test_broken_gan_order_fail_fast_raises_at_the_generator_backward_with_the_st
     # generator's backward reaches the overwritten weights, with the step's stack chained in front.
     torch.manual_seed(0)
     G, D, opt_g, opt_d = _gan()
-    with pytest.raises(ipd.InplaceError) as excinfo:
-        with ipd.watch(G, D, fail_fast=True):
-            _broken_gan_step_separate(G, D, opt_g, opt_d)
+    with pytest.raises(ipd.InplaceError) as excinfo, ipd.watch(G, D, fail_fast=True):
+        _broken_gan_step_separate(G, D, opt_g, opt_d)
     step_line = line_of("broken-gan-d-step-separate")
     assert excinfo.value.findings[0].mutation.line == step_line
     pytorch_error = excinfo.value.__cause__
@@ -814,9 +812,8 @@ def test_non_reentrant_checkpoint_agrees_with_plain_pytorch(deep):
 
     lin2, run2 = _checkpointed(use_reentrant=False)
     if plain_raised is not None:  # pragma: no cover
-        with pytest.raises(RuntimeError):
-            with ipd.watch(lin2, **_modes(deep)):
-                run2()
+        with pytest.raises(RuntimeError), ipd.watch(lin2, **_modes(deep)):
+            run2()
         return
     # torch 2.x: no error; the recompute rebuilds the saved value, so watch() must not raise either.
     with ipd.watch(lin2, **_modes(deep)) as session:
@@ -832,9 +829,8 @@ def test_reentrant_checkpoint_raises_like_plain_pytorch(deep):
         run()
 
     lin2, run2 = _checkpointed(use_reentrant=True)
-    with pytest.raises(RuntimeError) as excinfo:
-        with ipd.watch(lin2, **_modes(deep)) as session:
-            run2()
+    with pytest.raises(RuntimeError) as excinfo, ipd.watch(lin2, **_modes(deep)) as session:
+        run2()
     assert isinstance(excinfo.value, ipd.InplaceError)
     [f] = [f for f in session.findings if f.code == "IPD101"]
     assert f.severity is Severity.ERROR

@@ -27,12 +27,17 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from test_idioms import (
+    has_error,
+    load_program,
+    one_thread,  # noqa: F401  (its autouse fixture, for these tests too)
+    serious,
+    twin,
+)
 from torch import nn
 
 import inplace_doctor as ipd
 from inplace_doctor import Severity
-from test_idioms import one_thread  # noqa: F401  (its autouse fixture, for these tests too)
-from test_idioms import has_error, load_program, serious, twin
 
 HERE = Path(__file__).resolve()
 IDIOMS = HERE.parent / "idioms_more"
@@ -101,9 +106,8 @@ def _sam_restore_too_early(form: str):
         sam.train_restoring_before_backward(sam.build(form))
     torch.manual_seed(0)
     objs = sam.build(form)
-    with pytest.raises(ipd.InplaceError):
-        with ipd.watch(objs["model"]) as session:
-            sam.train_restoring_before_backward(objs)
+    with pytest.raises(ipd.InplaceError), ipd.watch(objs["model"]) as session:
+        sam.train_restoring_before_backward(objs)
     assert has_error(session.findings, "IPD101"), describe(session.findings)
     return [f for f in serious(session.findings) if f.code == "IPD101"]
 
@@ -154,9 +158,8 @@ def test_sam_wide_resnet_with_dropout_after_inplace_relu_is_flagged():
         sam.train(sam.build("sam", dropout=0.1), steps=1)
     torch.manual_seed(0)
     objs = sam.build("sam", dropout=0.1)
-    with pytest.raises(ipd.InplaceError):
-        with ipd.watch(objs["model"]) as session:
-            sam.train(objs, steps=1)
+    with pytest.raises(ipd.InplaceError), ipd.watch(objs["model"]) as session:
+        sam.train(objs, steps=1)
     hits = [f for f in session.findings if f.code == "IPD101" and f.severity is Severity.ERROR]
     assert hits, describe(session.findings)
     f = hits[0]
@@ -177,9 +180,8 @@ def test_sam_wide_resnet_dropout_finding_names_where_the_dropout_was_constructed
     sam = load("sam")
     torch.manual_seed(0)
     objs = sam.build("sam", dropout=0.1)
-    with pytest.raises(ipd.InplaceError):
-        with ipd.watch(objs["model"]) as session:
-            sam.train(objs, steps=1)
+    with pytest.raises(ipd.InplaceError), ipd.watch(objs["model"]) as session:
+        sam.train(objs, steps=1)
     hits = [f for f in session.findings if f.code == "IPD101" and f.severity is Severity.ERROR]
     assert hits, describe(session.findings)
     origin = hits[0].mutation.origin
@@ -919,9 +921,8 @@ def test_timm_lookahead_sync_between_forward_and_backward_is_flagged():
         la.train_syncing_before_backward(la.build("timm_copy"))
     torch.manual_seed(0)
     objs = la.build("timm_copy")
-    with pytest.raises(ipd.InplaceError):
-        with ipd.watch(objs["model"]) as session:
-            la.train_syncing_before_backward(objs)
+    with pytest.raises(ipd.InplaceError), ipd.watch(objs["model"]) as session:
+        la.train_syncing_before_backward(objs)
     hits = [f for f in session.findings if f.code == "IPD101" and f.severity is Severity.ERROR
             and Path(f.mutation.file or "") == LA_FILE and f.mutation.line == marker(LA_FILE, "timm-fast-copy")]
     assert hits, describe(session.findings)

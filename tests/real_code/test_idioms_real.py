@@ -31,11 +31,16 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from test_idioms import (
+    assert_clean,
+    has_error,
+    load_program,
+    one_thread,  # noqa: F401  (its autouse fixture, for these tests too)
+    twin,
+)
 from torch import nn
 
 import inplace_doctor as ipd
-from test_idioms import one_thread  # noqa: F401  (its autouse fixture, for these tests too)
-from test_idioms import has_error, load_program, assert_clean, twin
 
 HERE = Path(__file__).resolve()
 IDIOMS = HERE.parent / "idioms"
@@ -82,9 +87,8 @@ def test_rlkit_sac_2019_order_critic_steps_before_policy_backward_is_flagged():
         rl.SAC2019Trainer().train_from_torch(rl.sample_batch())
     torch.manual_seed(0)
     trainer = rl.SAC2019Trainer()
-    with pytest.raises(ipd.InplaceError):
-        with ipd.watch(*trainer.networks) as session:
-            trainer.train_from_torch(rl.sample_batch())
+    with pytest.raises(ipd.InplaceError), ipd.watch(*trainer.networks) as session:
+        trainer.train_from_torch(rl.sample_batch())
     assert has_error(session.findings, "IPD101"), describe(session.findings)
     src = (IDIOMS / "rl_rlkit.py").read_text().splitlines()
     step_line = next(i for i, line in enumerate(src, 1) if line.rstrip().endswith("# <<sac2019-qf1-step>>"))
@@ -234,9 +238,8 @@ def test_soft_update_before_the_backward_that_reads_the_target_is_flagged(update
     else:
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             _soft_update_before_backward(update, before=True)
-        with pytest.raises(ipd.InplaceError):
-            with ipd.watch() as session:
-                _soft_update_before_backward(update, before=True)
+        with pytest.raises(ipd.InplaceError), ipd.watch() as session:
+            _soft_update_before_backward(update, before=True)
         assert has_error(session.findings, "IPD101"), describe(session.findings)
 
 
@@ -689,9 +692,8 @@ def test_dcgan_label_refilled_before_the_joint_backward_is_flagged():
         step(_dcgan_build("none"))
     torch.manual_seed(0)
     objs = _dcgan_build("none")
-    with pytest.raises(ipd.InplaceError):
-        with ipd.watch(*objs[:2]) as session:
-            step(objs)
+    with pytest.raises(ipd.InplaceError), ipd.watch(*objs[:2]) as session:
+        step(objs)
     assert has_error(session.findings, "IPD101"), describe(session.findings)
 
 

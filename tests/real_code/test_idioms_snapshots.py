@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import copy
 import io
-from typing import Any, Callable
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -198,7 +200,7 @@ def test_normalize_inplace_on_a_tensor_the_caller_reads_again_is_reported_at_the
         shown = image.clamp(0, 1)  # <read>
     findings = [f for f in session.findings if f.code == "IPD106"]
     assert findings and all(f.severity is Severity.WARNING for f in findings)
-    read_line = next(i for i, t in enumerate(open(__file__).read().splitlines(), 1) if t.endswith("# <read>"))
+    read_line = next(i for i, t in enumerate(Path(__file__).read_text().splitlines(), 1) if t.endswith("# <read>"))
     assert {(f.read.line, f.read.op) for f in findings} == {(read_line, "aten.clamp")}
     assert {f.mutation.op for f in findings} <= {"aten.sub_", "aten.div_"}
     assert float(shown.min()) == 0.0  # the "original" image now holds normalized values, clamped

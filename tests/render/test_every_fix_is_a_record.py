@@ -4,6 +4,7 @@ has no edits)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 
 import numpy as np
@@ -17,23 +18,17 @@ from inplace_doctor.render.text import render as render_text
 
 def _leaf() -> None:  # IPD102
     w = torch.randn(3, requires_grad=True)
-    try:
+    with contextlib.suppress(RuntimeError):
         w.add_(1)
-    except RuntimeError:
-        pass
 
 
 def _expanded() -> None:  # IPD103
     e = torch.zeros(1, requires_grad=True).expand(3) * 1
-    try:
+    with contextlib.suppress(RuntimeError):
         e.add_(1)
-    except RuntimeError:
-        pass
     f = torch.zeros(1).expand(3)
-    try:
+    with contextlib.suppress(RuntimeError):
         f.add_(1)
-    except RuntimeError:
-        pass
 
 
 def _numpy_write() -> None:  # IPD109

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import in_fresh_thread
 
 import inplace_doctor as ipd
-from conftest import in_fresh_thread
 from inplace_doctor.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]

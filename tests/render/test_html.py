@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -48,7 +49,7 @@ def report_file(tmp_path_factory) -> str:
 
 
 def test_the_page_is_self_contained(report_file: str) -> None:
-    text = open(report_file, encoding="utf-8").read()
+    text = Path(report_file).read_text(encoding="utf-8")
     assert "<script" not in text
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text)
     assert "IPD101" in text and 'id="memory-timeline"' in text and "Decisions" in text

@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 import inplace_doctor as ipd
-from inplace_doctor.examples import ResidualReLU
 from inplace_doctor.cli.project import load_project_config, merged
+from inplace_doctor.examples import ResidualReLU
 
 
 class CommentSuppressed(nn.Module):

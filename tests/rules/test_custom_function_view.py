@@ -47,9 +47,8 @@ def _step(function: type[torch.autograd.Function]) -> torch.Tensor:
 
 @pytest.mark.parametrize("deep", [False, True], ids=["fast", "deep"])
 def test_the_fix_names_the_function_and_mark_dirty(deep: bool) -> None:
-    with pytest.raises(ipd.InplaceError) as raised:
-        with ipd.watch(deep=deep):
-            _step(Passthrough)
+    with pytest.raises(ipd.InplaceError) as raised, ipd.watch(deep=deep):
+        _step(Passthrough)
     (f,) = raised.value.findings
     assert f.code == "IPD103" and "`Passthrough`'s forward" in f.fix and "ctx.mark_dirty" in f.fix
     with ipd.watch(deep=deep) as session:  # the first choice the fix names, applied

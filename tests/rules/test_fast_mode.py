@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import in_fresh_thread
 
 import inplace_doctor as ipd
-from conftest import in_fresh_thread
 from inplace_doctor.render.explain.checkpoint_recompute import _values
 from inplace_doctor.rules import FAST_MODE_RULES
 

@@ -268,7 +268,6 @@ def test_a_hugging_face_model_with_gradient_checkpointing_reports_nothing(deep: 
 @MODES
 def test_the_region_count_is_undone_when_watch_ends(deep: bool) -> None:
     import torch.utils.checkpoint as torch_checkpoint
-
     from torch.autograd.function import BackwardCFunction
 
     apply = BackwardCFunction.__dict__["apply"]

@@ -9,6 +9,7 @@ issue's reproductions run here as written, under `watch()` and under
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -18,10 +19,10 @@ import textwrap
 from pathlib import Path
 
 import torch
+from conftest import line_of
 from torch import nn
 
 import inplace_doctor as ipd
-from conftest import line_of
 from inplace_doctor import Severity
 from inplace_doctor.causes import Unreached
 
@@ -261,10 +262,8 @@ def test_watch_reports_what_a_stopped_backward_did_not_reach_as_a_warning_when_t
     model = _TwoBugs()
     with ipd.watch() as session:
         out = model(torch.randn(2, 4))
-        try:
+        with contextlib.suppress(RuntimeError):
             out.sum().backward()
-        except RuntimeError:
-            pass
     by_line = sorted(session.findings, key=lambda f: f.mutation.line)
     assert [(f.code, f.severity, f.confirmed) for f in by_line] == [
         ("IPD101", Severity.WARNING, False),
@@ -278,10 +277,8 @@ def test_a_prediction_made_after_the_stopped_backward_keeps_its_own_reason():
     model, other = _TwoBugs(), nn.Linear(4, 4)
     with ipd.watch() as session:
         out = model(torch.randn(2, 4))
-        try:
+        with contextlib.suppress(RuntimeError):
             out.sum().backward()
-        except RuntimeError:
-            pass
         later = torch.sigmoid(other(torch.randn(2, 4)))
         later.mul_(2)  # <never backpropagated>
         session.tracer.flush()

@@ -30,9 +30,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import in_fresh_thread, line_of
 
 import inplace_doctor as ipd
-from conftest import in_fresh_thread, line_of
 
 HERE = Path(__file__).resolve().parent
 

@@ -11,13 +11,11 @@ import re
 import numpy as np
 import pytest
 import torch
+from conftest import marker_line
 from torch import nn
 
 import inplace_doctor as ipd
-
-from conftest import marker_line
 from inplace_doctor.causes import Unreached
-
 
 
 def line_of(marker: str) -> int:
@@ -215,12 +213,11 @@ def test_ipd101_optimizer_step_before_backward_of_a_graph_that_saved_the_weights
     model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))  # model.2 saves its weight
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x = torch.randn(2, 4)
-    with pytest.raises(ipd.InplaceError) as raised:
-        with ipd.watch(model) as session:
-            model(x).sum().backward()
-            second = model(x).sum()  # <save:opt>
-            opt.step()  # <write:opt>
-            second.backward()
+    with pytest.raises(ipd.InplaceError) as raised, ipd.watch(model) as session:
+        model(x).sum().backward()
+        second = model(x).sum()  # <save:opt>
+        opt.step()  # <write:opt>
+        second.backward()
     f = only(session.findings, "IPD101")
     assert_lines(f, "opt", "opt")
     assert f.saved.module == "2" and f.slot == "AddmmBackward0.mat2"
@@ -239,9 +236,8 @@ def test_ipd101_retained_graph_overwritten_after_backward_reports_only_when_back
             y.mul_(2)  # <write:retain>
     # The graph's one backward already ran: the write is a prediction that nothing confirmed.
     assert [(f.code, f.severity) for f in session.findings] == [("IPD101", ipd.Severity.INFO)]
-    with pytest.raises(ipd.InplaceError):
-        with ipd.watch() as session:
-            y.sum().backward()
+    with pytest.raises(ipd.InplaceError), ipd.watch() as session:
+        y.sum().backward()
     f = only(session.findings, "IPD101")
     assert_lines(f, "retain", "retain")
     assert f.confirmed is True
@@ -333,9 +329,8 @@ def test_module_called_twice_gets_a_call_index():
 
 def test_ipd102_leaf_that_requires_grad():
     w = torch.randn(3, requires_grad=True)
-    with pytest.raises(ipd.InplaceError) as raised:
-        with ipd.watch() as session:
-            w.add_(1)  # <write:leaf>
+    with pytest.raises(ipd.InplaceError) as raised, ipd.watch() as session:
+        w.add_(1)  # <write:leaf>
     f = only(session.findings, "IPD102")
     assert f.mutation.line == line_of("write:leaf")
     assert "torch.no_grad()" in f.fix
@@ -356,9 +351,8 @@ def test_ipd102_view_of_a_leaf_and_audit_reports_instead_of_raising():
 
 def test_ipd102_clean_under_no_grad():
     w = torch.randn(3, requires_grad=True)
-    with ipd.watch() as session:
-        with torch.no_grad():
-            w.add_(1)
+    with ipd.watch() as session, torch.no_grad():
+        w.add_(1)
     assert session.findings == []
 
 
@@ -366,9 +360,8 @@ def test_ipd102_clean_under_no_grad():
 
 
 def _raise_in_watch(fn):
-    with pytest.raises(ipd.InplaceError) as raised:
-        with ipd.watch() as session:
-            fn()
+    with pytest.raises(ipd.InplaceError) as raised, ipd.watch() as session:
+        fn()
     return only(session.findings, "IPD103"), raised.value
 
 
@@ -498,29 +491,26 @@ def _sin_residual():
 def test_pytorch_error_is_never_lost_inside_watch(name):
     with pytest.raises(RuntimeError):
         BROKEN[name]()
-    with pytest.raises(RuntimeError) as raised:
-        with ipd.watch():
-            BROKEN[name]()
+    with pytest.raises(RuntimeError) as raised, ipd.watch():
+        BROKEN[name]()
     assert isinstance(raised.value, ipd.InplaceError)
     assert raised.value.findings
 
 
 def test_pytorch_error_survives_when_its_rule_is_ignored():
-    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-        with ipd.watch(ignore="IPD101"):
-            BROKEN["sigmoid-relu_"]()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"), ipd.watch(ignore="IPD101"):
+        BROKEN["sigmoid-relu_"]()
     report = ipd.audit(SigmoidGate(), torch.randn(3, 6), ignore=["IPD101"])
     assert report.findings == [] and any("not selected" in n for n in report.notes)
 
 
 def test_fail_fast_raises_at_backward_with_the_overwriting_line_chained():
-    with pytest.raises(ipd.InplaceError) as raised:
-        with ipd.watch(fail_fast=True):
-            x = torch.randn(3, requires_grad=True)
-            y = x.exp()
-            y.add_(1)  # <write:failfast>
-            y.sum().backward()  # <backward:failfast>
-            raise AssertionError("fail_fast should have raised before this line")
+    with pytest.raises(ipd.InplaceError) as raised, ipd.watch(fail_fast=True):
+        x = torch.randn(3, requires_grad=True)
+        y = x.exp()
+        y.add_(1)  # <write:failfast>
+        y.sum().backward()  # <backward:failfast>
+        raise AssertionError("fail_fast should have raised before this line")
     frames = [tb for tb in _traceback_lines(raised.value.__traceback__) if tb[0] == __file__]
     assert frames[-1][1] == line_of("backward:failfast")
     written = raised.value.__cause__.__cause__

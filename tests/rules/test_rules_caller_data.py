@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import marker_line
 from torch import nn
 
 import inplace_doctor as ipd
-
-from conftest import marker_line
-
 
 
 def line_of(marker: str) -> int:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import line_of
 from torch import nn
 
 import inplace_doctor as ipd
-from conftest import line_of
 from inplace_doctor import Severity
 from inplace_doctor.causes import Unreached
 
@@ -74,9 +74,8 @@ def _nested_sessions(alias: str) -> tuple[list[ipd.Finding], list[ipd.Finding], 
     torch.manual_seed(0)
     model, tag = Masked(through_data=alias == "data"), "# write:data" if alias == "data" else "# write:masked"
     x = torch.randn(4, 8)
-    with ipd.watch() as outer:
-        with ipd.watch() as inner:
-            model(x).sum().backward()
+    with ipd.watch() as outer, ipd.watch() as inner:
+        model(x).sum().backward()
     assert "data" not in torch.Tensor.__dict__ and torch.Tensor.detach is torch._C.TensorBase.detach
     return outer.findings, inner.findings, line_of(__file__, tag)
 

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import marker_line
 from torch import nn
 
 import inplace_doctor as ipd
 from inplace_doctor.causes import SideEffectCause
-
-from conftest import marker_line
-
 
 
 def line_of(marker: str) -> int:
@@ -279,10 +276,9 @@ def test_forward_hook_feature_extractor_followed_by_an_inplace_relu():
     model = torchvision.models.resnet18(weights=None).eval()
     features = {}
     model.bn1.register_forward_hook(lambda module, args, output: features.__setitem__("bn1", output))
-    with ipd.watch(model) as session:
-        with torch.no_grad():
-            model(torch.randn(1, 3, 32, 32))
-            smallest = features["bn1"].min()  # <features-read>
+    with ipd.watch(model) as session, torch.no_grad():
+        model(torch.randn(1, 3, 32, 32))
+        smallest = features["bn1"].min()  # <features-read>
     [f] = ipd105(session.findings)
     assert f.mutation.module == "relu" and f.read.line == line_of("features-read")
     assert float(smallest) >= 0.0  # what the hook "kept" was rectified in place
@@ -305,9 +301,8 @@ def test_inplace_write_to_a_checkpoint_input_raises_like_pytorch_and_is_explaine
 
     with pytest.raises(RuntimeError):
         run()  # plain PyTorch raises in both modes
-    with pytest.raises(ipd.InplaceError) as raised:
-        with ipd.watch() as session:
-            run()
+    with pytest.raises(ipd.InplaceError) as raised, ipd.watch() as session:
+        run()
     [f] = session.findings
     assert f.code == "IPD108" and f.severity is ipd.Severity.ERROR and f.confirmed is True
     assert f.mutation.line == line_of("ckpt-input-write")

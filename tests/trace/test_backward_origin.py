@@ -81,9 +81,8 @@ def test_plain_pytorch_raises_in_backward_naming_no_line():
 
 
 def test_the_overlap_error_raised_in_backward_names_the_forward_write_under_watch():
-    with pytest.raises(InplaceError) as info:
-        with ipd.watch():
-            IICLoss()(iic_input()).backward()  # <backward call>
+    with pytest.raises(InplaceError) as info, ipd.watch():
+        IICLoss()(iic_input()).backward()  # <backward call>
     [finding] = info.value.findings
     assert finding.code == "IPD103"
     assert finding.mutation.line == line_of(SOURCE, "# <expanded write>")
@@ -112,9 +111,8 @@ def test_the_fixed_iic_loss_is_clean():
 )
 def test_a_custom_backward_error_gets_a_note_naming_the_apply_line_under_watch(fn, error, words):
     model = UsesFunction(fn)
-    with pytest.raises(error) as info:  # the user's own exception, unchanged in type
-        with ipd.watch(model):
-            model(torch.randn(3, 4)).sum().backward()
+    with pytest.raises(error) as info, ipd.watch(model):  # the user's own exception, unchanged in type
+        model(torch.randn(3, 4)).sum().backward()
     [note] = info.value.__notes__
     assert note.startswith(f"inplace-doctor: raised inside backward, in {fn.__name__}Backward, the backward of ")
     assert f"`{fn.__name__}.apply` in model (UsesFunction) at " in note
@@ -136,9 +134,8 @@ def test_an_error_raised_in_forward_gets_no_backward_note():
         def forward(self, x):
             raise ValueError("forward failed")
 
-    with pytest.raises(ValueError) as info:
-        with ipd.watch():
-            Bad()(torch.randn(2))
+    with pytest.raises(ValueError) as info, ipd.watch():
+        Bad()(torch.randn(2))
     assert not getattr(info.value, "__notes__", None)
 
 

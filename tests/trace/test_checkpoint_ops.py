@@ -17,8 +17,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import checkpoint
 
 import inplace_doctor as ipd
-from inplace_doctor.rules import FAST_MODE_RULES
 from inplace_doctor._compat import remove_dispatch_mode
+from inplace_doctor.rules import FAST_MODE_RULES
 
 
 def _fast() -> Any:

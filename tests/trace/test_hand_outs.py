@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-
-import inplace_doctor as ipd
 from _no_leftovers import Leftovers, leftovers, warm_up
 from conftest import in_fresh_thread
+
+import inplace_doctor as ipd
 from inplace_doctor.rules import FAST_MODE_RULES
 from inplace_doctor.trace.hand_outs import METHODS
 
@@ -69,10 +69,9 @@ def test_hand_outs_in_another_thread_or_with_torch_functions_off_are_not_seen(de
 @pytest.mark.parametrize("deep", [True, False], ids=["deep", "fast"])
 def test_nested_sessions_each_see_a_hand_out(deep: bool):
     t = torch.randn(4)
-    with _session(deep) as outer:
-        with _session(deep) as inner:
-            t.numpy()
-            assert _hand_outs(inner) == _hand_outs(outer) == [("numpy", "`.numpy()`")]
+    with _session(deep) as outer, _session(deep) as inner:
+        t.numpy()
+        assert _hand_outs(inner) == _hand_outs(outer) == [("numpy", "`.numpy()`")]
 
 
 def test_sessions_of_two_threads_may_end_in_any_order() -> None:

@@ -13,14 +13,15 @@ import pickle
 import sys
 import threading
 import warnings
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 from conftest import line_of
+from torch import nn
 from torch.overrides import TorchFunctionMode
 
 import inplace_doctor as ipd
@@ -496,7 +497,7 @@ print(found)
 """
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _wrapped_before_the_first_watch() -> dict[tuple[str, bool], list[str]]:
     """The findings of the script above, run once in a fresh process (its first watch comes after the patches)."""
     import ast
@@ -613,12 +614,11 @@ def test_the_programs_own_patches_made_before_or_during_the_watch_are_left_in_pl
 def test_an_error_of_an_inplace_call_that_ends_the_watch_leaves_nothing_behind(deep: bool) -> None:
     """An in-place call's error raised out of the watch (and out of a program mode inside it) unwinds every mode and patch."""
     h = torch.randn(4) * 2
-    with pytest.raises(RuntimeError, match="must match"):
-        with ipd.watch(deep=deep) as session:
-            out = F.relu(h, inplace=True)  # the tool's mode pushed: `h` awaits its read
-            with _Counting():
-                torch.cat([h, out])
-                h += torch.ones(3)
+    with pytest.raises(RuntimeError, match="must match"), ipd.watch(deep=deep) as session:
+        out = F.relu(h, inplace=True)  # the tool's mode pushed: `h` awaits its read
+        with _Counting():
+            torch.cat([h, out])
+            h += torch.ones(3)
     assert _stack() == [] and _torchs_state() == _PLAIN
     assert _codes(session) == ["IPD105"]
 

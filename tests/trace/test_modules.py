@@ -285,9 +285,8 @@ def test_no_hooks_left_behind_after_exit():
 
 def test_no_hooks_left_behind_after_an_exception():
     before = global_hook_counts()
-    with pytest.raises(ValueError, match="boom"):
-        with ModulePaths():
-            Boom()(torch.randn(2))
+    with pytest.raises(ValueError, match="boom"), ModulePaths():
+        Boom()(torch.randn(2))
     assert global_hook_counts() == before
 
 

@@ -9,11 +9,11 @@ one (`Leftovers.take`: every attribute of torch's modules and classes, the hook 
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
-
 from _no_leftovers import SESSIONS, Leftovers, leftovers, touched, warm_up
 
 KINDS = sorted(SESSIONS)

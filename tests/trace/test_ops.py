@@ -9,14 +9,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from inplace_doctor.trace.ops import (
-    op_facts,
-    op_name,
-    restores_version_bump,
-    write_spec,
-    writes_bytes,
-    written_tensors,
-)
+from inplace_doctor.trace.ops import op_facts, op_name, restores_version_bump, write_spec, writes_bytes, written_tensors
 
 aten = torch.ops.aten
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-
 import torch
+from conftest import marker_line
 from torch import nn
 
 import inplace_doctor as ipd
-from conftest import marker_line
 
 
 class Gate(nn.Module):

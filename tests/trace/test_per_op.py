@@ -54,9 +54,8 @@ def test_forward_only_passes_backward_ops_straight_through() -> None:
 
 def test_an_op_that_raises_is_the_programs_error_and_the_work_is_told() -> None:
     work, x, y = Log(), torch.ones(3), torch.ones(2)
-    with pytest.raises(RuntimeError) as raised:
-        with PerOpMode(Busy(), work):
-            x.add_(y)  # shapes that do not broadcast
+    with pytest.raises(RuntimeError) as raised, PerOpMode(Busy(), work):
+        x.add_(y)  # shapes that do not broadcast
     assert work.failures == ["add_.Tensor"] and work.seen == []
     assert not raised_by_the_tool(raised.value)
 

@@ -250,13 +250,12 @@ def test_pack_order_inputs_before_dispatch_outputs_after():
         return t
 
     x = torch.randn(3, requires_grad=True)
-    with saved_tensors_hooks(pack, _identity):
-        with Logger():
-            torch.sin(x)
-            sin_events = list(log)
-            log.clear()
-            torch.sigmoid(x)
-            sigmoid_events = list(log)
+    with saved_tensors_hooks(pack, _identity), Logger():
+        torch.sin(x)
+        sin_events = list(log)
+        log.clear()
+        torch.sigmoid(x)
+        sigmoid_events = list(log)
     assert sin_events == [("pack", None), ("dispatch", aten.sin.default)]
     assert sigmoid_events == [("dispatch", aten.sigmoid.default), ("pack", None)]
 

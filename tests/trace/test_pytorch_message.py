@@ -154,9 +154,8 @@ def test_the_program_catches_pytorchs_error_word_for_word(name: str, deep: bool)
 
 
 def test_uncaught_it_leaves_the_watch_as_inplace_error_from_pytorchs() -> None:
-    with pytest.raises(ipd.InplaceError) as raised:
-        with ipd.watch():
-            _output_saved()
+    with pytest.raises(ipd.InplaceError) as raised, ipd.watch():
+        _output_saved()
     cause = raised.value.__cause__
     assert type(cause) is RuntimeError and "which is output 0 of Exp," in str(cause)
     assert isinstance(cause.__cause__, ipd.WrittenHere)  # where the write ran, printed first

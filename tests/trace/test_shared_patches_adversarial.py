@@ -18,7 +18,8 @@ import textwrap
 import threading
 import time
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -203,10 +204,9 @@ def test_two_threads_interleaved_compute_as_without_the_tool(
 
 def test_a_watch_ended_by_an_exception_leaves_torchs_methods(tensor_methods: dict[str, Any]) -> None:
     """The program's exception leaves the watch as the program's, torch's methods put back."""
-    with pytest.raises(KeyError, match="mine"):
-        with ipd.watch():
-            torch.ones(2).numpy()
-            raise KeyError("mine")
+    with pytest.raises(KeyError, match="mine"), ipd.watch():
+        torch.ones(2).numpy()
+        raise KeyError("mine")
     assert _same(tensor_methods) == [] and F.relu.__code__.co_name == "relu"
 
 

@@ -8,19 +8,10 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from conftest import marker_line
 
 import inplace_doctor
-from conftest import marker_line
-from inplace_doctor.sites import (
-    Frame,
-    Phase,
-    Site,
-    _short_path,
-    caller_frame,
-    describe_site,
-    module_ref,
-    source_line,
-)
+from inplace_doctor.sites import Frame, Phase, Site, _short_path, caller_frame, describe_site, module_ref, source_line
 
 HERE = os.path.abspath(__file__)
 SCHEMA = Path(inplace_doctor.__file__).parent / "schema" / "report.schema.json"

@@ -102,9 +102,8 @@ def _overwrite_a_saved_tensor() -> None:
 
 def test_a_write_under_pytest_keeps_the_users_frames_and_counts_the_frameworks():
     # This test runs under pytest: pytest and pluggy frames are below it on the stack.
-    with pytest.raises(inplace_doctor.InplaceError) as raised:
-        with inplace_doctor.watch():
-            _overwrite_a_saved_tensor()  # <call>
+    with pytest.raises(inplace_doctor.InplaceError) as raised, inplace_doctor.watch():
+        _overwrite_a_saved_tensor()  # <call>
     write = raised.value.findings[0].mutation
     assert [(f.function, f.line) for f in write.stack[-2:]] == [
         ("test_a_write_under_pytest_keeps_the_users_frames_and_counts_the_frameworks", marker_line(__file__, "call")),

@@ -7,7 +7,7 @@ forward as written; a read is reported exactly when a value read differs in kind
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import torch

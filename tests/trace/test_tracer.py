@@ -158,10 +158,9 @@ def test_everything_removed_on_exit_and_on_exception():
     with tracer:
         assert _global_state() != before
     assert _global_state() == before
-    with pytest.raises(ZeroDivisionError):
-        with Tracer(events):
-            nn.Linear(2, 2)(torch.randn(1, 2))
-            1 / 0  # noqa: B018 (raises)
+    with pytest.raises(ZeroDivisionError), Tracer(events):
+        nn.Linear(2, 2)(torch.randn(1, 2))
+        1 / 0  # noqa: B018 (raises)
     assert _global_state() == before
     x = torch.randn(2, requires_grad=True)
     torch.sigmoid(x)  # creates a node: the node-creation hook must be gone
@@ -308,9 +307,8 @@ def test_foreach_optimizer_between_forward_and_backward_still_raises_inside_watc
 
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         _gan_order({"foreach": True})
-    with pytest.raises(ipd.InplaceError) as raised:
-        with ipd.watch():
-            _gan_order({"foreach": True})
+    with pytest.raises(ipd.InplaceError) as raised, ipd.watch():
+        _gan_order({"foreach": True})
     assert raised.value.findings[0].code == "IPD101"
 
 

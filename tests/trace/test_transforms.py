@@ -50,6 +50,6 @@ def test_grad_vjp_jacrev_and_hessian_run_under_watch_with_the_results_of_a_plain
 def test_the_users_own_saved_tensor_hooks_still_make_grad_refuse_as_without_the_tool() -> None:
     model = torch.nn.Linear(3, 1)
     x = torch.randn(3)
-    with ipd.watch(model), torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
-        with pytest.raises(RuntimeError, match="don't yet support saved tensor hooks"):
-            grad(lambda t: model(t).sum())(x)
+    with ipd.watch(model), torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t), \
+            pytest.raises(RuntimeError, match="don't yet support saved tensor hooks"):
+        grad(lambda t: model(t).sum())(x)

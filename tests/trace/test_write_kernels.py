@@ -52,9 +52,8 @@ def _stale_saved_tensor():
 
 def test_pytorch_still_raises_its_own_error_at_backward_and_the_write_is_seen():
     recorded = Recorded()
-    with WriteKernels(recorded):
-        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-            _stale_saved_tensor()
+    with WriteKernels(recorded), pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        _stale_saved_tensor()
     assert recorded.ops() == ["aten.mul_.Tensor"]  # `mul_(2)`: a wrapped number in a Tensor slot
 
 
@@ -182,9 +181,8 @@ def test_scalar_arguments_keep_their_type_promotion():
     _, (half, integer) = watched(program)
     plain_half, plain_integer = program()
     assert half.dtype == torch.float16 and torch.equal(half, plain_half) and torch.equal(integer, plain_integer)
-    with pytest.raises(RuntimeError, match="can't be cast"):
-        with WriteKernels(Recorded()):
-            torch.tensor([5]).mul_(2.5)  # PyTorch's own error, as without the kernels
+    with pytest.raises(RuntimeError, match="can't be cast"), WriteKernels(Recorded()):
+        torch.tensor([5]).mul_(2.5)  # PyTorch's own error, as without the kernels
 
 
 def test_a_training_step_is_bit_identical_with_and_without_the_kernels():

@@ -18,16 +18,13 @@ import time
 
 import pytest
 import torch
+from test_write_kernels import Recorded, _stale_saved_tensor, _writes_of_every_kind
 from torch import nn
 
 import inplace_doctor as ipd
 from inplace_doctor.trace import kernel_registration
 from inplace_doctor.trace.blame import raised_by_the_tool
-from inplace_doctor.trace.write_kernels import (
-    WriteKernels, end_linger, mutating_overloads, registered, registrations,
-)
-
-from test_write_kernels import Recorded, _stale_saved_tensor, _writes_of_every_kind
+from inplace_doctor.trace.write_kernels import WriteKernels, end_linger, mutating_overloads, registered, registrations
 
 SOURCE = kernel_registration.__file__
 RACE_CYCLES = 40
@@ -123,9 +120,9 @@ def test_writes_without_a_session_while_lingering_are_not_recorded_and_run_as_py
 def test_pytorchs_error_in_a_write_inside_a_fallthrough_op_stays_the_programs() -> None:
     """`_foreach_add_`'s kernel passes through to per-tensor `add_`, whose kernels take the
     no-session path: PyTorch's error there is the program's, not a crash of the tool."""
-    with WriteKernels(Recorded()):
-        with pytest.raises(RuntimeError, match="more than one element of the written-to tensor") as info:
-            torch._foreach_add_([torch.zeros(1).expand(3)], [torch.ones(3)])
+    with WriteKernels(Recorded()), \
+            pytest.raises(RuntimeError, match="more than one element of the written-to tensor") as info:
+        torch._foreach_add_([torch.zeros(1).expand(3)], [torch.ones(3)])
     assert not raised_by_the_tool(info.value)
 
 

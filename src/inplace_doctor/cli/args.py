@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .errors import EXIT_FINDINGS, EXIT_OK, CliUsageError
 
@@ -201,7 +202,7 @@ def codes(values: list[str], option: str = "--select") -> list[str] | None:
     return out or None
 
 
-def rule_config(ns: argparse.Namespace) -> "ProjectConfig":
+def rule_config(ns: argparse.Namespace) -> ProjectConfig:
     """`[tool.inplace-doctor]` with `--select`, `--ignore` and `--fail-on` over it; unknown codes
     fail here, before anything runs."""
     from ..rules import select_rules
@@ -212,7 +213,7 @@ def rule_config(ns: argparse.Namespace) -> "ProjectConfig":
     return config
 
 
-def findings_exit(config: "ProjectConfig", report: Any) -> int:
+def findings_exit(config: ProjectConfig, report: Any) -> int:
     """1 when the report has findings at or above the `fail-on` severity, else 0."""
     threshold = config.fail_severity()
     return EXIT_FINDINGS if threshold is not None and report.failed(threshold) else EXIT_OK

@@ -7,18 +7,18 @@ import argparse
 from typing import TYPE_CHECKING
 
 from .args import (
+    add_check_contents,
     add_config,
     add_fail_on,
     add_force,
     add_format,
     add_html,
-    add_check_contents,
-    add_tracer_mode,
     add_model,
     add_output,
     add_rule_selection,
     add_seed,
     add_stack,
+    add_tracer_mode,
     findings_exit,
     report_formats,
     rule_config,
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from .args import Subcommands
 
 
-def add_parser(sub: "Subcommands") -> None:
+def add_parser(sub: Subcommands) -> None:
     audit = sub.add_parser("audit", help="audit a model in one instrumented forward + backward")
     add_model(audit, eval_help="audit in eval mode (default: train mode)")
     audit.add_argument("--no-backward", action="store_true", help="run forward only")

@@ -7,7 +7,7 @@ import os
 import shutil
 import stat
 import tempfile
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from ..printing import fmt_bytes
 from .errors import CliUsageError

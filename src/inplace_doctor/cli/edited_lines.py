@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import difflib
 import os
-from typing import TYPE_CHECKING, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from .source_edits import Source
 
@@ -42,7 +43,7 @@ def texts(source: Source) -> list[str]:
     return [" ".join(source.data[a:b].decode(source.encoding, "replace").split()) for a, b in zip(starts, ends)]
 
 
-def renamed(ids: "set[Identity]", renames: dict[tuple[str, str], set[str]]) -> "set[Identity]":
+def renamed(ids: set[Identity], renames: dict[tuple[str, str], set[str]]) -> set[Identity]:
     """The names `ids` have when their lines read as the edits rewrote them (the line, followed, is the same)."""
     return {i._replace(text=text) for i in ids for text in renames.get((i.path, i.text), ())}
 

@@ -49,8 +49,8 @@ import sys
 import sysconfig
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..render.fix_text import unproven_caveat
 from ..printing import write_bytes
+from ..render.fix_text import unproven_caveat
 from .errors import CliUsageError, child_exit, ended_by
 from .fix_search import where_written
 
@@ -70,7 +70,7 @@ def looks_like_spec(target: str) -> bool:
     return bool(module and factory) and not target.endswith(".py") and "/" not in module
 
 
-def add_parser(sub: "Subcommands") -> None:
+def add_parser(sub: Subcommands) -> None:
     fixer = sub.add_parser(
         "fix", help="apply the fixes a script's findings carry, each proven on a copy of your program first",
         usage="inplace-doctor fix [--diff] [--force] [--unsafe-fixes] [--steps N] "
@@ -151,7 +151,7 @@ def _command(ns: argparse.Namespace, patch: TextIO) -> int:
         ws.close()
 
 
-def _fix(ns: argparse.Namespace, ws: "Watched", first: "Run", patch: TextIO) -> int:
+def _fix(ns: argparse.Namespace, ws: Watched, first: Run, patch: TextIO) -> int:
     from .fix_exit import edited_end, passed_on
     from .fix_search import search, why_not
     from .prove import identity, serious
@@ -212,7 +212,7 @@ def _fix(ns: argparse.Namespace, ws: "Watched", first: "Run", patch: TextIO) -> 
     return 0 if proven else 1
 
 
-def _as_it_is(first: "Run") -> int:
+def _as_it_is(first: Run) -> int:
     """Fix's exit when it wrote nothing: 1, or the script's own status under `run` (said in a line
     after fix's own) when that is another (1 is also `run`'s word for the findings themselves)."""
     from .fix_exit import passed_on
@@ -223,7 +223,7 @@ def _as_it_is(first: "Run") -> int:
     return status or 1
 
 
-def _how_sure(code: str, v: "Verdict") -> str:
+def _how_sure(code: str, v: Verdict) -> str:
     steps = f"{v.steps} step(s)" if v.steps else "the whole run"
     if code == "IPD105":
         return ("proven: the finding is gone, nothing new is reported, and every model the edited script ran computes "
@@ -238,7 +238,7 @@ def _suggest(findings: list[dict[str, Any]], tree: str) -> None:
         print(f"  {f['code']} at {where_written(f, tree)}: {f.get('fix')}")
 
 
-def _watch(program: list[str], args: list[str], steps: int | None) -> "Run":
+def _watch(program: list[str], args: list[str], steps: int | None) -> Run:
     """The script (`[SCRIPT]` or `["-m", MODULE]`) under `inplace-doctor run` in the working
     directory, its output shown."""
     import tempfile

@@ -10,7 +10,8 @@ when fix wrote its edits, else the script as it is. `sys.exit(5)` is 5, an uncau
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .errors import child_exit, ended_by
 from .prove import How, Run, Workspace

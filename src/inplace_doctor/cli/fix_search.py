@@ -14,8 +14,9 @@ report can carry what was checked as each fix's `Evidence`.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..findings import Applicability, Evidence
 from ..render.code_text import moved_code, one_line, without_comment
@@ -39,9 +40,9 @@ ROUNDS = 8
 class Accepted:
     code: str
     where: str  # file:line of the write, as the run that found it named it
-    target: "Identity"
-    fix: "Fix"
-    verdict: "Verdict"
+    target: Identity
+    fix: Fix
+    verdict: Verdict
     described: str
 
 
@@ -49,9 +50,9 @@ class Accepted:
 class Tried:
     """One fix checked: its edits as paths of the user's project, and what its trial showed."""
 
-    target: "Identity"
-    fix: "Fix"
-    verdict: "Verdict"
+    target: Identity
+    fix: Fix
+    verdict: Verdict
     alone: bool  # checked on the program as it is, with no other fix made first
 
 
@@ -75,7 +76,7 @@ class Search:
         )
 
 
-def search(ws: "Workspace", first: "Run", *, unsafe: bool, say: Callable[[str], None]) -> Search:
+def search(ws: Workspace, first: Run, *, unsafe: bool, say: Callable[[str], None]) -> Search:
     """The rounds of checks (module docstring), starting from the first run's findings; `say` gets
     one line per check made."""
     from .prove import How, identity, serious
@@ -172,7 +173,7 @@ def search(ws: "Workspace", first: "Run", *, unsafe: bool, say: Callable[[str], 
     return out
 
 
-def with_evidence(report: "Report", found: Search, root: str) -> "Report":
+def with_evidence(report: Report, found: Search, root: str) -> Report:
     """`report` with what the checks showed on the fixes it carries, matched by their edits (data):
     a fix checked on the program as it is carries that trial's `Evidence`; the accepted fixes, when
     proven as a set and each one a fix of this report, are `proven` (what `fix` would write)."""
@@ -180,7 +181,7 @@ def with_evidence(report: "Report", found: Search, root: str) -> "Report":
 
     from .prove import identity
 
-    def key(fx: "Fix") -> tuple[Any, ...]:
+    def key(fx: Fix) -> tuple[Any, ...]:
         edits = tuple((os.path.realpath(os.path.join(root, e.path)), e.start, e.end, e.old, e.new) for e in fx.edits)
         return (fx.kind, edits)
 
@@ -195,7 +196,7 @@ def with_evidence(report: "Report", found: Search, root: str) -> "Report":
             if a.target not in remaining:
                 proven[k] = Evidence(checked=True, equal=True, finding_gone=True, steps=steps)
 
-    def marked(fx: "Fix") -> "Fix":
+    def marked(fx: Fix) -> Fix:
         k = key(fx)
         if k in proven:
             return changed(fx, applicability=Applicability.PROVEN, evidence=proven[k])
@@ -205,20 +206,20 @@ def with_evidence(report: "Report", found: Search, root: str) -> "Report":
     return changed(report, findings=findings)
 
 
-def evidence_of(v: "Verdict") -> Evidence:
+def evidence_of(v: Verdict) -> Evidence:
     """A trial's verdict as the record a report carries."""
     return Evidence(checked=True, equal=v.comparison == "equal", finding_gone=v.gone,
                     new_findings=tuple(i.code for i in v.new), steps=v.steps,
                     first_difference=v.first_difference)
 
 
-def _candidates(finding: dict[str, Any]) -> list["Fix"]:
+def _candidates(finding: dict[str, Any]) -> list[Fix]:
     from .source_edits import fixes_from_json
 
     return [fx for fx in fixes_from_json(finding) if fx.edits and fx.applicability is not Applicability.MANUAL]
 
 
-def _already_made(edit: "Edit", state: dict[str, bytes]) -> bool:
+def _already_made(edit: Edit, state: dict[str, bytes]) -> bool:
     from .source_edits import Source, already_made
 
     path = os.path.realpath(edit.path)
@@ -229,20 +230,20 @@ def _already_made(edit: "Edit", state: dict[str, bytes]) -> bool:
     return already_made(edit, source)
 
 
-def where_edit(edit: "Edit", root: str) -> str:
+def where_edit(edit: Edit, root: str) -> str:
     return f"{os.path.relpath(edit.path, root) if os.path.isabs(edit.path) else edit.path}:{edit.start.line}"
 
 
-def _judge(target: "Identity", trial: "Run", reference: "Run", known: "set[Identity]", also: "frozenset[Identity]",
-           was: int, lines: dict[str, tuple[int, ...]]) -> "Verdict":
+def _judge(target: Identity, trial: Run, reference: Run, known: set[Identity], also: frozenset[Identity],
+           was: int, lines: dict[str, tuple[int, ...]]) -> Verdict:
     from .prove import How, Record, judge
 
     return judge(target, trial, reference.record or Record(How.NOT_STARTED, "", 0, ()), known, also=also, was=was,
                  lines=lines)
 
 
-def _verified(target: "Identity", trial: "Run", known: "set[Identity]", also: "frozenset[Identity]",
-              was: int, lines: dict[str, tuple[int, ...]]) -> "Verdict":
+def _verified(target: Identity, trial: Run, known: set[Identity], also: frozenset[Identity],
+              was: int, lines: dict[str, tuple[int, ...]]) -> Verdict:
     """An IPD105 flag change judged by `run --verify`: every model the edited script ran computes
     what its out-of-place form computes."""
     from .prove import How, Record, Verdict, judge
@@ -261,7 +262,7 @@ def _verified(target: "Identity", trial: "Run", known: "set[Identity]", also: "f
 
 
 
-def why_not(v: "Verdict") -> str:
+def why_not(v: Verdict) -> str:
     if v.unprovable:
         return v.unprovable
     if not v.gone:
@@ -271,7 +272,7 @@ def why_not(v: "Verdict") -> str:
     return f"not equal to the intended program: {v.first_difference}"
 
 
-def describe(edits: tuple["Edit", ...], root: str, changes: dict[str, tuple[bytes, bytes]]) -> str:
+def describe(edits: tuple[Edit, ...], root: str, changes: dict[str, tuple[bytes, bytes]]) -> str:
     """The edits in words: a change inside one line shows the whole line before and after."""
     from .source_edits import Source
 
@@ -299,7 +300,7 @@ def describe(edits: tuple["Edit", ...], root: str, changes: dict[str, tuple[byte
     return "; ".join(parts)
 
 
-def _line(source: "Source", number: int) -> str:
+def _line(source: Source, number: int) -> str:
     starts = source.line_starts()
     end = starts[number] if number < len(starts) else len(source.data)
     return without_comment(source.data[starts[number - 1] : end].decode(source.encoding, "replace").strip())

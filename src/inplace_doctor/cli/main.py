@@ -14,7 +14,8 @@ from __future__ import annotations
 import contextlib
 import sys
 import traceback
-from typing import NoReturn, Sequence
+from collections.abc import Sequence
+from typing import NoReturn
 
 from ..printing import OutputFailed, quiet_after_failure, tool_streams
 from ..trace.blame import recursion_headroom

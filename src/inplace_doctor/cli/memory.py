@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 
-def add_parser(sub: "Subcommands") -> None:
+def add_parser(sub: Subcommands) -> None:
     cmd = add_training_parser(sub, "memory", "measure where a training step's memory goes, and why autograd keeps it")
     cmd.set_defaults(handler=command)
 

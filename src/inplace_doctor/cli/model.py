@@ -17,8 +17,8 @@ import math
 import pkgutil
 import re
 import sys
-from collections.abc import Iterator
-from typing import Any, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from .errors import CliUsageError, FactoryError, exited, first_line
 

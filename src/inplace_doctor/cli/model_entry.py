@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from collections.abc import Sequence
+
 
 def main(argv: Sequence[str]) -> int:
     from ..engines.training import default_loss

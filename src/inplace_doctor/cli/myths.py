@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from .args import Subcommands
 
 
-def add_parser(sub: "Subcommands") -> None:
+def add_parser(sub: Subcommands) -> None:
     myths = sub.add_parser("myths", help="run the experiments that check the folklore about in-place ops")
     myths.add_argument("name", nargs="?", default="", help="only experiments whose name starts with this")
     myths.set_defaults(handler=command)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from .args import Subcommands
 
 
-def add_parser(sub: "Subcommands") -> None:
+def add_parser(sub: Subcommands) -> None:
     cmd = add_training_parser(sub, "optimize", "decide every in-place flag from evidence, verify it, measure the memory it saves")
     cmd.add_argument("--write", metavar="FILE", help="write the config (TOML) to FILE, e.g. inplace.toml")
     cmd.add_argument("--enable-safe", action="store_true",

@@ -32,8 +32,9 @@ import re
 import secrets
 import stat
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from ..printing import write_bytes
 from .errors import CliUsageError

@@ -17,7 +17,8 @@ from __future__ import annotations
 import difflib
 import hashlib
 import os
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from .copy_room import files_under
 

@@ -26,7 +26,8 @@ import socket
 import sys
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -75,7 +76,7 @@ class Unseeded:
         self._seen: set[str] = set()
         self._undo: list[Callable[[], None]] = []
 
-    def __enter__(self) -> "Unseeded":
+    def __enter__(self) -> Unseeded:
         for owner, name, kind in _WATCHED:
             original = getattr(owner, name, None)
             if original is None:

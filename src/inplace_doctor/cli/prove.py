@@ -22,14 +22,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from .copy_room import check_room, links_into_the_copy, skip
 from .errors import CliUsageError
 from .produced import stamps, written
 from .proof_seeds import HASH_SEED
-
 
 
 class How(enum.StrEnum):

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from types import CodeType, FrameType
-from typing import Any, Callable, Optional
+from typing import Any
 
-Tracer = Callable[[FrameType, str, Any], Optional[Callable[..., Any]]]
+Tracer = Callable[[FrameType, str, Any], Callable[..., Any] | None]
 
 
 class Reach:
@@ -35,7 +36,7 @@ class Reach:
         self._real_settrace, self._real_gettrace = sys.settrace, sys.gettrace
         self._on = False
 
-    def __enter__(self) -> "Reach":
+    def __enter__(self) -> Reach:
         if self.groups:
             self._other = sys.gettrace()
             sys.settrace = self._set_other  # type: ignore[assignment]

@@ -37,7 +37,8 @@ import linecache
 import os
 import runpy
 import sys
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -87,7 +88,7 @@ class Recorder:
         self._passes: dict[str, int] = {}  # backward passes so far of each line that calls backward
         self.steps = 0  # training steps: the most steps of one optimizer, or backward passes without one
 
-    def __enter__(self) -> "Recorder":
+    def __enter__(self) -> Recorder:
         mod = torch.nn.modules.module
         handles = [
             mod.register_module_forward_pre_hook(self._pre),

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .prove import Record, Run, Workspace
 
 
-def unrepeatable(ws: "Workspace", state: dict[str, bytes], reference: "Run", repeated: dict[int, str]) -> str:
+def unrepeatable(ws: Workspace, state: dict[str, bytes], reference: Run, repeated: dict[int, str]) -> str:
     """'' when the intended program computes the same values on a second run from the same seeds
     (the edits made the difference); else that it does not, and what it reads that seeds do not fix."""
     if id(reference) not in repeated:
@@ -36,7 +36,7 @@ def unrepeatable(ws: "Workspace", state: dict[str, bytes], reference: "Run", rep
     return repeated[id(reference)]
 
 
-def _first_unequal(a: "Record", b: "Record") -> str:
+def _first_unequal(a: Record, b: Record) -> str:
     """The label of the first value two records of one program disagree on; '' when they agree."""
     import itertools
 
@@ -52,7 +52,7 @@ _KINDS = {"clock": "the clock", "urandom": "the operating system's random bytes"
           "network": "the network"}
 
 
-def _unseeded(reference: "Run") -> str:
+def _unseeded(reference: Run) -> str:
     """What the program reads that seeds do not fix, at its own lines, in words."""
     reads = reference.record.unseeded if reference.record is not None else ()
     if not reads:

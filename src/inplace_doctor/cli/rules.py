@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from .args import Subcommands
 
 
-def add_parsers(sub: "Subcommands") -> None:
+def add_parsers(sub: Subcommands) -> None:
     rules = sub.add_parser("rules", help="list the rules")
     rules.set_defaults(handler=list_rules)
     rule = sub.add_parser("rule", help="print one rule's documentation")

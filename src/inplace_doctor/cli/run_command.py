@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 
 from .args import (
     add_check_contents,
-    add_tracer_mode,
     add_fail_on,
-    add_format,
     add_force,
+    add_format,
     add_output,
     add_rule_selection,
     add_stack,
+    add_tracer_mode,
     findings_exit,
     report_formats,
     rule_config,
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .args import Subcommands
 
 
-def add_parser(sub: "Subcommands") -> None:
+def add_parser(sub: Subcommands) -> None:
     runner = sub.add_parser(
         "run", help="run a training script (or -m module) as python would, under watch()",
         usage="inplace-doctor run [options] (SCRIPT.py | -m MODULE) [ARGS ...]",
@@ -163,7 +163,7 @@ def command(ns: argparse.Namespace) -> int:
     return findings_exit(config, report)
 
 
-def _proven(report: "Report", root: str, target: str, args: list[str], module: bool, ns: argparse.Namespace) -> "Report":
+def _proven(report: Report, root: str, target: str, args: list[str], module: bool, ns: argparse.Namespace) -> Report:
     """`run --prove`: the report with each fix checked on a scratch copy of the project (`fix_search`)."""
     from ..findings import Applicability
     from .fix_search import search, why_not, with_evidence

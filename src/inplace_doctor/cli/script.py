@@ -78,7 +78,7 @@ def run_script(
     per_module_ignores: dict[str, list[str]] | None = None,
     err: TextIO | None = None,
     check_contents: bool = False,
-    models: "ModelCalls | None" = None,
+    models: ModelCalls | None = None,
     deep: bool | None = None,
 ) -> tuple[int, Report, RunStats]:
     """Run the script; return (its exit status, the report, what was watched).

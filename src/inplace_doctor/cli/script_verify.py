@@ -21,8 +21,9 @@ flag it flipped left a program that computes what its out-of-place form does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

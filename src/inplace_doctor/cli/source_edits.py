@@ -28,8 +28,9 @@ import io
 import os
 import tempfile
 import tokenize
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .._parsing import parse
 from ..errors import InplaceDoctorError
@@ -50,12 +51,12 @@ class Source:
     bom: int  # bytes of BOM at the start
 
     @classmethod
-    def read(cls, path: str) -> "Source":
+    def read(cls, path: str) -> Source:
         with open(path, "rb") as f:
             return cls.of(f.read(), path)
 
     @classmethod
-    def of(cls, data: bytes, path: str) -> "Source":
+    def of(cls, data: bytes, path: str) -> Source:
         try:
             encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         except SyntaxError as e:

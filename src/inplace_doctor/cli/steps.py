@@ -9,8 +9,9 @@ from __future__ import annotations
 import functools
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -136,7 +137,7 @@ class StepCounter:
         #: IPD109 changes a step found without their line, looked for in the watched steps after it
         self.write_lines = StepLineSearches(session.tracer.contents, lambda: stats.steps.watched + 1)
 
-    def __enter__(self) -> "StepCounter":
+    def __enter__(self) -> StepCounter:
         self._stack_len = torch._C._len_torch_function_stack()
         for owner, name in self._TARGETS:
             original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)

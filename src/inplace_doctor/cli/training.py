@@ -20,7 +20,7 @@ OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "none")
 FORMATS = ("text", "json")  # what `print_result` writes: --help and the check below both read this
 
 
-def add_training_parser(sub: "Subcommands", name: str, help: str) -> "Parser":
+def add_training_parser(sub: Subcommands, name: str, help: str) -> Parser:
     """The parser of `memory` or `optimize`, with the options they share; the caller adds its own after them."""
     cmd = sub.add_parser(name, help=help)
     add_model(cmd)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from .args import Subcommands
 
 
-def add_parser(sub: "Subcommands") -> None:
+def add_parser(sub: Subcommands) -> None:
     check = sub.add_parser("verify", help="check that the in-place configuration computes what its out-of-place form does")
     add_model(check, eval_help="verify in eval mode (default: train mode)")
     check.add_argument("--steps", type=int, default=1, help="training steps per run (default 1)")

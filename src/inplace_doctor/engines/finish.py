@@ -3,7 +3,6 @@ notes filled from what the tracer counted; what an error that stopped the model 
 
 from __future__ import annotations
 
-
 from ..errors import ModelError
 from ..findings import Finding
 from ..report import Report

@@ -7,7 +7,8 @@ import dataclasses
 import itertools
 import random
 import sys
-from typing import Any, Iterable, Iterator, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
 
 import torch
 
@@ -257,7 +258,7 @@ class Preserved:
         # storage pointer -> (storage, its bytes, the version of each protected tensor on it before the write)
         self._snapshots: dict[int, tuple[Any, Any, list[tuple[torch.Tensor, int]]]] = {}
 
-    def __enter__(self) -> "Preserved":
+    def __enter__(self) -> Preserved:
         model = self.model
         modules = self._modules if self._modules is not None else list(model.modules())  # one walk serves all below
         self._parameters = [

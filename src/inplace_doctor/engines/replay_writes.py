@@ -23,7 +23,8 @@ saved again but not changed).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -33,9 +34,9 @@ from ..findings import Finding
 from ..report import Report
 from ..rules import select_rules
 from ..rules.dispatch import Analyzer
+from ..sites import Site
 from ..trace.blame import forget_frames, internal_error, passed_through, raised_by_the_tool
 from ..trace.fingerprint import Fingerprint
-from ..sites import Site
 from ..trace.step_lines import LaterStepSearch, place_of
 from ..trace.storage import storage_span
 from ..trace.tracer import Tracer

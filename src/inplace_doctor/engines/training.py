@@ -15,8 +15,9 @@ The engines differ in two places, each a parameter: when gradients are zeroed
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Iterator, Mapping
 from enum import StrEnum
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import torch
 

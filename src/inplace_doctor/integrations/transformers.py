@@ -41,7 +41,8 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tqdm.auto import tqdm
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments

@@ -14,7 +14,8 @@ for an exception met elsewhere (the Hugging Face callback wraps `Trainer.train` 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..api import InplaceDoctorError, Report, Severity, UsageError, watch
 from ..trace.blame import call_through

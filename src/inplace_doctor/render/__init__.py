@@ -11,13 +11,18 @@ registered with `explanations.explains` (rules import that seam, never this room
 
 from __future__ import annotations
 
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 from ..errors import UsageError
 from ..report import Report
-from . import explain  # noqa: F401  (registers the sentences of every finding)
+from . import (  # noqa: F401  (registers str() of the results)
+    explain,  # noqa: F401  (registers the sentences of every finding)
+    memory_text,
+    plan_text,
+    verify_text,
+)
 from . import json as json_format
-from . import memory_text, plan_text, verify_text  # noqa: F401  (registers str() of the results)
 from . import sarif as sarif_format
 from . import text as text_format
 

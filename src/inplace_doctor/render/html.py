@@ -4,7 +4,8 @@ and the peak breakdowns. No script and no external resource: it opens offline.""
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..printing import fmt_bytes
 
@@ -30,7 +31,7 @@ def _e(text: object) -> str:
     return html.escape(str(text))
 
 
-def timeline_svg(series: Sequence[tuple[str, "MemoryReport"]], width: int = 1000, height: int = 320) -> str:
+def timeline_svg(series: Sequence[tuple[str, MemoryReport]], width: int = 1000, height: int = 320) -> str:
     """Live bytes after each op of the last measured step, one polyline per report."""
     rows = [(label, r.timeline) for label, r in series if r.timeline]
     if not rows:
@@ -80,7 +81,7 @@ def timeline_svg(series: Sequence[tuple[str, "MemoryReport"]], width: int = 1000
     return "".join(parts) + f'<p class="legend">{legend}</p>'
 
 
-def _peak_table(peak: "Peak") -> str:
+def _peak_table(peak: Peak) -> str:
     rows = "".join(
         f'<tr><td>{_e(c)}</td><td class="n">{_e(fmt_bytes(b))}</td><td class="n">{b:,}</td></tr>'
         for c, b in sorted(peak.by_category.items(), key=lambda kv: -kv[1]) if b
@@ -99,7 +100,7 @@ def _peak_table(peak: "Peak") -> str:
     )
 
 
-def memory_section(series: Sequence[tuple[str, "MemoryReport"]]) -> str:
+def memory_section(series: Sequence[tuple[str, MemoryReport]]) -> str:
     out = ["<h2>Memory</h2>", timeline_svg(series)]
     for label, report in series:
         out.append(f"<h3>{_e(label)}: peak {_e(fmt_bytes(report.peak))} ({report.peak:,} bytes)</h3>")
@@ -108,7 +109,7 @@ def memory_section(series: Sequence[tuple[str, "MemoryReport"]]) -> str:
     return "".join(out)
 
 
-def findings_section(report: "Report") -> str:
+def findings_section(report: Report) -> str:
     from .text import finding_lines
 
     if not report.findings:
@@ -120,7 +121,7 @@ def findings_section(report: "Report") -> str:
     return f"<h2>Findings ({len(report.findings)})</h2>" + "".join(items)
 
 
-def plan_section(plan: "Plan") -> str:
+def plan_section(plan: Plan) -> str:
     rows = "".join(
         f'<tr class="{"changed" if d.changed else ""}"><td>{_e(d.site or "<root>")}</td><td>{_e(d.kind)}</td>'
         f"<td>{'on' if d.shipped else 'off'}</td><td>{'on' if d.inplace else 'off'}</td>"
@@ -148,9 +149,9 @@ def write_html(
     path: str,
     title: str,
     *,
-    report: "Report | None" = None,
-    plan: "Plan | None" = None,
-    memory: "Sequence[tuple[str, MemoryReport]]" = (),
+    report: Report | None = None,
+    plan: Plan | None = None,
+    memory: Sequence[tuple[str, MemoryReport]] = (),
 ) -> None:
     with open(path, "w", encoding="utf-8", errors="backslashreplace") as f:
         f.write(html_page(title, report=report, plan=plan, memory=memory))
@@ -159,9 +160,9 @@ def write_html(
 def html_page(
     title: str,
     *,
-    report: "Report | None" = None,
-    plan: "Plan | None" = None,
-    memory: "Sequence[tuple[str, MemoryReport]]" = (),
+    report: Report | None = None,
+    plan: Plan | None = None,
+    memory: Sequence[tuple[str, MemoryReport]] = (),
 ) -> str:
     """The whole page: findings, the plan's decisions, the memory timeline, as they apply."""
     sections = []
@@ -175,7 +176,7 @@ def html_page(
     return page(title, sections)
 
 
-def write_png(path: str, series: Sequence[tuple[str, "MemoryReport"]]) -> bool:
+def write_png(path: str, series: Sequence[tuple[str, MemoryReport]]) -> bool:
     """The timeline chart as a PNG via matplotlib; False when matplotlib is not installed."""
     data = png_bytes(series)
     if data is not None:
@@ -184,7 +185,7 @@ def write_png(path: str, series: Sequence[tuple[str, "MemoryReport"]]) -> bool:
     return data is not None
 
 
-def png_bytes(series: Sequence[tuple[str, "MemoryReport"]]) -> bytes | None:
+def png_bytes(series: Sequence[tuple[str, MemoryReport]]) -> bytes | None:
     """The timeline chart as PNG bytes via matplotlib; None when matplotlib is not installed."""
     import io
 

@@ -32,8 +32,8 @@ from ..findings import Edit, Finding, Fix, Severity
 from ..report import Report
 from ..rules import RULES, Rule
 from ..sites import Frame, Site, module_ref
-from .json import dump
 from .fix_text import is_offered, sentence
+from .json import dump
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SARIF_VERSION = "2.1.0"

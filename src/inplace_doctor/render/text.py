@@ -11,11 +11,11 @@ from rich.console import Console
 from rich.text import Text
 
 from ..causes import SiteRole, Unreached
-from .explain.outside_writes import unlocated_write
 from ..findings import Finding, Severity
 from ..printing import renders_html, renders_text
 from ..report import Report
 from ..sites import ROOT_LABEL, Site, caller_frame, describe_site, source_line
+from .explain.outside_writes import unlocated_write
 from .fix_text import fix_lines
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold blue"}

@@ -9,7 +9,7 @@ findings and confirms predictions), `suppress` (comments and regions),
 `phrasing` (how a place is named: a finding's `places`; the sentences of
 findings are render/explain/'s), and the fixes' builders and the source they
 read (`fix_builders`, `fix_moves`, `fix_history`, `fix_sets`, `source`,
-`line_endings`). A new rule is one new file
+`line_endings`, `fix_flags`). A new rule is one new file
 plus its fixtures under tests/rules/IPDxxx/ (today a rule read by the fast
 tracer is also named in `FAST_MODE_RULES`: issue 39).
 Rules may import the records and trace/ (for stacks), never engines/, render/

@@ -30,8 +30,8 @@ tensor. The prediction is kept, not reported, until one of:
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Mapping, Sequence
 
 from ..causes import Cause, SavedTensorCause, Unreached, VersionFacts
 from ..errors import InplaceError, WrittenHere

@@ -5,10 +5,10 @@ Its sentences: render/explain/outside_writes.py.
 
 from __future__ import annotations
 
-from ..causes import HandOutFacts, OutsideWriteCause
-from ..events import SavedTensorChangedOutside
 from dataclasses import replace
 
+from ..causes import HandOutFacts, OutsideWriteCause
+from ..events import SavedTensorChangedOutside
 from ..findings import Finding, Fix, Severity
 from ..sites import Phase, Site
 from .fix_builders import copy_at_handout, pointer_handout

@@ -39,7 +39,7 @@ def qualified(name: str, root_label: str) -> str:
     return f"{root_label}.{name}" if root_label and name else (name or root_label)
 
 
-def place_of(finding: "Finding", root_label: str) -> str:
+def place_of(finding: Finding, root_label: str) -> str:
     """What one occurrence of a finding is about: the parameter written, else the module that wrote."""
     if finding.target:
         return qualified(finding.target, root_label)

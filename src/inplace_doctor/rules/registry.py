@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import difflib
 import inspect
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable, Protocol
+from typing import Protocol
 
 from ..causes import Cause, Facts, SiteRole
 from ..errors import UsageError

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import re
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from ..errors import UsageError
 from ..findings import Finding
@@ -68,7 +68,7 @@ class suppress(contextlib.ContextDecorator):
     def __init__(self, *codes: str) -> None:
         self.codes = _codes(codes)
 
-    def __enter__(self) -> "suppress":
+    def __enter__(self) -> suppress:
         _REGIONS.append(self.codes)
         return self
 

@@ -71,7 +71,7 @@ class HeldTensors:
         self._aliases: dict[int, weakref.ref[torch.Tensor]] = {}
         self._detached = False  # a `.detach()` of a stale alias was followed: a report looks for them too
 
-    def __enter__(self) -> "HeldTensors":
+    def __enter__(self) -> HeldTensors:
         _GROUP.acquire(self)
         return self
 
@@ -129,7 +129,7 @@ class HeldTensors:
         ref = self._aliases.get(id(t))
         return ref is not None and ref() is t
 
-    def check_uses(self, func: Any, args: Any, kwargs: Any, written: Any) -> "_Held | None":
+    def check_uses(self, func: Any, args: Any, kwargs: Any, written: Any) -> _Held | None:
         """An op using a stale alias as a snapshot: reading it together with another tensor on the
         same memory (`load_state_dict(best)` copies it onto the parameter it aliases; a before/after
         comparison reads both), or copying it (`clone`, `copy_` from it into another tensor, `.to()`
@@ -164,7 +164,7 @@ class HeldTensors:
             self._report(entry, make_site(name, *capture_frames(), self.modules.current, "forward"), how)
         return aliased
 
-    def alias_of_stale(self, entry: "_Held", out: Any) -> None:
+    def alias_of_stale(self, entry: _Held, out: Any) -> None:
         """`out` (a `detach()`/`.data` of a stale alias) is the same alias: followed until it dies."""
         if not isinstance(out, torch.Tensor) or entry.stale is None:
             return
@@ -182,7 +182,7 @@ class HeldTensors:
         stale_ids[key] = derived
         self._detached = True
 
-    def _report(self, entry: "_Held", use: Site, how: str) -> None:
+    def _report(self, entry: _Held, use: Site, how: str) -> None:
         overwritten = entry.stale
         same = [k for k, e in self.stale_ids.items() if e.stale is overwritten] if self._detached else [id(entry.ref())]
         for key in same:  # it and its detaches

@@ -165,9 +165,9 @@ def recursion_headroom(*, copying: bool = False) -> Iterator[None]:
 
 def internal_error(exc: BaseException) -> InternalError:
     """The error that says the tool crashed (chain it: `raise internal_error(e) from e`)."""
-    import torch
-
     import textwrap
+
+    import torch
 
     text = exception_text(exc)
     first = textwrap.shorten(text.splitlines()[0], 300, placeholder=" ...") if text else ""

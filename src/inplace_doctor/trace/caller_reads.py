@@ -21,7 +21,8 @@ tensor object counts), and reads after the watched code ends.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

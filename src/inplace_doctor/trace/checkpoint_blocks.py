@@ -28,7 +28,7 @@ class RegionCount:
     _lock = threading.Lock()  # tracers of several threads enter and leave
     _saved: list[tuple[type, Any, Any]] = []
     #: the RecomputeChecks told when a recompute ends (`RecomputeCheck.recompute_ended`)
-    listeners: "weakref.WeakSet[Any]" = weakref.WeakSet()
+    listeners: weakref.WeakSet[Any] = weakref.WeakSet()
     #: the fast tracers' per-op interception, asked at each block's start (`checkpoint_ops.RegionOps`)
     watchers: list[Any] = []
 
@@ -41,7 +41,7 @@ class RegionCount:
                 return watcher
         return None
 
-    def __enter__(self) -> "RegionCount":
+    def __enter__(self) -> RegionCount:
         cls = type(self)
         with cls._lock:
             cls._users += 1

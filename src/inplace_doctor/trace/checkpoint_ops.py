@@ -48,7 +48,7 @@ from .pytorch_errors import RaisedErrors
 from .recompute import RecomputeCheck
 from .writes import WriteRecorder
 
-_OWNER: contextvars.ContextVar["RegionOps | None"] = contextvars.ContextVar("inplace_doctor_regions", default=None)
+_OWNER: contextvars.ContextVar[RegionOps | None] = contextvars.ContextVar("inplace_doctor_regions", default=None)
 
 
 class _RegionWork(OpWork):
@@ -100,7 +100,7 @@ class RegionOps:
         self._token: contextvars.Token[RegionOps | None] | None = None
         self.regions = 0
 
-    def __enter__(self) -> "RegionOps":
+    def __enter__(self) -> RegionOps:
         self._token = _OWNER.set(self)
         RegionCount.watchers.append(self)
         _REENTRANT.acquire()
@@ -176,7 +176,7 @@ class _ReentrantBackward:
 
 
 # Weak: a Function class holds its `forward` and that function's globals (a script's tensors).
-_recomputing: "weakref.WeakKeyDictionary[type, bool]" = weakref.WeakKeyDictionary()
+_recomputing: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
 
 
 def _recomputes(function: type) -> bool:

@@ -65,10 +65,10 @@ class _Stance:
 
 
 _STANCE = _Stance()
-_EAGER: "Shared[EagerCompiled]" = Shared(_STANCE.install, _STANCE.uninstall)
+_EAGER: Shared[EagerCompiled] = Shared(_STANCE.install, _STANCE.uninstall)
 
 
-def _counting(original: Any, patch: "SharedPatch[EagerCompiled]") -> Any:
+def _counting(original: Any, patch: SharedPatch[EagerCompiled]) -> Any:
     def counted(callback: Any) -> Any:
         # Called once per entry into a compiled function or module (its compile wrapper), on its thread.
         if callback not in (None, False):
@@ -80,10 +80,10 @@ def _counting(original: Any, patch: "SharedPatch[EagerCompiled]") -> Any:
     return counted
 
 
-_COUNTED: "SharedPatch[EagerCompiled] | None" = None
+_COUNTED: SharedPatch[EagerCompiled] | None = None
 
 
-def _counted() -> "SharedPatch[EagerCompiled] | None":
+def _counted() -> SharedPatch[EagerCompiled] | None:
     global _COUNTED
     if _COUNTED is None:
         eval_frame = _eval_frame()
@@ -95,10 +95,10 @@ def _counted() -> "SharedPatch[EagerCompiled] | None":
     return _COUNTED
 
 
-_GROUP: "list[Shared[EagerCompiled]]" = []
+_GROUP: list[Shared[EagerCompiled]] = []
 
 
-def _shared() -> "Shared[EagerCompiled]":
+def _shared() -> Shared[EagerCompiled]:
     """The counter and the stance, made and undone together (`SharedGroup`), built at first use."""
     if not _GROUP:
         counted = _counted()
@@ -113,7 +113,7 @@ class EagerCompiled:
         self.calls = 0
         self._in: list[Shared[EagerCompiled]] = []
 
-    def __enter__(self) -> "EagerCompiled":
+    def __enter__(self) -> EagerCompiled:
         if getattr(getattr(torch, "compiler", None), "set_stance", None) is None:
             return self  # a torch before 2.6: compiled code is refused where it is met
         shared = _shared()

@@ -33,8 +33,9 @@ import inspect
 import os
 import sys
 import weakref
+from collections.abc import Callable
 from types import FrameType
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -109,7 +110,7 @@ class ContentChecks:
         self.unlocated: list[tuple[SavedTensorChangedOutside, Fingerprint]] = []
 
     # -- lifecycle: `to_dlpack` is a module function no TorchFunctionMode sees -----------------
-    def __enter__(self) -> "ContentChecks":
+    def __enter__(self) -> ContentChecks:
         for patch in to_dlpack_patches():
             patch.acquire(self)
         if self.methods is not None:

@@ -144,7 +144,7 @@ class SubclassConstruction:
     def __init__(self, *modes: _compat.TorchDispatchMode) -> None:
         self.modes = modes  # the tool's modes (the fast tracer has two, each pushed only at times)
 
-    def __enter__(self) -> "SubclassConstruction":
+    def __enter__(self) -> SubclassConstruction:
         _NEW.acquire(self)
         return self
 
@@ -182,7 +182,7 @@ class EnteredMode:
     def __init__(self, mode: _compat.TorchDispatchMode) -> None:
         self.mode = mode
 
-    def __enter__(self) -> "EnteredMode":
+    def __enter__(self) -> EnteredMode:
         _FLAGS.acquire(self)
         try:
             self.mode.__enter__()

@@ -151,7 +151,7 @@ class EntryPoints:
         self.late: list[str] = []
         self._older: list[Any] = []  # the frames that ran when it began, held so their ids stay theirs
 
-    def __enter__(self) -> "EntryPoints":
+    def __enter__(self) -> EntryPoints:
         self._thread = threading.get_ident()
         frame: Any = sys._getframe(1)
         self._older = []

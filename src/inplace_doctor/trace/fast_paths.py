@@ -39,8 +39,8 @@ import torch
 from torch import nn
 
 from .blame import passed_through
-from .inplace_calls import InplaceCalls
 from .code_swap import SwappedCodes
+from .inplace_calls import InplaceCalls
 
 _stack_length = torch._C._len_torch_function_stack
 _stack_at = torch._C._get_function_stack_at

@@ -19,16 +19,14 @@ from typing import Any, NamedTuple
 import torch
 
 from .. import _compat
-from .nodes import origin_of, saved_attrs
 from .dispatch_mode import copies_onto_itself
+from .nodes import origin_of, saved_attrs
 from .owner import Busy
 from .pending_reads import PendingReads
 from .pytorch_errors import RaisedErrors
 from .saved_fast import FastSavedTensors
 from .write_kernels import WriteKernels
 from .writes import WriteRecorder
-
-
 
 _COPY = torch.ops.aten.copy_.default
 _CAMEL = re.compile(r"(?<!^)(?<![0-9])(?=[A-Z])")  # `MaxPool2DWithIndices`: max_pool2d_with_indices
@@ -187,7 +185,7 @@ class FastWrites:
         if reads.asked():
             reads.update()
 
-    def __enter__(self) -> "FastWrites":
+    def __enter__(self) -> FastWrites:
         self._kernels.__enter__()
         return self
 

@@ -25,8 +25,9 @@ exactly 0 there), both programs compute the same gradients and the write is harm
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from types import CodeType, FrameType
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

@@ -34,7 +34,8 @@ send there: non-zero gradient from such a read confirms the prediction.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -49,8 +50,8 @@ from ..events import (
 from ..sites import Site
 from .graph_gradients import GradientCheck, function_forwards, function_node, through_function, written_positions
 from .modules import ModulePaths
-from .owner import Busy
 from .ops import op_name
+from .owner import Busy
 from .saved import SavedTensors
 from .stacks import MAX_STACK, capture_stack, make_site, resolve_stack
 from .storage import storage_span
@@ -102,7 +103,7 @@ class _ReachedHook:
     __slots__ = ("owner", "event", "check", "__weakref__")
 
     def __init__(
-        self, owner: "UnrecordedWrites", event: GraphTensorChangedOutsideAutograd, check: GradientCheck | None
+        self, owner: UnrecordedWrites, event: GraphTensorChangedOutsideAutograd, check: GradientCheck | None
     ) -> None:
         self.owner = owner
         self.event = event

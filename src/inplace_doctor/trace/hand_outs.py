@@ -23,7 +23,8 @@ put back (a method `torch.Tensor` only inherits is deleted again).
 from __future__ import annotations
 
 import contextvars
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -34,7 +35,7 @@ from .shared_patches import ABSENT, SharedGroup, SharedPatch
 METHODS = {"numpy": "`.numpy()`", "__dlpack__": "`__dlpack__()`", "__array__": "`__array__()`", "data_ptr": "`.data_ptr()`"}
 #: called with (the tensor, the method, how findings name it) after a hand-out returned
 Report = Callable[[Any, str, str], None]
-_CURRENT: contextvars.ContextVar["HandOutMethods | None"] = contextvars.ContextVar("inplace_doctor_hand_outs", default=None)
+_CURRENT: contextvars.ContextVar[HandOutMethods | None] = contextvars.ContextVar("inplace_doctor_hand_outs", default=None)
 
 
 class HandOutMethods:
@@ -47,7 +48,7 @@ class HandOutMethods:
         self.outer: HandOutMethods | None = None  # a session this one is nested in: it sees the calls too
         self._token: contextvars.Token[HandOutMethods | None] | None = None
 
-    def __enter__(self) -> "HandOutMethods":
+    def __enter__(self) -> HandOutMethods:
         _GROUP.acquire(self)
         self.outer = _CURRENT.get()
         self._token = _CURRENT.set(self)
@@ -85,7 +86,7 @@ def _wrapped(original: Any, name: str, how: str) -> Callable[..., Any]:
     return handing_out
 
 
-def _patch(name: str, how: str) -> SharedPatch["HandOutMethods"]:
+def _patch(name: str, how: str) -> SharedPatch[HandOutMethods]:
     def wrap(own: Any) -> Any:  # a method `torch.Tensor` only inherits is deleted again by the last user
         return _wrapped(getattr(torch.Tensor, name) if own is ABSENT else own, name, how)
 

@@ -53,8 +53,8 @@ import torch.nn.functional as F
 
 from .. import _compat
 from .blame import passed_through
-from .inplace_calls import ENTRY_CODES, InplaceCalls, _augmented_target
 from .code_swap import SwappedCodes
+from .inplace_calls import ENTRY_CODES, InplaceCalls, _augmented_target
 from .pytorch_errors import in_place_name
 from .raised_calls import note_raised
 from .shared_patches import ABSENT, SharedGroup, SharedPatch
@@ -85,7 +85,7 @@ class InplaceEntries:
         self._below: Any = None
         self._exited: Any = None
 
-    def __enter__(self) -> "InplaceEntries":
+    def __enter__(self) -> InplaceEntries:
         self._order = next(_orders)
         self._base = sum(1 for i in range(_stack_length()) if id(_stack_at(i)) not in _ENTERED)
         _ENTERED[id(self.calls)] = self._order

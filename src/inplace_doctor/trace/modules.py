@@ -329,7 +329,7 @@ class ModulePaths:
         self._truncate(0)
         self._backward_depths.clear()
 
-    def __enter__(self) -> "ModulePaths":
+    def __enter__(self) -> ModulePaths:
         # Not always_call=True: it slows every module call several-fold. An
         # exception instead leaves the stack as it was at the error: exactly
         # the context an error message needs; `clear()` forgets it.

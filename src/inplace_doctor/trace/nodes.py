@@ -20,18 +20,19 @@ import re
 import sys
 import textwrap
 import weakref
+from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 
 from .. import _compat
 from .._parsing import parse
 from ..sites import Site
+from . import stacks as _stacks
 from .blame import printable_text
 from .modules import ModuleContext
 from .ops import op_name
-from . import stacks as _stacks
 from .stacks import SAVE_STACK, RawFrame, is_user_file, make_site, resolve_stack
 
 _SavedTensor = _compat.SavedTensor
@@ -163,7 +164,7 @@ def _made_at(node: Any) -> MadeAt | None:
 _saved_attr_cache: dict[type, tuple[tuple[str, str], ...]] = {}  # autograd's own node types: they live as long as torch
 # A custom Function's node type holds the Function, its `forward` and that function's globals (a
 # script's namespace, its model and tensors): remembered weakly, so the program's objects go with it.
-_custom_attr_cache: "weakref.WeakKeyDictionary[type, tuple[tuple[str, str], ...]]" = weakref.WeakKeyDictionary()
+_custom_attr_cache: weakref.WeakKeyDictionary[type, tuple[tuple[str, str], ...]] = weakref.WeakKeyDictionary()
 
 
 def saved_attrs(node: Any) -> tuple[tuple[str, str], ...]:

@@ -32,8 +32,8 @@ from .._parsing import parse
 from ..sites import Frame
 from .stacks import capture_stack, resolve_stack
 
-_recorded: "weakref.WeakKeyDictionary[torch.nn.Module, Any]" = weakref.WeakKeyDictionary()
-_resolved: "weakref.WeakKeyDictionary[torch.nn.Module, Frame | None]" = weakref.WeakKeyDictionary()
+_recorded: weakref.WeakKeyDictionary[torch.nn.Module, Any] = weakref.WeakKeyDictionary()
+_resolved: weakref.WeakKeyDictionary[torch.nn.Module, Frame | None] = weakref.WeakKeyDictionary()
 
 
 def _has_flag(module: torch.nn.Module) -> bool:
@@ -51,7 +51,7 @@ class ConstructionRecorder:
     def __init__(self) -> None:
         self._handle: Any = None
 
-    def __enter__(self) -> "ConstructionRecorder":
+    def __enter__(self) -> ConstructionRecorder:
         register = getattr(torch.nn.modules.module, "register_module_module_registration_hook", None)
         if register is not None:
             self._handle = register(_on_registration)

@@ -7,7 +7,8 @@ way `torch.utils.flop_counter`'s private mode calls back into its owner.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from ..events import Event
 

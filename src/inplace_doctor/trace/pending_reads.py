@@ -37,9 +37,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _compat
 import torch
 
+from .. import _compat
 from .aliases import HeldTensors
 from .graph_writes import UnrecordedWrites
 from .owner import Busy
@@ -151,7 +151,7 @@ class PendingReads:
         graph = self.graph
         return self.on or bool(self.held.stale_ids or graph.watching or graph.awaiting)
 
-    def __enter__(self) -> "PendingReads":
+    def __enter__(self) -> PendingReads:
         _GROUP.acquire(self)
         return self
 

@@ -17,7 +17,6 @@ from .ops import op_name
 from .raised_at import augmented_op_raised_at, receiver_raised_at
 from .stacks import capture_frames, checkpoint_in_traceback, frames_from_traceback, inplace_op_in_traceback, make_site
 
-
 # What Python's augmented assignment calls on a tensor, by the in-place op it is.
 _AUGMENTED_METHODS = {
     "__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_", "__itruediv__": "div_",

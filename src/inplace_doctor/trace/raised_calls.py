@@ -23,7 +23,8 @@ that defines its own; nor `torch.add(..., out=x)` and other functions' `out=`.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -45,7 +46,7 @@ class RaisedCalls:
     def __init__(self, note: Callable[[BaseException, str, Any], None]) -> None:
         self.note = note
 
-    def __enter__(self) -> "RaisedCalls":
+    def __enter__(self) -> RaisedCalls:
         _GROUP.acquire(self)
         return self
 

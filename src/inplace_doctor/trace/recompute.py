@@ -16,7 +16,8 @@ the region and tell its forward from its recompute.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -24,8 +25,8 @@ from .. import _compat
 from ..events import CheckpointRecomputeDiffers, CheckpointSavedBeforeWrite, Event, WriteInfo
 from .checkpoint_blocks import RegionCount
 from .modules import ModulePaths
-from .saved_writes import SAVED_THEN_WRITTEN, SavedWrite, recomputed_saves, sample, saved_argument, written_argument
 from .ops import op_name, writes_bytes
+from .saved_writes import SAVED_THEN_WRITTEN, SavedWrite, recomputed_saves, sample, saved_argument, written_argument
 from .stacks import MAX_STACK, capture_stack, checkpoint_split, make_site, resolve_stack
 from .storage import storage_key
 

@@ -8,22 +8,23 @@ hooks); autograd's node-creation hook names the node and field holding it.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from .. import _compat
+from ..errors import InplaceError, carry_tool_error
 from ..events import Event, SavedBy, SavedInfo, SavedTensorFreed, SavedTensorReached, StaleSavedTensorUsed
+from . import stacks as _stacks
 from .autograd_facts import saved_field_is_read
+from .blame import the_programs_error
+from .fingerprint import fingerprint
 from .modules import ModuleContext, ModulePaths
 from .nodes import MadeAt, not_reached, record_creation, save_for_backward_frame, saved_attrs, saved_objects
 from .ops import op_name
 from .owner import Busy, Sink
-from .blame import the_programs_error
-from .fingerprint import fingerprint
-from ..errors import InplaceError, carry_tool_error
 from .pytorch_errors import named_output, pytorch_stale_message
-from . import stacks as _stacks
 from .saved_place import SavedPlace
 from .stacks import SAVE_STACK, RawFrame, make_site, resolve_stack
 from .storage import storage_key, storage_span
@@ -238,7 +239,7 @@ class SavedTensors:
         if self._fresh:  # packs without a node hook after them, for long
             self._fresh = [ref for ref in self._fresh if ref() is not None]
 
-    def _release(self, ref: "weakref.ref[SavedRecord]") -> None:
+    def _release(self, ref: weakref.ref[SavedRecord]) -> None:
         """Autograd freed a saved tensor (backward ran, or the graph was dropped)."""
         ptr, key = self._ref_keys.pop(ref, (0, 0))
         bucket = self._by_storage.get(ptr)
@@ -391,7 +392,7 @@ class NodeCreationHook:
     def __init__(self, hook: Callable[[Any], None]) -> None:
         self.hook = hook
 
-    def __enter__(self) -> "NodeCreationHook":
+    def __enter__(self) -> NodeCreationHook:
         _compat.push_node_creation_hook(self.hook)
         return self
 

@@ -19,7 +19,7 @@ class SavedPlace(NamedTuple):
     stack: Any
 
     @staticmethod
-    def resolve_all(places: list["SavedPlace"]) -> dict[int, tuple[tuple[RawFrame, ...], str | None, bool]]:
+    def resolve_all(places: list[SavedPlace]) -> dict[int, tuple[tuple[RawFrame, ...], str | None, bool]]:
         """id(place.stack) -> (user frames, torch api, inside a checkpoint region), in one batch."""
         todo = {id(p.stack): p.stack for p in places if not isinstance(p.stack, tuple)}
         resolved = dict(zip(todo, resolve_stacks(list(todo.values()), SAVE_STACK)))

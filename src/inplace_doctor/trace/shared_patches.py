@@ -22,7 +22,8 @@ import os
 import threading
 import types
 import weakref
-from typing import Any, Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 U = TypeVar("U")
 
@@ -223,7 +224,7 @@ class SharedGroup(Shared[U]):
 
 
 #: each `Shared` (a group's parts too, whose locks are never held: taking them costs nothing)
-_LOCKED: "weakref.WeakSet[Shared[Any]]" = weakref.WeakSet()
+_LOCKED: weakref.WeakSet[Shared[Any]] = weakref.WeakSet()
 _HELD: list[Shared[Any]] = []  # the locks taken before a fork, released after it in the parent
 
 

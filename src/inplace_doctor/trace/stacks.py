@@ -7,8 +7,9 @@ import linecache
 import os
 import re
 import sys
+from collections.abc import Callable
 from types import FrameType, TracebackType
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

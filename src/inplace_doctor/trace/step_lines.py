@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import sys
 import weakref
+from collections.abc import Callable
 from types import FrameType
-from typing import Any, Callable
+from typing import Any
 
 from ..events import SavedTensorChangedOutside
 from ..events import WriteLineSearch as Found
@@ -29,6 +30,7 @@ from .fingerprint import fingerprint
 from .saved import SavedRecord
 from .stacks import make_site
 from .write_lines import LineSearch, searched
+
 
 def place_of(site: Site) -> tuple[Any, ...]:
     """Where a tensor was saved, as the steps repeat it: the user frames (not the module call count)."""
@@ -95,7 +97,7 @@ class LaterStepSearch(LineSearch):
         self._seen[record.key] = now
 
     # -- lifecycle --------------------------------------------------------------------------
-    def __enter__(self) -> "LaterStepSearch":
+    def __enter__(self) -> LaterStepSearch:
         if sys.gettrace() is not None:
             self.other_tracer = True
             return self

@@ -25,7 +25,8 @@ attribute of an argument) is not seen.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -82,7 +83,7 @@ class SuspectCalls:
             kwargs.values(), self.overwritten, self.awaiting, 0
         )
 
-    def __enter__(self) -> "SuspectCalls":
+    def __enter__(self) -> SuspectCalls:
         _GROUP.acquire(self)
         return self
 
@@ -118,9 +119,8 @@ def _holds(values: Any, first: dict[int, Any], second: dict[int, Any], depth: in
         elif depth < 3 and isinstance(value, (list, tuple)):
             if _holds(value, first, second, depth + 1):
                 return True
-        elif depth < 3 and isinstance(value, dict):
-            if _holds(value.values(), first, second, depth + 1):
-                return True
+        elif depth < 3 and isinstance(value, dict) and _holds(value.values(), first, second, depth + 1):
+            return True
     return False
 
 

@@ -23,14 +23,15 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .._compat import TorchDispatchMode, pop_dispatch_mode, push_dispatch_mode
 
 _LOCK = threading.Lock()
 #: the ident of the thread a `StartedThreads` is active in -> those active there
-_ACTIVE: dict[int, list["StartedThreads"]] = {}
+_ACTIVE: dict[int, list[StartedThreads]] = {}
 _ORIGINAL_START: Any = None
 
 
@@ -139,7 +140,7 @@ class StartedThreads:
         if record is not None:
             record.watched = True
 
-    def __enter__(self) -> "StartedThreads":
+    def __enter__(self) -> StartedThreads:
         global _ORIGINAL_START
         self._ident = threading.get_ident()
         with _LOCK:
@@ -159,10 +160,10 @@ class StartedThreads:
                 watchers.remove(self)
             if not watchers:
                 _ACTIVE.pop(self._ident or 0, None)
-            if not _ACTIVE and _ORIGINAL_START is not None:
-                if threading.Thread.start is _start:  # not if another tool wrapped it after us
-                    threading.Thread.start = _ORIGINAL_START  # type: ignore[method-assign,assignment]
-                    _ORIGINAL_START = None
+            # not if another tool wrapped `start` after us
+            if not _ACTIVE and _ORIGINAL_START is not None and threading.Thread.start is _start:
+                threading.Thread.start = _ORIGINAL_START  # type: ignore[method-assign,assignment]
+                _ORIGINAL_START = None
 
     def note(self) -> str | None:
         """What the report says about threads that ran PyTorch ops unwatched, if any did."""

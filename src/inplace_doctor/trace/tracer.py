@@ -35,42 +35,41 @@ Known limitations:
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from .. import _compat
-from ..events import (
-    CallerInputWritten, CheckpointRecomputeDiffers, Event, InplaceErrorRaised, OriginalValueRead, SideEffectRepeated,
-)
+from .. import _compat, events
+from ..events import Event, InplaceErrorRaised
 from .aliases import HeldTensors
 from .blame import recursion_headroom
-from .compiled import EagerCompiled
+from .checkpoint_blocks import RegionCount
 from .checkpoint_ops import RegionOps
+from .compiled import EagerCompiled
 from .contents import ContentChecks
 from .dispatch_mode import EnteredMode, SubclassConstruction, TracingMode
+from .entry_points import EntryPoints
 from .fast_paths import fused_paths
 from .fast_writes import FastWrites
 from .graph_writes import UnrecordedWrites
 from .inplace_calls import InplaceCalls
 from .inplace_entry import InplaceEntries
-from .entry_points import EntryPoints
 from .modules import ModulePaths
 from .origins import ConstructionRecorder
+from .owner import Busy, Sink
 from .pending_reads import PendingReads
 from .per_op import disable_dynamo_directly
-from .owner import Busy, Sink
 from .pytorch_errors import RaisedErrors, written_here
-from .checkpoint_blocks import RegionCount
 from .raised_calls import RaisedCalls
 from .recompute import RecomputeCheck
-from .threads import StartedThreads
-from .write_kernels import end_linger
-from .transforms import FunctionalTransforms
 from .saved import NodeCreationHook, SavedRecord, SavedTensors
 from .saved_fast import FastSavedTensors
 from .stacks import choose_stack_capture
 from .suspect_calls import SuspectCalls
+from .threads import StartedThreads
+from .transforms import FunctionalTransforms
+from .write_kernels import end_linger
 from .writes import WriteRecorder
 
 
@@ -143,7 +142,7 @@ class Tracer:
         # Fingerprinting allocates (memory measurement turns it off with observe_reads), and costs
         # inside checkpoint regions: skipped when the sink says no rule reads it (`--ignore IPD111`).
         wants = getattr(sink, "wants", None)
-        check = not measuring and (wants is None or wants(CheckpointRecomputeDiffers))
+        check = not measuring and (wants is None or wants(events.CheckpointRecomputeDiffers))
         self._recompute = RecomputeCheck(self.emit, self.modules) if check else None
         self._writes = WriteRecorder(
             self.emit, self.modules, self._saved, self.held, self._busy, before_write, track_call_inputs,
@@ -177,10 +176,10 @@ class Tracer:
             self.pending_reads = PendingReads(self._busy, self.held, self._graph)
             assert isinstance(self._saved, FastSavedTensors)
             self._fast = FastWrites(self._busy, self._saved, self._writes, self._raised, self.pending_reads)
-            if check or (not measuring and (wants is None or wants(SideEffectRepeated))):  # per op in regions
+            if check or (not measuring and (wants is None or wants(events.SideEffectRepeated))):  # per op in regions
                 self.checkpoint_ops = RegionOps(self._busy, self._writes, self._raised, self._recompute, self._pack)
-            if wants is None or wants(OriginalValueRead) or wants(CallerInputWritten):
-                self._watch_calls(measures=wants is None or wants(OriginalValueRead))
+            if wants is None or wants(events.OriginalValueRead) or wants(events.CallerInputWritten):
+                self._watch_calls(measures=wants is None or wants(events.OriginalValueRead))
         self._contexts: list[Any] = []
         self._active = False
 
@@ -190,7 +189,7 @@ class Tracer:
         """Whether the tracer is entered and not yet left."""
         return self._active
 
-    def __enter__(self) -> "Tracer":
+    def __enter__(self) -> Tracer:
         if self._active:
             raise RuntimeError("this Tracer is already active")
         self._active = True

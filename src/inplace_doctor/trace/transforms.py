@@ -18,7 +18,8 @@ it sets aside the hooks of the tracers entered on the calling thread.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -51,7 +52,7 @@ def _setting_aside(original: Any) -> Any:
     return disable_saved_tensors_hooks
 
 
-_PATCH: "SharedPatch[FunctionalTransforms]" = SharedPatch(
+_PATCH: SharedPatch[FunctionalTransforms] = SharedPatch(
     torch.autograd.graph, "disable_saved_tensors_hooks", _setting_aside
 )
 
@@ -64,7 +65,7 @@ class FunctionalTransforms:
         self._unpack = unpack
         self.calls = 0
 
-    def __enter__(self) -> "FunctionalTransforms":
+    def __enter__(self) -> FunctionalTransforms:
         _PATCH.acquire(self)
         return self
 

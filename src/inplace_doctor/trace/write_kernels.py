@@ -30,7 +30,8 @@ Known limitations:
 from __future__ import annotations
 
 import contextvars
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -102,10 +103,7 @@ def _kernel(op: Any, spec: WriteSpec, own: Any) -> Callable[..., Any]:
         as the number, which a boxed call refuses; the argument parser wraps it as PyTorch did."""
         if not slots:
             slots.append(_number_slots(op))
-        for name, i in slots[0]:
-            if isinstance(args[i] if i < len(args) else kwargs.get(name), _NUMBERS):
-                return True
-        return False
+        return any(isinstance(args[i] if i < len(args) else kwargs.get(name), _NUMBERS) for name, i in slots[0])
 
     def run(keyset: Any, args: Any, kwargs: Any, hooks: _Hooks | None) -> Any:
         try:
@@ -232,7 +230,7 @@ class WriteKernels:
         self.hooks: _Hooks = (before, recorder, failed)
         self._token: contextvars.Token[_Hooks | None] | None = None
 
-    def __enter__(self) -> "WriteKernels":
+    def __enter__(self) -> WriteKernels:
         _REGISTRATION.acquire()
         outer = _RECORDER.get()  # a session entered inside another: both see its writes, as nested modes do
         self._token = _RECORDER.set(self.hooks if outer is None else _nested(self.hooks, outer))

@@ -20,8 +20,9 @@ from __future__ import annotations
 import os
 import sys
 import weakref
+from collections.abc import Mapping
 from types import FrameType
-from typing import Any, Mapping
+from typing import Any
 
 from .. import _compat
 from ..events import WriteLineSearch as Found
@@ -83,7 +84,7 @@ class LineSearch:
         self._seen[record.key] = now
 
     # -- lifecycle --------------------------------------------------------------------------
-    def __enter__(self) -> "LineSearch":
+    def __enter__(self) -> LineSearch:
         if sys.gettrace() is not None:
             for key in self.expected:
                 self.outcome[key] = Found.TRACED

@@ -118,7 +118,7 @@ def train(objs, steps: int = 3) -> list[torch.Tensor]:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        num_updates += 1
+        num_updates += 1  # noqa: SIM113 - as timm's train loop counts
         if isinstance(model_ema, EmaV2) or type(model_ema).__name__ == "ModelEmaV2":
             model_ema.update(model)
         else:

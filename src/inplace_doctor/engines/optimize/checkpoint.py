@@ -9,7 +9,8 @@ measures and times that copy, and either returns a `CheckpointSuggestion` or set
 from __future__ import annotations
 
 import textwrap
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

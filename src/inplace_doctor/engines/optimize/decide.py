@@ -37,7 +37,8 @@ configuration and builds the `Plan`; checkpoint.py measures activation checkpoin
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

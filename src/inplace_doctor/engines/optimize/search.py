@@ -4,8 +4,9 @@ safe ones save) and verify (proof), each a method of `Search`; see decide.py for
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import torch
 

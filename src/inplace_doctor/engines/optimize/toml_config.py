@@ -25,10 +25,11 @@ import difflib
 import fnmatch
 import os
 import stat
-import warnings
-from typing import Any, Mapping
-
 import tomllib
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 
 from ...errors import UsageError

@@ -13,7 +13,8 @@ the responsible in-place sites are found by group testing (localize.py).
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 import torch
 

@@ -6,7 +6,8 @@ recorded baseline run; the last site of that prefix is a culprit; repeat on the 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from .compare import ConfiguredRaised, compare_runs
 from .result import InplaceSite

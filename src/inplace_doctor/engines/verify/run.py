@@ -12,7 +12,8 @@ RNG stream, so two runs can advance in turns.
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -37,14 +38,14 @@ class FunctionalInplace(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if kwargs.get("inplace") is True:
-            if not called_by_a_torch_module(sys._getframe(1)):  # module flags are switched on the module
-                frames, _ = capture_frames()
-                where = f"{frames[-1][0]}:{frames[-1][1]}" if frames else "<unknown>"
-                if where not in self.seen:
-                    self.seen.append(where)
-                if self.off is None or where in self.off:
-                    kwargs = {**kwargs, "inplace": False}
+        # module flags are switched on the module
+        if kwargs.get("inplace") is True and not called_by_a_torch_module(sys._getframe(1)):
+            frames, _ = capture_frames()
+            where = f"{frames[-1][0]}:{frames[-1][1]}" if frames else "<unknown>"
+            if where not in self.seen:
+                self.seen.append(where)
+            if self.off is None or where in self.off:
+                kwargs = {**kwargs, "inplace": False}
         return call_through(func, args, kwargs)
 
 

@@ -8,9 +8,9 @@ import textwrap
 from ...causes import ForbiddenCause, RaisedFacts
 from ...explanations import Sentences, explains
 from ...findings import Finding
+from ...sites import module_ref
 from ..fix_text import several_views
 from .phrasing import said, where
-from ...sites import module_ref
 
 # cause -> (what the op did, why PyTorch refuses it, the fix)
 _WORDS: dict[ForbiddenCause, tuple[str, str, str]] = {

@@ -8,6 +8,7 @@ from ...findings import Finding
 from ...sites import Site
 from .phrasing import said, tensor_desc, where, without_comment
 
+
 @explains("IPD109", *OutsideWriteCause)
 def saved_tensor_changed_outside(finding: Finding, root_label: str) -> Sentences:
     facts = finding.facts

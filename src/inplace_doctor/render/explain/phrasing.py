@@ -12,9 +12,9 @@ from __future__ import annotations
 import linecache
 
 from ...findings import Finding, FixKind
-from ...rules.source import tensor_method_exists
 from ...rules.phrasing import qualified as qualified  # how rules name places too; here for the explainers
 from ...rules.phrasing import where as where
+from ...rules.source import tensor_method_exists
 from ...sites import Site, WriteForm, module_ref
 from ..code_text import without_comment as without_comment  # quoted lines, for the explainers
 from ..fix_text import said as said  # the records' sentence, for the explainers

@@ -7,8 +7,8 @@ import math
 from ...causes import RaisedFacts, SavedTensorCause, SilentOverwriteCause, VersionFacts
 from ...explanations import Sentences, explains
 from ...findings import Finding
-from .phrasing import fix_for_write, qualified, short_op, silent_write_fix, step_fix, tensor_desc, where
 from ...sites import Site
+from .phrasing import fix_for_write, qualified, short_op, silent_write_fix, step_fix, tensor_desc, where
 
 _ERROR = '"one of the variables needed for gradient computation has been modified by an inplace operation"'
 
