@@ -1,24 +1,24 @@
-"""The one seam between a rule's decision and its English (records): explainers keyed by rule and cause.
+"""The one seam between a rule's decision and its English: explainers keyed by rule and cause.
 
 A rule decides: it picks a `cause`, fills its `facts` record and its sites, and calls
-`rules.registry.make_finding`, which asks this registry for the sentences. The explainers live
-in `render/explain/` (one function per rule and cause, registered with `@explains("IPD102",
-LeafCause.LEAF)`); the package's `__init__` imports `render/`, so by the time any rule runs
-every explainer is registered. Rules import this module, never render/, as results do
-`printing.renders_text`.
+`rules.registry.make_finding`, which builds a record and no sentence. The English is made
+when asked (`Finding.what`, `.why`, `.fix`, `.message`, and every renderer), by the
+explainer render/explain/ registered for the finding's (rule code, cause) with
+`@explains("IPD102", LeafCause.LEAF)`: one copy of each verdict, its words derived from it,
+as ruff derives a violation's message from its fields. The package's `__init__` imports
+render/, which registers every explainer; this module imports no record, so `findings.py`
+can ask it without a cycle.
 
-The sentences are made once, when the finding is made: they quote the user's source lines
-(read through `linecache`) as they were when the program ran.
+Explainers quote the user's source lines as the finding's sites recorded them (`Site.code`)
+or as `linecache` holds them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from .causes import Cause, Unreached
-from .findings import Finding
 
 
 class Sentences(NamedTuple):
@@ -29,12 +29,13 @@ class Sentences(NamedTuple):
     fix: str
 
 
-#: an explainer: the finding's records (cause, facts, sites, fixes) and what reports call the model
-Explainer = Callable[[Finding, str], Sentences]
+#: an explainer: the finding (its cause, facts, sites, fixes, `root_label`) to its sentences
+Explainer = Callable[[Any, str], Sentences]
 
 E = TypeVar("E", bound=Explainer)
 
 _EXPLAINERS: dict[tuple[str, Cause], Explainer] = {}
+_UNREACHED: dict[Unreached, str] = {}
 
 
 def explains(code: str, *causes: Cause) -> Callable[[E], E]:
@@ -55,26 +56,17 @@ def explained_pairs() -> frozenset[tuple[str, Cause]]:
     return frozenset(_EXPLAINERS)
 
 
-def explain(finding: Finding, root_label: str) -> Sentences:
-    """The sentences of `finding`, from the explainer registered for its rule and cause."""
-    if finding.cause is None:
-        raise LookupError(f"{finding.code}: a finding without a cause has no explanation")
-    explainer = _EXPLAINERS.get((finding.code, finding.cause))
+def explain(code: str, cause: Cause | None, finding: Any, root_label: str) -> Sentences:
+    """The sentences of `finding` (rule `code`, `cause`), for a model reports call `root_label`."""
+    if cause is None:
+        raise LookupError(f"{code}: a finding without a cause has no explanation")
+    explainer = _EXPLAINERS.get((code, cause))
     if explainer is None:
         raise LookupError(
-            f"no explanation is registered for {finding.code} {finding.cause!r}: import inplace_doctor "
+            f"no explanation is registered for {code} {cause!r}: import inplace_doctor "
             "(its render/explain/ registers them)"
         )
     return explainer(finding, root_label)
-
-
-def explained(finding: Finding, root_label: str) -> Finding:
-    """`finding` with its sentences (`what`, `why`, `fix`) made from its records."""
-    what, why, fix = explain(finding, root_label)
-    return replace(finding, what=what, why=why, fix=fix)
-
-
-_UNREACHED: dict[Unreached, str] = {}
 
 
 def says_unreached(words: dict[Unreached, str]) -> None:
@@ -82,6 +74,6 @@ def says_unreached(words: dict[Unreached, str]) -> None:
     _UNREACHED.update(words)
 
 
-def unreached(finding: Finding, reason: Unreached) -> Finding:
-    """`finding`, unconfirmed for `reason`: the reason as a field, and its sentence."""
-    return replace(finding, confirmed=False, unreached=reason, unconfirmed_reason=_UNREACHED[reason])
+def unreached_sentence(reason: Unreached) -> str:
+    """Why a prediction ended unconfirmed, in words."""
+    return _UNREACHED[reason]

@@ -1,4 +1,4 @@
-"""Findings: what a rule concluded, in the user's words."""
+"""Findings: what a rule concluded, as records; their words are made when asked (`explanations.py`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from .causes import Cause, Facts, SiteRole, Unreached
-from .sites import Site, caller_frame
+from .explanations import Sentences, explain, unreached_sentence
+from .sites import ROOT_LABEL, Site, caller_frame
 
 
 class Applicability(enum.StrEnum):
@@ -129,44 +130,68 @@ class Severity(enum.StrEnum):
 class Finding:
     """One in-place hazard, with the op that overwrote and (when known) the op that saved.
 
-    Its parts are fields (`what` happened, `why` it matters, the `fix`); `message`
-    joins them into one text that reads on its own (the JSON's and the error's). A write to a tensor saved for backward is a
-    prediction until backward reaches that tensor: `confirmed` is True when it
-    did (and raised, or read the changed values), False when the run ended
-    without it (`unconfirmed_reason` says why, and the severity is lowered),
-    None for what needs no confirmation. `count` is how many occurrences were
-    folded into this finding (same lines, several layers or steps); `places`
-    names them (a parameter, a module path).
+    A record of what the rule decided, and no sentence: `cause` (a member of the rule's enum in
+    `causes.py`), `facts` (its frozen facts record), the sites and their roles (`sites`), `fixes`.
+    Code that decides reads these. Its English (`what` happened, `why` it matters, the `fix`, and
+    `message` joining them: the JSON's and the error's) is made when asked, from these fields, by
+    the explainer render/explain/ registered for its rule and cause (`explanations.py`).
 
-    What the rule decided is data: `cause` (a member of the rule's enum in
-    `causes.py`), `facts` (its frozen facts record), the sites and their roles
-    (`sites`), `fixes`. Code that decides reads these; the sentences are for
-    people, and `details` is only their JSON view.
+    A write to a tensor saved for backward is a prediction until backward reaches that tensor:
+    `confirmed` is True when it did (and raised, or read the changed values), False when the run
+    ended without it (`unreached` says why, and the severity is lowered), None for what needs no
+    confirmation. `count` is how many occurrences were folded into this finding (same lines,
+    several layers or steps); `places` names them (a parameter, a module path); `also` holds the
+    folded occurrences whose fix differs (a flag to turn off in another module), each a finding
+    whose fix is an alternative.
     """
 
     code: str
     severity: Severity
     title: str
-    what: str
     mutation: Site
     saved: Site | None = None
-    fix: str = ""
     confirmed: bool | None = None
     read: Site | None = None  # IPD105: the op that read the overwritten object
     count: int = 1
     places: tuple[str, ...] = ()
-    why: str = ""
-    unconfirmed_reason: str = ""  # the sentence of `unreached`
     unreached: Unreached | None = None  # when confirmed is False: what kept backward from its tensor
-    fixes: tuple[Fix, ...] = ()  # the fix as data; `fix` above is its sentence
+    fixes: tuple[Fix, ...] = ()  # the fix as records
     cause: Cause | None = None  # the rule's cause enum: what render/ explains, what later code decides on
     facts: Facts | None = None  # what the rule measured (versions, a difference, an argument)
     slot: str | None = None  # the saved slot (`SigmoidBackward0.result`) when a saved tensor is involved
     target: str | None = None  # the parameter or buffer written (`layer1.0.weight`), relative to the model
     read_role: SiteRole = SiteRole.READ  # what `read` is: a later read, or the line that made the views
     ranks: tuple[int, ...] = ()  # torch.distributed ranks that reported it (engines/distributed.py)
-    fix_alternatives: tuple[str, ...] = ()  # folded occurrences' other fix sentences (per-module flags)
+    also: tuple[Finding, ...] = ()  # folded occurrences whose fix differs: alternatives (per-module flags)
     caught: bool = False  # PyTorch raised it and the program caught the error and went on
+    root_label: str = ROOT_LABEL  # what reports call the model its module paths start from ("" for none)
+
+    @property
+    def sentences(self) -> Sentences:
+        """What happened, why it matters, the fix: made now from the records (`explanations.py`)."""
+        return explain(self.code, self.cause, self, self.root_label)
+
+    @property
+    def what(self) -> str:
+        return self.sentences.what
+
+    @property
+    def why(self) -> str:
+        return self.sentences.why
+
+    @property
+    def fix(self) -> str:
+        return self.sentences.fix
+
+    @property
+    def fix_alternatives(self) -> tuple[str, ...]:
+        """The fixes of the occurrences folded in with another fix (`also`), in words."""
+        return tuple(f.fix for f in self.also)
+
+    @property
+    def unconfirmed_reason(self) -> str:
+        """Why backward never reached the tensor (`unreached`), in words; "" when it did."""
+        return unreached_sentence(self.unreached) if self.unreached is not None else ""
 
     @property
     def sites(self) -> tuple[tuple[SiteRole, Site], ...]:
@@ -184,7 +209,7 @@ class Finding:
     @property
     def details(self) -> dict[str, Any]:
         """The typed fields as one JSON object (the report's `details`): cause, slot, target, facts, ranks."""
-        out: dict[str, Any] = {"why": self.why}
+        out: dict[str, Any] = {"why": self.why}  # the sentence the JSON has always carried here
         if self.cause is not None:
             out["cause"] = str(self.cause)
         if self.slot is not None:
@@ -203,8 +228,9 @@ class Finding:
     def message(self) -> str:
         """What happened, why it matters, the fix, and (for a prediction backward never reached) why
         it is unconfirmed: the text of the JSON's `message` and of an InplaceError."""
-        text = f"{self.what} {self.why}" if self.what else self.why
-        text += f"\nFix: {self.fix}."
+        what, why, fix = self.sentences
+        text = f"{what} {why}" if what else why
+        text += f"\nFix: {fix}."
         if self.unconfirmed_reason:
             text += f"\nUnconfirmed: {self.unconfirmed_reason}"
         return text

@@ -18,6 +18,7 @@ from inplace_doctor.causes import (
     SavedTensorCause,
     SideEffectCause,
     SiteRole,
+    Unreached,
     VersionFacts,
     WriteForm,
 )
@@ -87,11 +88,11 @@ def test_the_line_that_made_the_views_is_a_site_with_its_role_and_the_layout_rea
 def test_details_are_the_typed_fields_as_json_and_nothing_reads_them_back():
     site = Site(op="aten.mul_", file="m.py", line=3)
     f = Finding(
-        code="IPD101", severity=Severity.ERROR, title="t", what="w", mutation=site, cause=SavedTensorCause.OVERWRITTEN,
-        facts=VersionFacts(0, 1), slot="SigmoidBackward0.result", target="0.weight", why="y",
+        code="IPD101", severity=Severity.ERROR, title="t", mutation=site, cause=SavedTensorCause.OVERWRITTEN,
+        saved=Site(op="aten.sigmoid", file="m.py", line=2), facts=VersionFacts(0, 1), slot="SigmoidBackward0.result", target="0.weight",
     )
     assert f.details == {
-        "why": "y", "cause": "overwritten", "slot": "SigmoidBackward0.result", "target": "0.weight",
+        "why": f.why, "cause": "overwritten", "slot": "SigmoidBackward0.result", "target": "0.weight",
         "saved_version": 0, "version_now": 1,
     }
     json.dumps(f.to_dict())  # plain JSON
@@ -103,7 +104,7 @@ def test_a_rule_context_answers_with_the_asking_rules_own_findings_only():
     analyzer = Analyzer([RULES["IPD101"], RULES["IPD108"]])
     site = Site(op="aten.mul_", file="m.py", line=3)
     other = Finding(
-        code="IPD101", severity=Severity.ERROR, title="t", what="w", mutation=site, cause=SavedTensorCause.OVERWRITTEN
+        code="IPD101", severity=Severity.ERROR, title="t", mutation=site, cause=SavedTensorCause.OVERWRITTEN
     )
     analyzer.findings.append(other)
     ctx = analyzer._contexts["IPD108"]
@@ -158,3 +159,21 @@ def test_a_flag_call_keeps_its_functional_name():
         torch.cat([h, F.relu(h, inplace=True)])
     [f] = [f for f in session.findings if f.code == "IPD105"]
     assert f.mutation.op == "relu" and f.mutation.form is WriteForm.FLAG
+
+
+def test_a_finding_stores_no_sentence_its_words_follow_its_records():
+    """One copy of each verdict (issue 39): a finding's fields are records only, and its English is
+    made when asked, from them: change a record and the words change with it."""
+    from dataclasses import fields
+
+    site = Site(op="aten.mul_", file="m.py", line=3, module="0", module_type="Linear")
+    f = Finding(
+        code="IPD101", severity=Severity.ERROR, title="t", mutation=site, cause=SavedTensorCause.OVERWRITTEN,
+        saved=Site(op="aten.sigmoid", file="m.py", line=2), facts=VersionFacts(0, 1),
+    )
+    assert not {"what", "why", "fix", "unconfirmed_reason", "fix_alternatives"} & {x.name for x in fields(f)}
+    assert all(type(getattr(f, x.name)) is not str or x.name in {"code", "title", "slot", "target", "root_label"}
+               for x in fields(f))
+    assert "model.0" in f.what and "net.0" in f.with_(root_label="net").what
+    assert f.unconfirmed_reason == ""
+    assert f.with_(confirmed=False, unreached=Unreached.NO_BACKWARD).unconfirmed_reason.startswith("backward was not run")

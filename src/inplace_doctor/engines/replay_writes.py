@@ -132,7 +132,7 @@ def _rewrite(report: Report, new: Finding) -> None:
     for i, old in enumerate(report.findings):
         if old.code == new.code and old.saved == new.saved and old.slot == new.slot and old.cause is not OutsideWriteCause.WRITE_SEEN:
             report.findings[i] = old.with_(
-                what=new.what, mutation=new.mutation, cause=new.cause, fix=new.fix, fixes=new.fixes, facts=new.facts
+                mutation=new.mutation, cause=new.cause, fixes=new.fixes, facts=new.facts
             )
             return
 

@@ -49,7 +49,6 @@ from ..events import (
     SavedTensorReached,
     StaleSavedTensorUsed,
 )
-from ..explanations import explained, unreached
 from ..findings import Finding, Severity
 from ..sites import Site, source_line
 from . import Rule
@@ -219,12 +218,9 @@ class Analyzer:
                 facts = replace(f.facts, then=then, then_at=last.mutation.location, updates=updates) if isinstance(
                     f.facts, VersionFacts
                 ) else VersionFacts(then=then, then_at=last.mutation.location, updates=updates)
-                confirmed = explained(
-                    f.with_(
-                        confirmed=True, unconfirmed_reason="", unreached=None, fixes=alternatives or f.fixes,
-                        cause=SavedTensorCause.ALSO_WRITTEN, facts=facts,
-                    ),
-                    self.root_label,
+                confirmed = f.with_(
+                    confirmed=True, unreached=None, fixes=alternatives or f.fixes,
+                    cause=SavedTensorCause.ALSO_WRITTEN, facts=facts,
                 )
                 produced.append(self._record(confirmed, confirming=True))
             if earlier and alternatives:
@@ -250,7 +246,7 @@ class Analyzer:
                 if f.dedupe_key == key:
                     # One cause, one fix; a flag fix differs per module, and each is kept.
                     own = f if f.mutation.module_inplace else confirmed
-                    confirmed = self._record(f.with_(confirmed=True, fix=own.fix, fixes=own.fixes), confirming=False)
+                    confirmed = self._record(f.with_(confirmed=True, fixes=own.fixes), confirming=False)
                 else:
                     rest.append(f)
             if rest:
@@ -277,22 +273,20 @@ class Analyzer:
         if old.confirmed and finding.confirmed is False:
             return old  # backward never reached this one (a graph beside the one that raised): not an occurrence
         places = old.places + tuple(p for p in finding.places if p not in old.places)
-        alternatives = old.fix_alternatives
+        alternatives = old.also
         # a flag to turn off at each place folded in: one fix with an edit per place (all must change)
         records, per_place = fixes_of_places(old.fixes, finding.fixes, _FIXES_SHOWN)
         said = self._fixes_said.setdefault(key, [_fixed_by(old)])
-        if finding.fix and _fixed_by(finding) not in said and len(alternatives) + 1 < _FIXES_SHOWN and not per_place:
+        if _fixed_by(finding) not in said and len(alternatives) + 1 < _FIXES_SHOWN and not per_place:
             said.append(_fixed_by(finding))
-            alternatives += (finding.fix,)
+            alternatives += (finding.with_(also=()),)
         if confirming and not old.confirmed:
             merged = old.with_(
-                confirmed=True, severity=finding.severity, what=finding.what, why=finding.why, cause=finding.cause,
-                places=places, fix_alternatives=alternatives, unconfirmed_reason="", unreached=None, fixes=records,
+                confirmed=True, severity=finding.severity, cause=finding.cause, facts=finding.facts,
+                places=places, also=alternatives, unreached=None, fixes=records,
             )
         else:
-            merged = old.with_(count=old.count + 1, places=places, fix_alternatives=alternatives, fixes=records)
-        if per_place:  # the fix's words name every place now
-            merged = explained(merged, self.root_label)
+            merged = old.with_(count=old.count + 1, places=places, also=alternatives, fixes=records)
         self.findings[index] = merged
         return merged
 
@@ -304,7 +298,7 @@ class Analyzer:
         for key, predicted in pending.items():
             stopped = key in cut_short and severity.rank < Severity.WARNING.rank
             for f in predicted:
-                ended = unreached(f, Unreached.STOPPED_AT_INPLACE_ERROR if stopped else reason)
+                ended = f.with_(confirmed=False, unreached=Unreached.STOPPED_AT_INPLACE_ERROR if stopped else reason)
                 self._record(ended.with_(severity=Severity.WARNING if stopped else severity), confirming=False)
 
     def predicted(self) -> list[Finding]:
@@ -314,7 +308,7 @@ class Analyzer:
         for predicted in self.pending.values():
             for f in predicted:
                 known = by_cause.get(f.dedupe_key)
-                by_cause[f.dedupe_key] = known.with_(count=known.count + 1) if known else unreached(f, Unreached.PENDING)
+                by_cause[f.dedupe_key] = known.with_(count=known.count + 1) if known else f.with_(confirmed=False, unreached=Unreached.PENDING)
         return list(by_cause.values())
 
     def backward_completed(self) -> None:

@@ -15,7 +15,6 @@ from typing import Protocol
 from ..causes import Cause, Facts, SiteRole
 from ..errors import UsageError
 from ..events import SavedTensorOverwritten
-from ..explanations import explained
 from ..findings import Finding, Fix, FixKind, Severity
 from ..sites import Site
 
@@ -82,29 +81,26 @@ def make_finding(
     target: str | None = None, fixes: tuple[Fix, ...] = (),
 ) -> Finding:
     """A finding of rule `code`, its decision as fields (`cause`, `facts`, sites; `fixes` the fix as
-    records, `rules/fix_builders.py`); its sentences are made from those by the explainer
-    render/explain/ registered for (`code`, `cause`), for a model called `root_label` in reports."""
+    records, `rules/fix_builders.py`), for a model called `root_label` in reports. No sentence is made
+    here: the explainer render/explain/ registered for (`code`, `cause`) makes them when asked."""
     registered = RULES[code]
     finding = Finding(
         code=code,
         severity=severity or registered.severity,
         title=registered.title,
-        what="",
         mutation=mutation,
         saved=saved,
-        fix="",
         confirmed=confirmed,
         read=read,
-        why="",
         cause=cause,
         facts=facts,
         slot=slot,
         target=target,
         read_role=read_role,
         fixes=fixes,
+        root_label=root_label,
     )
-    finding = explained(finding, root_label)
-    if not finding.fixes and finding.fix:  # every fix a report prints is a record: this one has no edit
+    if not finding.fixes:  # every fix a report prints is a record: this one has no edit
         finding = finding.with_(fixes=(Fix(FixKind.OTHER),))
     return finding
 
