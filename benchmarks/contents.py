@@ -5,7 +5,7 @@
 
 Printed (one CPU thread, CPU time, minimum of interleaved rounds; it asserts nothing):
 
-1. the fingerprint alone (`trace/fingerprint.py`), µs per MiB, next to a `clone()` of the
+1. the fingerprint alone (`trace/saves/fingerprint.py`), µs per MiB, next to a `clone()` of the
    same tensor (the cost of keeping a copy instead);
 2. on a small MLP and a ResNet-ish conv net, forward + backward: plain, `watch()` (by
    default only saved tensors on memory handed out by `.numpy()`/DLPack/`data_ptr()` are
@@ -45,7 +45,7 @@ def best_of(fn: Callable[[], object], rounds: int) -> float:
 
 
 def fingerprint_cost(rounds: int) -> list[tuple[int, float, float]]:
-    from inplace_doctor.trace.fingerprint import fingerprint
+    from inplace_doctor.trace.saves.fingerprint import fingerprint
 
     rows = []
     for mib in (1, 16, 64):

@@ -31,7 +31,7 @@ from torch import nn
 
 import inplace_doctor as ipd
 from inplace_doctor.rules import FAST_MODE_RULES
-from inplace_doctor.trace.write_kernels import WriteKernels
+from inplace_doctor.trace.fast.write_kernels import WriteKernels
 
 BEFORE = ["IPD101", "IPD102", "IPD103", "IPD104", "IPD107", "IPD110"]
 

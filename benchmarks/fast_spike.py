@@ -8,7 +8,7 @@ Variants, each one forward + backward of `benchmarks/overhead.py`'s workloads:
 - plain:    no instrumentation;
 - anomaly:  `detect_anomaly(check_nan=False)`, the cheapest anomaly mode;
 - kernels:  a Python kernel at `ADInplaceOrView` for every mutating aten
-            overload (`trace/write_kernels.py`), a recorder that counts writes;
+            overload (`trace/fast/write_kernels.py`), a recorder that counts writes;
 - pack:     `saved_tensors_hooks` whose pack captures the C-level stack
             (`gather_traceback`) into a small holder around `t.detach()`, and
             whose unpack re-checks the version (as the fast tracer must);
@@ -34,7 +34,7 @@ from overhead import WORKLOADS, Workload, count_ops
 
 import inplace_doctor as ipd
 from inplace_doctor._compat import gather_traceback
-from inplace_doctor.trace.write_kernels import WriteKernels, registered
+from inplace_doctor.trace.fast.write_kernels import WriteKernels, registered
 
 VARIANTS = ("plain", "anomaly", "kernels", "pack", "both", "watch")
 

@@ -88,11 +88,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import inplace_doctor as ipd
 from inplace_doctor import _compat
-from inplace_doctor.trace.fast_writes import FastWrites
-from inplace_doctor.trace.modules import ModulePaths
-from inplace_doctor.trace.saved import SavedTensors
-from inplace_doctor.trace.saved_fast import FastSavedTensors
-from inplace_doctor.trace.write_kernels import WriteKernels, registered
+from inplace_doctor.trace.fast.fast_writes import FastWrites
+from inplace_doctor.trace.fast.saved_fast import FastSavedTensors
+from inplace_doctor.trace.fast.write_kernels import WriteKernels, registered
+from inplace_doctor.trace.places.modules import ModulePaths
+from inplace_doctor.trace.saves.saved import SavedTensors
 
 VARIANTS = ("plain", "anomaly", "anomaly-cheap", "watch", "fast", "fast-per-step", "audit", "contents", "modules")
 MEMORY_VARIANTS = ("plain", "fast", "watch", "anomaly-cheap")

@@ -91,7 +91,7 @@ def _state() -> dict[str, Any]:
     that linger is ended first, so what is compared is what stays after it."""
     import torch.utils._python_dispatch as python_dispatch
 
-    kernels = sys.modules.get("inplace_doctor.trace.write_kernels")
+    kernels = sys.modules.get("inplace_doctor.trace.fast.write_kernels")
     if kernels is not None:
         kernels.end_linger()
 

@@ -16,7 +16,7 @@
 - `--regen-golden`: rewrite the golden files under tests/render/golden/ instead of
   comparing with them; tests read it through the `regen_golden` fixture.
 - Every test ends with the fast tracer's kernels removed: they linger a second after
-  a `watch` (trace/kernel_registration.py), and no test leaves them to the next.
+  a `watch` (trace/process/kernel_registration.py), and no test leaves them to the next.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def _no_lingering_write_kernels() -> Iterator[None]:
 
 
 def _end_linger() -> None:
-    kernels = sys.modules.get("inplace_doctor.trace.write_kernels")
+    kernels = sys.modules.get("inplace_doctor.trace.fast.write_kernels")
     if kernels is not None:
         kernels.end_linger()
 

@@ -179,3 +179,18 @@ def test_the_folders_match_docs_architecture() -> None:
         if p.parent != PACKAGE and "__pycache__" not in p.parts
     }
     assert documented == folders
+
+
+MAX_MODULES = 16
+
+
+def test_no_room_holds_more_than_16_modules() -> None:
+    """A room a reader can walk (issue 39): a folder past 16 modules is split into sub-rooms with names."""
+    crowded = {}
+    for init in PACKAGE.rglob("__init__.py"):
+        if "__pycache__" in init.parts or init.parent == PACKAGE:  # the root: base, records and the face (ROOMS)
+            continue
+        modules = [p for p in init.parent.iterdir() if (p.suffix == ".py" and p.name != "__init__.py") or (p / "__init__.py").is_file()]
+        if len(modules) > MAX_MODULES:
+            crowded[str(init.parent.relative_to(PACKAGE)) or "."] = len(modules)
+    assert not crowded, f"folders over {MAX_MODULES} modules (sub-packages count as one): {crowded}"

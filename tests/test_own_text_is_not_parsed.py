@@ -17,13 +17,13 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "inplace_doctor"
 
 # module -> the text its patterns read (none of it the tool's own finding or note text)
 READS = {
-    "trace/nodes.py": "PyTorch's error message for a custom Function's gradient",
-    "trace/stacks.py": "the user's source line a traceback ends on",
+    "trace/places/nodes.py": "PyTorch's error message for a custom Function's gradient",
+    "trace/places/stacks.py": "the user's source line a traceback ends on",
     "render/sarif.py": "rule docstrings (their ``literals``), made into SARIF's markdown help",
     "rules/inplace_on_leaf.py": "PyTorch's error message for a leaf written in place",
     "render/explain/caller_data.py": "the user's source line that took a state_dict()",
-    "trace/pytorch_errors.py": "an autograd node's class name (`ExpBackward0`), worded as PyTorch's own stale-tensor message words it",
-    "trace/fast_writes.py": "an autograd node's class name (`AddmmBackward0`), for the op that saved",
+    "trace/raised/pytorch_errors.py": "an autograd node's class name (`ExpBackward0`), worded as PyTorch's own stale-tensor message words it",
+    "trace/fast/fast_writes.py": "an autograd node's class name (`AddmmBackward0`), for the op that saved",
     "rules/saved_tensors.py": "PyTorch's error message for a stale saved tensor",
     "rules/forbidden_inplace.py": "PyTorch's error messages for forbidden in-place writes",
     "render/explain/forbidden_inplace.py": "PyTorch's error message naming the custom Function whose output was written",

@@ -46,7 +46,7 @@ class Edit:
     name it (relative to the working directory the run started in, or absolute). Built from the
     source at the site (never from a sentence); applied by splicing, so every other byte of the
     file (line endings, BOM, encoding) stays as it was. `old` and `new` end their lines as the file
-    does (`rules/source.py` `Source.edit`): `old` is the decoded text from `start` to `end` exactly,
+    does (`rules/fixes/source.py` `Source.edit`): `old` is the decoded text from `start` to `end` exactly,
     and a line break in `new` is the ending of the line the edit starts on, so the decoded file with
     `new` spliced in, encoded back (its BOM kept), is the bytes `fix` writes. (`fix` also takes
     "\n" where the file has another ending, and writes the file's.)

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from programs import git_project
 
-from inplace_doctor.cli.source_edits import Source as FileBytes
-from inplace_doctor.cli.source_edits import apply_to_source
+from inplace_doctor.cli.proof.source_edits import Source as FileBytes
+from inplace_doctor.cli.proof.source_edits import apply_to_source
 from inplace_doctor.findings import Position
-from inplace_doctor.rules.source import read
+from inplace_doctor.rules.fixes.source import read
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "render" / "golden"
@@ -143,7 +143,7 @@ def test_the_sarif_replacements_of_a_crlf_file_with_a_bom_are_the_bytes_fix_writ
 def test_an_edit_built_from_the_source_reads_and_writes_the_files_own_endings(
     tmp_path: Path, ending: str, last: str
 ) -> None:
-    """`rules/source.py` `Source.edit`: a multi-line `old` (a moved block) and a `new` with line breaks,
+    """`rules/fixes/source.py` `Source.edit`: a multi-line `old` (a moved block) and a `new` with line breaks,
     spliced mechanically, equal what `apply_to_source` (fix) writes, in every ending and at a last line
     without one."""
     lines = ["import torch", "h = torch.ones(2)", "with torch.no_grad():", "    h.mul_(2)", "g = h"]
@@ -183,7 +183,7 @@ def test_the_golden_outputs_hold_edits() -> None:
 def test_every_golden_edit_applied_mechanically_parses_and_is_what_fix_writes(
     golden: str, number: int, edits: list[dict[str, Any]]
 ) -> None:
-    from inplace_doctor.cli.source_edits import fixes_from_json
+    from inplace_doctor.cli.proof.source_edits import fixes_from_json
 
     edits = [{**e, "path": str(ROOT / e["path"].replace("<ROOT>/", ""))} for e in edits]
     [path] = {e["path"] for e in edits}

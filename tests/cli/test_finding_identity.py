@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from programs import git_project
 
-from inplace_doctor.cli.edited_lines import followed, origins
-from inplace_doctor.cli.prove import Identity, identity
+from inplace_doctor.cli.proof.edited_lines import followed, origins
+from inplace_doctor.cli.proof.prove import Identity, identity
 
 MODULE = """\
 class {name}(nn.Module):

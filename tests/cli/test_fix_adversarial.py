@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from inplace_doctor.cli.source_edits import Source, apply_to_source, plan, unified_diff, write_all
+from inplace_doctor.cli.proof.source_edits import Source, apply_to_source, plan, unified_diff, write_all
 from inplace_doctor.findings import Edit, Fix, Position
 
 P = Position
@@ -108,7 +108,7 @@ def test_a_symlinked_file_is_written_through_and_the_link_stays(tmp_path: Path) 
 
 
 def test_the_copys_links_name_the_copy_inside_the_project_and_the_same_place_outside(tmp_path: Path) -> None:
-    from inplace_doctor.cli.prove import Workspace
+    from inplace_doctor.cli.proof.prove import Workspace
 
     project, outside = tmp_path / "project", tmp_path / "datasets"
     (project / "runs").mkdir(parents=True)
@@ -131,7 +131,7 @@ def test_the_copys_links_name_the_copy_inside_the_project_and_the_same_place_out
 def test_a_named_pipe_or_a_socket_in_the_project_is_not_copied(tmp_path: Path) -> None:
     import socket
 
-    from inplace_doctor.cli.prove import Workspace
+    from inplace_doctor.cli.proof.prove import Workspace
 
     (tmp_path / "train.py").write_text("x = 1\n")
     os.mkfifo(tmp_path / "pipe")  # copying it would block, or fail as a special file
@@ -153,7 +153,7 @@ def test_a_project_that_cannot_be_copied_is_one_usage_line_and_no_scratch_is_lef
     import tempfile
 
     from inplace_doctor.cli.errors import CliUsageError
-    from inplace_doctor.cli.prove import Workspace
+    from inplace_doctor.cli.proof.prove import Workspace
 
     (tmp_path / "train.py").write_text("x = 1\n")
     secret = str(tmp_path / "secret.txt")
@@ -291,7 +291,7 @@ def test_two_flags_on_the_constructors_line_leave_the_fix_manual(tmp_path: Path,
     ("value = x\n    buf = buf.clone()\n    buf[4] = value", "value = x; buf = buf.clone(); buf[4] = value"),
 ])
 def test_a_statement_over_several_lines_is_described_as_python_reads_it(tmp_path: Path, code: str, shown: str) -> None:
-    from inplace_doctor.cli.fix_search import describe
+    from inplace_doctor.cli.proof.fix_search import describe
     from inplace_doctor.render.code_text import one_line
 
     assert one_line(code) == shown
@@ -356,7 +356,7 @@ def test_an_inplace_function_of_torch_is_rebound_on_its_argument_never_on_the_mo
 def test_an_edit_after_wide_characters_on_its_line_lands_on_its_statement(
     tmp_path: Path, encoding: str, head: str, text: str
 ) -> None:
-    from inplace_doctor.rules.fix_builders import write_fixes
+    from inplace_doctor.rules.fixes.fix_builders import write_fixes
     from inplace_doctor.sites import Site
 
     path = tmp_path / "m.py"
@@ -369,8 +369,8 @@ def test_an_edit_after_wide_characters_on_its_line_lands_on_its_statement(
 
 
 def test_a_finding_whose_line_another_fix_rewrote_is_the_one_it_was(tmp_path: Path) -> None:
-    from inplace_doctor.cli.edited_lines import renamed, rewritten
-    from inplace_doctor.cli.prove import How, Identity, Record, Run, judge
+    from inplace_doctor.cli.proof.edited_lines import renamed, rewritten
+    from inplace_doctor.cli.proof.prove import How, Identity, Record, Run, judge
 
     before, after = b"x = 1\nh.mul_(2); g.mul_(3)\n", b"x = 1\nh = h.mul(2); g.mul_(3)\n"
     renames = rewritten({str(tmp_path / "t.py"): (before, after)}, str(tmp_path))

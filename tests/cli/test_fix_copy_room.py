@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from inplace_doctor.cli.copy_room import COPY_LIMIT
 from inplace_doctor.cli.errors import CliUsageError
-from inplace_doctor.cli.prove import Workspace
+from inplace_doctor.cli.proof.copy_room import COPY_LIMIT
+from inplace_doctor.cli.proof.prove import Workspace
 
 BROKEN = """import torch
 x = torch.randn(4, requires_grad=True)

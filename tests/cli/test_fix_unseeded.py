@@ -46,14 +46,14 @@ RANDOM_NUMBERS = textwrap.dedent(
 
 def proof_child(folder: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The script run as the reference run of a proof runs it (`Workspace.run`: its environment too)."""
-    from inplace_doctor.cli.prove import Workspace
+    from inplace_doctor.cli.proof.prove import Workspace
 
     ws = Workspace(str(folder), "draws.py", [], None)
     try:
         environment = {**ws._environment(str(folder)), **(env or {})}
     finally:
         ws.close()
-    argv = [sys.executable, "-m", "inplace_doctor.cli.recorder", "--record", str(folder / "record.json"),
+    argv = [sys.executable, "-m", "inplace_doctor.cli.proof.recorder", "--record", str(folder / "record.json"),
             "--reference", "--", "draws.py", *args]
     done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, env=environment, timeout=300)
     assert done.returncode == 0, done.stderr

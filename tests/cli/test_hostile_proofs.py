@@ -16,7 +16,7 @@ import pytest
 from programs import TWO_STEP_TRAIN, git_project
 
 from inplace_doctor.cli.main import main
-from inplace_doctor.cli.source_edits import write_all
+from inplace_doctor.cli.proof.source_edits import write_all
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 BROKEN = "inplace_doctor.examples:sigmoid_then_relu"

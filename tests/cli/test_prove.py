@@ -14,9 +14,9 @@ from programs import ACTOR_CRITIC_SLOTS as ACTOR_CRITIC
 from programs import BUFFER_STEPS as BUFFER
 from programs import POLYAK
 
-from inplace_doctor.cli.edited_lines import origins
-from inplace_doctor.cli.prove import Verdict, Workspace, identity, judge, serious
-from inplace_doctor.cli.source_edits import plan
+from inplace_doctor.cli.proof.edited_lines import origins
+from inplace_doctor.cli.proof.prove import Verdict, Workspace, identity, judge, serious
+from inplace_doctor.cli.proof.source_edits import plan
 from inplace_doctor.findings import Edit, Position
 
 

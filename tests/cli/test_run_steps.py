@@ -185,7 +185,7 @@ def test_compiled_code_after_the_window_is_said_and_timed_warm(capsys, tmp_path)
 
 
 def test_the_unwatched_figure_leaves_out_the_first_unwatched_step() -> None:
-    from inplace_doctor.cli.steps import Tally
+    from inplace_doctor.cli.scripts.steps import Tally
 
     tally = Tally(watched=3)
     for elapsed in (2.0, 2.5, 3.0):  # step 4 took 2 s (compiling), steps 5 and 6 0.5 s each

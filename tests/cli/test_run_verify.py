@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 
 import inplace_doctor as ipd
-from inplace_doctor.cli.script import run_script
-from inplace_doctor.cli.script_verify import ModelCalls
+from inplace_doctor.cli.scripts.script import run_script
+from inplace_doctor.cli.scripts.script_verify import ModelCalls
 from inplace_doctor.verification import VerifyOutcome
 
 TRAIN = textwrap.dedent(

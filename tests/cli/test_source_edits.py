@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from inplace_doctor.cli.source_edits import (
+from inplace_doctor.cli.proof.source_edits import (
     EditError,
     Source,
     already_made,

@@ -21,7 +21,7 @@ from inplace_doctor.cli.main import main
 from inplace_doctor.errors import InplaceError
 from inplace_doctor.examples import SigmoidThenReLU
 from inplace_doctor.rules import FAST_MODE_RULES
-from inplace_doctor.trace.write_kernels import end_linger, registered
+from inplace_doctor.trace.fast.write_kernels import end_linger, registered
 
 FAST = ",".join(sorted(FAST_MODE_RULES))
 SOURCE = __file__
@@ -39,7 +39,7 @@ def test_audit_deep_false_finds_what_deep_mode_finds_with_the_fast_tracer() -> N
     assert _findings(fast) == _findings(deep) and [f.code for f in fast.findings] == ["IPD101"]
     assert fast.stats["fast_tracer"] == 1 and "fast_tracer" not in deep.stats
     assert "ops" not in fast.stats and deep.stats["ops"] > fast.stats["writes"]  # the fast tracer sees only writes
-    end_linger()  # they linger a second after the audit (trace/kernel_registration.py)
+    end_linger()  # they linger a second after the audit (trace/process/kernel_registration.py)
     assert registered() == 0  # then the kernels are gone
 
 
@@ -202,7 +202,7 @@ def test_the_fast_tracer_keeps_no_graph_dropped_without_backward_alive() -> None
 def test_the_fast_tracer_names_saved_tensors_as_their_node_is_made() -> None:
     """Nothing is held for later naming: the node, field and op of each saved tensor are known
     as soon as its node exists, and the node records where it was made with its saves' stack."""
-    from inplace_doctor.trace.nodes import origin_of
+    from inplace_doctor.trace.places.nodes import origin_of
 
     with ipd.watch(deep=False, select=sorted(FAST_MODE_RULES)) as session:
         x = torch.randn(3, 4, requires_grad=True)

@@ -33,7 +33,7 @@ import torch
 
 import inplace_doctor as ipd
 from inplace_doctor import Severity
-from inplace_doctor.cli.source_edits import plan, write_all
+from inplace_doctor.cli.proof.source_edits import plan, write_all
 from inplace_doctor.findings import Fix, FixKind
 
 PROGRAMS = Path(__file__).resolve().parent / "bug_reports_more"

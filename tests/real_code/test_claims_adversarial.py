@@ -746,7 +746,7 @@ RAISING = [name for name, (_, truth) in CASES.items() if truth is Truth.RAISES]
 
 def _fixed(fn: Callable[[], Grads], edits: tuple[Any, ...]) -> Callable[[], Grads]:
     """`fn` as the fix's edits leave it: the edited file's function of that name, run in this module."""
-    from inplace_doctor.cli.source_edits import plan
+    from inplace_doctor.cli.proof.source_edits import plan
 
     ((before, after),) = plan(edits, str(Path.cwd())).values()
     assert before != after

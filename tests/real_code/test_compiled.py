@@ -19,7 +19,7 @@ from conftest import marker_line
 from torch import nn
 
 import inplace_doctor as ipd
-from inplace_doctor.trace.compiled import EagerCompiled
+from inplace_doctor.trace.process.compiled import EagerCompiled
 
 TRAIN = textwrap.dedent(
     """\

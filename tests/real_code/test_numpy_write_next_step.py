@@ -192,7 +192,7 @@ def test_the_search_leaves_no_trace_function_behind(tmp_path, monkeypatch, capsy
     (traced in step 2) dropped are freed, and the finding names the line."""
     if sys.gettrace() is not None:
         pytest.skip("another trace function (coverage, a debugger) is set: the search stands aside")
-    from inplace_doctor.cli.script import run_script
+    from inplace_doctor.cli.scripts.script import run_script
 
     path = write_program(tmp_path, "helper", steps=2)  # the last step is the one searched
     monkeypatch.chdir(tmp_path)

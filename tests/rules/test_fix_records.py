@@ -464,7 +464,7 @@ def test_a_state_dict_snapshot_is_copied_where_it_is_taken(imports: str):
 def test_edit_columns_count_characters_of_the_decoded_line(name: str, encoding: str, newline: str, head: str):
     """A BOM, a PEP 263 encoding or CRLF line endings move no edit: columns are characters of the
     decoded line (ast's are UTF-8 bytes), lines as Python counts them."""
-    from inplace_doctor.rules.fix_builders import write_fixes
+    from inplace_doctor.rules.fixes.fix_builders import write_fixes
     from inplace_doctor.sites import Site
 
     source = head + 'import torch.nn.functional as F\nh = F.hardtanh(h, len("été") - 3.0, 0.6, inplace=True)\nh += 1\n'
@@ -486,7 +486,7 @@ def test_a_write_inside_an_installed_package_gets_no_edit():
 
     import torchvision
 
-    from inplace_doctor.rules.fix_builders import write_fixes
+    from inplace_doctor.rules.fixes.fix_builders import write_fixes
     from inplace_doctor.sites import Site
 
     path = inspect.getfile(torchvision.models.resnet)
@@ -498,7 +498,7 @@ def test_an_inplace_function_of_a_module_is_not_rebound_as_if_it_were_a_method()
     """`torch.nn.init.zeros_(w)` is no tensor's method: `torch.nn.init = torch.nn.init.zeros(w)` would be
     nonsense, and `init` has no `zeros`: no edit. `F.relu_(h)` is rebound on its argument with the
     twin the imported module has (`h = F.relu(h)`), never on the module."""
-    from inplace_doctor.rules.fix_builders import write_fixes
+    from inplace_doctor.rules.fixes.fix_builders import write_fixes
     from inplace_doctor.sites import Site
 
     path = write("program.py", """

@@ -22,8 +22,8 @@ from torch.utils.checkpoint import checkpoint
 import inplace_doctor as ipd
 from inplace_doctor.causes import RecomputeCause
 from inplace_doctor.rules import FAST_MODE_RULES
-from inplace_doctor.trace.checkpoint_blocks import RegionCount
-from inplace_doctor.trace.recompute import fingerprint
+from inplace_doctor.trace.checkpoint.checkpoint_blocks import RegionCount
+from inplace_doctor.trace.checkpoint.recompute import fingerprint
 
 FIXTURES = Path(__file__).resolve().parent / "IPD111"
 

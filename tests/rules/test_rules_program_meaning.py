@@ -323,7 +323,7 @@ def test_inplace_write_to_a_checkpoint_input_raises_like_pytorch_and_is_explaine
 )
 def test_change_measured_without_a_copy_equals_the_exact_difference(call):
     """IPD105 measures these ops with a read-only reduction before the write; it must be exact."""
-    from inplace_doctor.trace.inplace_calls import largest_change
+    from inplace_doctor.trace.reads.inplace_calls import largest_change
 
     torch.manual_seed(0)
     x = torch.randn(64) * 8

@@ -1,4 +1,4 @@
-"""The fast tracer's per-op interception inside checkpoint regions (`trace/checkpoint_ops.py`, issue 26).
+"""The fast tracer's per-op interception inside checkpoint regions (`trace/checkpoint/checkpoint_ops.py`, issue 26).
 
 Only a region's forward and recompute run ops through Python; the mode is off
 the stack before and after; the program computes exactly what it computes

@@ -23,7 +23,7 @@ import torch
 import inplace_doctor as ipd
 from inplace_doctor import Severity
 from inplace_doctor.rules import FAST_MODE_RULES
-from inplace_doctor.trace.fingerprint import fingerprint
+from inplace_doctor.trace.saves.fingerprint import fingerprint
 
 HERE = Path(__file__).resolve()
 #: the fast tracer runs only when every selected rule is one it serves

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from inplace_doctor.trace.dispatch_mode import copies_onto_itself
+from inplace_doctor.trace.deep.dispatch_mode import copies_onto_itself
 
 
 def test_a_copy_onto_its_own_memory_is_told_from_a_real_copy() -> None:

@@ -1,7 +1,7 @@
 """IPD109's hand-outs under the fast tracer (issue 26): the Tensor methods wrapped while it runs.
 
 The deep tracer sees `.numpy()`, `__dlpack__()`, `__array__()` and `.data_ptr()` through its
-`TorchFunctionMode`; the fast one wraps those methods on `torch.Tensor` (trace/hand_outs.py). Both
+`TorchFunctionMode`; the fast one wraps those methods on `torch.Tensor` (trace/fast/hand_outs.py). Both
 must see the same calls, and the fast one must leave `torch.Tensor` as it found it.
 """
 
@@ -20,7 +20,7 @@ from conftest import in_fresh_thread
 
 import inplace_doctor as ipd
 from inplace_doctor.rules import FAST_MODE_RULES
-from inplace_doctor.trace.hand_outs import METHODS
+from inplace_doctor.trace.fast.hand_outs import METHODS
 
 
 def _session(deep: bool, **kwargs: Any) -> ipd.watch:

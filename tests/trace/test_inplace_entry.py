@@ -14,7 +14,7 @@ from torch.nn.functional import relu as relu_bound_before  # bound at import, be
 from torch.overrides import TorchFunctionMode
 
 from inplace_doctor.events import CallerInputWritten, OriginalValueRead
-from inplace_doctor.trace.inplace_calls import InplaceCalls
+from inplace_doctor.trace.reads.inplace_calls import InplaceCalls
 from inplace_doctor.trace.tracer import Tracer
 
 

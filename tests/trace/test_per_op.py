@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 import torch
 
-from inplace_doctor.trace.blame import raised_by_the_tool
+from inplace_doctor.trace.deep.per_op import OpWork, PerOpMode
 from inplace_doctor.trace.owner import Busy
-from inplace_doctor.trace.per_op import OpWork, PerOpMode
+from inplace_doctor.trace.raised.blame import raised_by_the_tool
 from inplace_doctor.trace.tracer import Tracer
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inplace_doctor.trace.raised_at import augmented_op_raised_at, receiver_raised_at
+from inplace_doctor.trace.raised.raised_at import augmented_op_raised_at, receiver_raised_at
 
 
 def test_an_augmented_assignment_on_a_leaf_is_named_by_its_operator() -> None:

@@ -1,5 +1,5 @@
 """The fast tracer's saved tensors: placed and named in the node-creation hook, by pack order
-for a node type whose fields it has seen all saved (`trace/saved_fast.py`), exactly as read from
+for a node type whose fields it has seen all saved (`trace/fast/saved_fast.py`), exactly as read from
 the node's fields."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import torch
 
 import inplace_doctor as ipd
 from inplace_doctor.rules import FAST_MODE_RULES
-from inplace_doctor.trace.nodes import origin_of, saved_attrs
-from inplace_doctor.trace.saved import SavedRecord
-from inplace_doctor.trace.saved_fast import _layouts
+from inplace_doctor.trace.fast.saved_fast import _layouts
+from inplace_doctor.trace.places.nodes import origin_of, saved_attrs
+from inplace_doctor.trace.saves.saved import SavedRecord
 
 
 def _fields_of(node: object) -> dict[int, str]:

@@ -1,5 +1,5 @@
 """The fast tracer names a saved tensor's node, field and op as the deep tracer does, whatever
-order node types are first met in (`trace/saved_fast.py`'s layouts, learnt once per process).
+order node types are first met in (`trace/fast/saved_fast.py`'s layouts, learnt once per process).
 
 Each program runs under `watch(deep=True)` and `watch(deep=False)`; every finding must agree on
 its code, the lines that wrote and saved, the saved op, the slot (`Node.field`), whether backward

@@ -1,4 +1,4 @@
-"""Kernels that write an argument their node saved before the kernel ran (trace/saved_writes.py).
+"""Kernels that write an argument their node saved before the kernel ran (trace/checkpoint/saved_writes.py).
 
 The class is found from every aten schema, and each member's saves are probed with real calls:
 which tensors autograd packs before the kernel runs and which after. Then the detection under
@@ -21,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 import inplace_doctor as ipd
 from inplace_doctor.causes import RecomputeCause
 from inplace_doctor.rules import FAST_MODE_RULES
-from inplace_doctor.trace.saved_writes import SAVED_THEN_WRITTEN
+from inplace_doctor.trace.checkpoint.saved_writes import SAVED_THEN_WRITTEN
 
 RRELU = torch.ops.aten.rrelu_with_noise
 

@@ -1,4 +1,4 @@
-"""Process-wide patches shared by sessions (`trace/shared_patches.py`): grouped, and their wrappers
+"""Process-wide patches shared by sessions (`trace/process/shared_patches.py`): grouped, and their wrappers
 made once per value they wrap, yet always wrapping what the attribute holds when a session begins."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import inplace_doctor as ipd
-from inplace_doctor.trace.shared_patches import ABSENT, SharedGroup, SharedPatch
+from inplace_doctor.trace.process.shared_patches import ABSENT, SharedGroup, SharedPatch
 
 
 def _counting(calls: list[str]) -> Any:

@@ -1,6 +1,6 @@
 """The shared patches against a program that patches too, threads, forks and the lingering kernels.
 
-`trace/shared_patches.py` (`SharedPatch`, `SharedGroup`), its users `hand_outs.py` and
+`trace/process/shared_patches.py` (`SharedPatch`, `SharedGroup`), its users `hand_outs.py` and
 `inplace_entry.py`, and `kernel_registration.py`: the program computes what it computes without the
 tool, torch's attributes are its own objects again after, and a patch the program made is its own.
 """
@@ -28,8 +28,8 @@ import torch.nn.functional as F
 
 import inplace_doctor as ipd
 from inplace_doctor.trace import hand_outs, kernel_registration
-from inplace_doctor.trace.shared_patches import SharedPatch
-from inplace_doctor.trace.write_kernels import end_linger, registered
+from inplace_doctor.trace.fast.write_kernels import end_linger, registered
+from inplace_doctor.trace.process.shared_patches import SharedPatch
 
 NAMES = ("numpy", "data_ptr", "__array__", "__dlpack__", "__iadd__", "detach")
 

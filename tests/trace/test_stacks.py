@@ -16,8 +16,8 @@ from conftest import marker_line
 import inplace_doctor
 import inplace_doctor.examples
 import inplace_doctor.sites
-import inplace_doctor.trace.stacks
-from inplace_doctor.trace.stacks import framework_of, is_user_file
+import inplace_doctor.trace.places.stacks
+from inplace_doctor.trace.places.stacks import framework_of, is_user_file
 
 SITE_PACKAGES = os.path.dirname(os.path.dirname(torch.__file__))  # torch is installed in it
 PACKAGE_DIR = os.path.dirname(inplace_doctor.__file__)
@@ -56,7 +56,7 @@ def test_site_packages_inside_the_standard_library_dir_are_the_users():
 def test_inplace_doctors_own_modules_are_not_the_users():
     assert not is_user_file(inplace_doctor.__file__)
     assert not is_user_file(inplace_doctor.sites.__file__)
-    assert not is_user_file(inplace_doctor.trace.stacks.__file__)
+    assert not is_user_file(inplace_doctor.trace.places.stacks.__file__)
     assert not is_user_file(os.path.join(PACKAGE_DIR, "engines", "audit.py"))
 
 

@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from inplace_doctor.events import SavedTensorOverwritten, StaleSavedTensorUsed
 from inplace_doctor.trace.ops import op_name, write_spec
-from inplace_doctor.trace.stacks import SAVE_STACK, is_user_file
+from inplace_doctor.trace.places.stacks import SAVE_STACK, is_user_file
 from inplace_doctor.trace.tracer import Tracer
 
 

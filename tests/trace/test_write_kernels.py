@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from inplace_doctor._compat import gather_traceback, symbolize_tracebacks
-from inplace_doctor.trace.write_kernels import WriteKernels, end_linger, mutating_overloads, registered
+from inplace_doctor.trace.fast.write_kernels import WriteKernels, end_linger, mutating_overloads, registered
 
 aten = torch.ops.aten
 

@@ -1,4 +1,4 @@
-"""The write kernels' registration lingers after the last session (trace/kernel_registration.py).
+"""The write kernels' registration lingers after the last session (trace/process/kernel_registration.py).
 
 A `watch` per training step registers the kernels once; they are removed a
 moment after the last session, at once by `end_linger()`, at interpreter exit
@@ -23,8 +23,14 @@ from torch import nn
 
 import inplace_doctor as ipd
 from inplace_doctor.trace import kernel_registration
-from inplace_doctor.trace.blame import raised_by_the_tool
-from inplace_doctor.trace.write_kernels import WriteKernels, end_linger, mutating_overloads, registered, registrations
+from inplace_doctor.trace.fast.write_kernels import (
+    WriteKernels,
+    end_linger,
+    mutating_overloads,
+    registered,
+    registrations,
+)
+from inplace_doctor.trace.raised.blame import raised_by_the_tool
 
 SOURCE = kernel_registration.__file__
 RACE_CYCLES = 40
@@ -157,7 +163,7 @@ _RACE = """
 import sys, threading, time
 import torch
 from inplace_doctor.trace import kernel_registration
-from inplace_doctor.trace.write_kernels import WriteKernels, registered
+from inplace_doctor.trace.fast.write_kernels import WriteKernels, registered
 
 kernel_registration.LINGER_SECONDS = 0.0  # removed at each exit
 failures, stop = [], threading.Event()
@@ -247,7 +253,7 @@ def test_the_process_exits_at_once_and_the_kernels_are_gone_at_exit() -> None:
         import torch
         atexit.register(lambda: print("at exit:", registered(), flush=True))  # runs after the tool's own
         from inplace_doctor.trace import kernel_registration
-        from inplace_doctor.trace.write_kernels import WriteKernels, registered
+        from inplace_doctor.trace.fast.write_kernels import WriteKernels, registered
         kernel_registration.LINGER_SECONDS = 60.0
         with WriteKernels(lambda op, written: None):
             torch.zeros(2).add_(1)
@@ -263,7 +269,7 @@ def test_the_process_exits_at_once_and_the_kernels_are_gone_at_exit() -> None:
 
 
 def test_a_watch_per_step_wakes_the_linger_timer_at_most_once(long_linger: None) -> None:
-    from inplace_doctor.trace.write_kernels import _REGISTRATION
+    from inplace_doctor.trace.fast.write_kernels import _REGISTRATION
 
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(inplace=True), nn.Linear(4, 1))
     _step(model)

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import InplaceDoctorError, ModelError, UsageError
-from ..trace.blame import exception_text, internal_error, raised_by_the_tool
-from .tracebacks import print_script_error
+from ..trace.raised.blame import exception_text, internal_error, raised_by_the_tool
+from .scripts.tracebacks import print_script_error
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_MODEL_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 EXIT_PIPE_CLOSED = 141

@@ -52,16 +52,16 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ..printing import write_bytes
 from ..render.fix_text import unproven_caveat
 from .errors import CliUsageError, child_exit, ended_by
-from .fix_search import where_written
+from .proof.fix_search import where_written
 
 if TYPE_CHECKING:
     from .args import Subcommands
-    from .fix_exit import Watched
-    from .prove import Run, Verdict
+    from .proof.fix_exit import Watched
+    from .proof.prove import Run, Verdict
 
 
 # A model factory runs as this module (not imported here: `run -m` runs it as __main__ in the child).
-ENTRY = "inplace_doctor.cli.model_entry"
+ENTRY = "inplace_doctor.cli.proof.model_entry"
 
 
 def looks_like_spec(target: str) -> bool:
@@ -102,10 +102,10 @@ def command(ns: argparse.Namespace) -> int:
 
 
 def _command(ns: argparse.Namespace, patch: TextIO) -> int:
-    from .fix_exit import Watched
     from .project import load_project_config
-    from .prove import serious
-    from .source_edits import fixes_from_json
+    from .proof.fix_exit import Watched
+    from .proof.prove import serious
+    from .proof.source_edits import fixes_from_json
 
     if ns.module:
         script, args = ns.module, list(ns.target)
@@ -152,10 +152,10 @@ def _command(ns: argparse.Namespace, patch: TextIO) -> int:
 
 
 def _fix(ns: argparse.Namespace, ws: Watched, first: Run, patch: TextIO) -> int:
-    from .fix_exit import edited_end, passed_on
-    from .fix_search import search, why_not
-    from .prove import identity, serious
-    from .source_edits import EditError, unified_diff, write_all
+    from .proof.fix_exit import edited_end, passed_on
+    from .proof.fix_search import search, why_not
+    from .proof.prove import identity, serious
+    from .proof.source_edits import EditError, unified_diff, write_all
 
     found = search(ws, first, unsafe=ns.unsafe_fixes, say=print)
     if found.reference_failed and not found.proven:  # proven: the edited program ends as the reference did
@@ -215,7 +215,7 @@ def _fix(ns: argparse.Namespace, ws: Watched, first: Run, patch: TextIO) -> int:
 def _as_it_is(first: Run) -> int:
     """Fix's exit when it wrote nothing: 1, or the script's own status under `run` (said in a line
     after fix's own) when that is another (1 is also `run`'s word for the findings themselves)."""
-    from .fix_exit import passed_on
+    from .proof.fix_exit import passed_on
 
     status = child_exit(first.status)
     if status > 1:
@@ -243,7 +243,7 @@ def _watch(program: list[str], args: list[str], steps: int | None) -> Run:
     directory, its output shown."""
     import tempfile
 
-    from .prove import Run, _load
+    from .proof.prove import Run, _load
 
     with tempfile.TemporaryDirectory(prefix="inplace-doctor-fix-") as tmp:
         out = os.path.join(tmp, "report.json")

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from ..printing import OutputFailed, quiet_after_failure, tool_streams
-from ..trace.blame import recursion_headroom
-from . import audit, fix, memory, myths, optimize, rules, run_command, verify
+from ..trace.raised.blame import recursion_headroom
+from . import audit, fix, myths, rules, verify
 from .args import Parser
 from .errors import (
     EXIT_INTERNAL,
@@ -31,8 +31,10 @@ from .errors import (
     exited,
     report_user_error,
 )
+from .measure import memory, optimize
 from .model import build_model, cwd_importable
-from .run_command import split_run
+from .scripts import run_command
+from .scripts.run_command import split_run
 
 # `CliUsageError` and `build_model` are imported from here by tests and users' scripts.
 __all__ = ["CliUsageError", "build_model", "main", "run"]
@@ -73,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     from ..errors import InternalError, ModelError, UsageError
-    from ..trace.blame import internal_error
+    from ..trace.raised.blame import internal_error
 
     try:
         argv = list(sys.argv[1:] if argv is None else argv)

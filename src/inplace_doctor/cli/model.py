@@ -188,7 +188,7 @@ def build_model(spec: str, input_specs: Sequence[str], seed: int) -> tuple[Any, 
     factory = load_factory(spec)
     inputs = make_inputs(input_specs, seed)  # parse before running user code
     torch.manual_seed(seed)
-    from ..trace.origins import ConstructionRecorder
+    from ..trace.places.origins import ConstructionRecorder
 
     try:
         # ConstructionRecorder: where each inplace=True module is built, the line a flag fix edits

@@ -14,8 +14,8 @@ from ..report import Report
 from ..rules import select_rules
 from ..rules.dispatch import Analyzer
 from ..sites import ROOT_LABEL
-from ..trace.blame import forget_frames, passed_through
-from ..trace.modules import refuse_opaque
+from ..trace.places.modules import refuse_opaque
+from ..trace.raised.blame import forget_frames, passed_through
 from ..trace.tracer import Tracer
 from . import callables, replay_writes, tracer_mode
 from .finish import classify_or_raise, finish_report, sorted_findings

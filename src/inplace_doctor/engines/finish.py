@@ -9,7 +9,7 @@ from ..report import Report
 from ..rules import select_rules
 from ..rules.dispatch import Analyzer
 from ..rules.phrasing import raised_in_backward
-from ..trace.blame import exception_text, forget_frames, internal_error, printable_text, raised_by_the_tool
+from ..trace.raised.blame import exception_text, forget_frames, internal_error, printable_text, raised_by_the_tool
 from ..trace.tracer import Tracer
 
 

@@ -14,7 +14,7 @@ import torch
 
 from .._compat import set_versions
 from ..errors import UsageError
-from ..trace.storage import storage_span
+from ..trace.saves.storage import storage_span
 from .attributes import PlainAttributes
 
 T = TypeVar("T")

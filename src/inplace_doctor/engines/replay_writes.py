@@ -4,7 +4,7 @@ IPD109 sees at unpack that a saved tensor's bytes changed with no op, but not wh
 them, unless `check_contents` caught it in the lines after the hand-out. `audit` can repeat
 its run exactly: `Preserved` gives back the parameters, buffers, inputs, flags and RNG state after
 the first run. So when the first run reports such a change without its line, the model runs once
-more with a `LineSearch` (trace/write_lines.py) that checks the changed tensors' bytes after every
+more with a `LineSearch` (trace/saves/write_lines.py) that checks the changed tensors' bytes after every
 line of user code, and the first run's IPD109 findings are rewritten with the line it names, or
 with what kept it from naming one (the run did not repeat, or no user line changed the bytes).
 
@@ -14,7 +14,7 @@ can see; effects outside the model (prints, files, counters) happen a second tim
 
 `run` cannot repeat a script's step, so `StepLineSearches` looks in the steps that follow instead:
 when a watched step ends having found such changes, and another watched step follows, a
-`LaterStepSearch` (trace/step_lines.py) checks the tensors saved at the same places after each
+`LaterStepSearch` (trace/saves/step_lines.py) checks the tensors saved at the same places after each
 line of user code until each place's line is found (or the watch ends); the findings then name
 the line and the step it was found on, or say why not (no later watched step, not saved again,
 saved again but not changed).
@@ -35,12 +35,12 @@ from ..report import Report
 from ..rules import select_rules
 from ..rules.dispatch import Analyzer
 from ..sites import Site
-from ..trace.blame import forget_frames, internal_error, passed_through, raised_by_the_tool
-from ..trace.fingerprint import Fingerprint
-from ..trace.step_lines import LaterStepSearch, place_of
-from ..trace.storage import storage_span
+from ..trace.raised.blame import forget_frames, internal_error, passed_through, raised_by_the_tool
+from ..trace.saves.fingerprint import Fingerprint
+from ..trace.saves.step_lines import LaterStepSearch, place_of
+from ..trace.saves.storage import storage_span
+from ..trace.saves.write_lines import LineSearch
 from ..trace.tracer import Tracer
-from ..trace.write_lines import LineSearch
 from .finish import sorted_findings
 from .preserve import Preserved, generators_in
 from .training import default_loss

@@ -49,7 +49,7 @@ def choose(rules: list[Rule], deep: bool | None) -> list[str]:
     runs fast, or deep when `deep=True` asked for it.
 
     `check_contents` does not: the fast tracer fingerprints saved tensors and checks lines after a
-    hand-out as the deep one does (trace/contents.py, trace/hand_outs.py)."""
+    hand-out as the deep one does (trace/saves/contents.py, trace/fast/hand_outs.py)."""
     if deep:
         return []
     return needing_deep_mode(rules)

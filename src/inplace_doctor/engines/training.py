@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ..errors import UsageError
-from ..trace.blame import call_through, exception_text, raised_by_the_tool, recursion_headroom
+from ..trace.raised.blame import call_through, exception_text, raised_by_the_tool, recursion_headroom
 from .preserve import tensors_in
 
 LossFn = Callable[[Any], torch.Tensor]

@@ -24,10 +24,10 @@ from ..rules import select_rules
 from ..rules.dispatch import Analyzer
 from ..rules.phrasing import raised_in_backward
 from ..sites import ROOT_LABEL
-from ..trace.blame import internal_error, printable_text, raised_by_the_tool
-from ..trace.modules import refuse_opaque, unique_label
+from ..trace.places.modules import refuse_opaque, unique_label
+from ..trace.places.user_names import variable_name
+from ..trace.raised.blame import internal_error, printable_text, raised_by_the_tool
 from ..trace.tracer import Tracer
-from ..trace.user_names import variable_name
 from . import nesting, tracer_mode
 from .finish import finish_report, sorted_findings
 

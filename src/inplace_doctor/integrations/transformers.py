@@ -49,7 +49,7 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 
 from .._compat import frame_locals
 from ..api import Report, Severity
-from ..trace.blame import call_through
+from ..trace.raised.blame import call_through
 from .window import Selection, StepWindow
 
 __all__ = ["InplaceDoctorCallback"]

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..api import InplaceDoctorError, Report, Severity, UsageError, watch
-from ..trace.blame import call_through
+from ..trace.raised.blame import call_through
 
 Selection = Iterable[str] | str | None
 

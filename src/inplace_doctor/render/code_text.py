@@ -8,7 +8,7 @@ import textwrap
 import tokenize
 
 from .._parsing import parse
-from ..rules.source import COMPOUND
+from ..rules.fixes.source import COMPOUND
 
 
 def without_comment(code: str) -> str:

@@ -1,7 +1,7 @@
 """The English of a fix, made from its `Fix` record: what the edits change, where, and why it helps.
 
 A rule decides which fixes a finding has (`Finding.fixes`, built by
-`rules/fix_builders.py`); this module only says them. Each sentence is read
+`rules/fixes/fix_builders.py`); this module only says them. Each sentence is read
 from the record's kind, its edits (path, range, old and new text) and the
 finding's sites, never from another sentence. The finding's own `fix` (its
 message, the error `fail_fast` raises) is `said` here too, so every output says

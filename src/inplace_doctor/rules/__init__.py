@@ -1,19 +1,14 @@
-"""The rules: what the tracer's events mean, in the user's words.
+"""The rules: what the tracer's events mean, as records.
 
-One rule is a function registered with `@rule(...)` whose docstring is its
-documentation (`inplace-doctor rule CODE`, docs/rules/). Every module of this
-folder is imported here, so that the rule modules among them register their
-rules; the others are the machinery: `registry` (codes, selection,
-`make_finding`), `dispatch` (the Analyzer that routes events to rules, folds
-findings and confirms predictions), `suppress` (comments and regions),
-`phrasing` (how a place is named: a finding's `places`; the sentences of
-findings are render/explain/'s), and the fixes' builders and the source they
-read (`fix_builders`, `fix_moves`, `fix_history`, `fix_sets`, `source`,
-`line_endings`, `fix_flags`). A new rule is one new file
-plus its fixtures under tests/rules/IPDxxx/ (today a rule read by the fast
-tracer is also named in `FAST_MODE_RULES`: issue 39).
-Rules may import the records and trace/ (for stacks), never engines/, render/
-or cli/.
+One rule is a function registered with `@rule(...)` whose docstring is its documentation
+(`inplace-doctor rule CODE`, docs/rules/). Every module of this folder is imported here, so that
+the rule modules among them register their rules; the others are the machinery: `registry`
+(codes, selection, `make_finding`), `dispatch` (the Analyzer that routes events to rules, folds
+findings and confirms predictions), `suppress` (comments and regions), `phrasing` (how a place is
+named: a finding's `places`; the sentences of findings are render/explain/'s). `fixes/` holds the
+fixes' builders and the source they read. A new rule is one new file plus its explainer in
+render/explain/ and its fixtures under tests/rules/IPDxxx/ (docs/architecture.md, "Adding a
+rule"). Rules may import the records and trace/ (for stacks), never engines/, render/ or cli/.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..causes import ArgumentFacts, CallerDataCause, HeldFacts
 from ..events import CallerInputWritten, HeldTensorOverwritten, HeldTensorUsed
 from ..findings import Finding, Severity
-from .fix_builders import copy_at_handout, write_fixes
+from .fixes.fix_builders import copy_at_handout, write_fixes
 from .registry import RuleContext, make_finding, rule
 
 
@@ -31,7 +31,7 @@ def caller_input_overwritten(event: CallerInputWritten, ctx: RuleContext) -> Fin
     arguments of each call of an outermost module count as the caller's
     inputs, during that call; a model entered without ``nn.Module.__call__``
     (its class's own ``__call__``, a rollout; ``model.forward(x)`` called
-    directly) counts as called (``trace/entry_points.py``), and ``audit(fn,
+    directly) counts as called (``trace/places/entry_points.py``), and ``audit(fn,
     x)`` of a function or callable object takes its arguments for the inputs.
 
     When it is reported: a write no flag asked for (``x += b``,

@@ -52,7 +52,7 @@ from ..events import (
 from ..findings import Finding, Severity
 from ..sites import Site, source_line
 from . import Rule
-from .fix_sets import alternative_fixes, are_updates, fixes_of_places
+from .fixes.fix_sets import alternative_fixes, are_updates, fixes_of_places
 from .phrasing import place_of
 from .suppress import is_suppressed
 

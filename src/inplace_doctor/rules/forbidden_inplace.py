@@ -12,7 +12,7 @@ import re
 from ..causes import ForbiddenCause, RaisedFacts, SiteRole
 from ..events import InplaceErrorRaised
 from ..findings import Finding, Severity
-from .fix_builders import write_fixes
+from .fixes.fix_builders import write_fixes
 from .registry import RuleContext, make_finding, rule
 
 # The patterns read PyTorch's own error messages; the sentences of each cause are render/explain/'s.

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..causes import GraphHistoryCause, HistoryFacts
 from ..events import ChangedGraphTensorReached, GraphTensorChangedOutsideAutograd
 from ..findings import Finding, Severity
-from .fix_history import history_fixes
+from .fixes.fix_history import history_fixes
 from .registry import RuleContext, make_finding, rule
 
 

@@ -11,7 +11,7 @@ from ..causes import HandOutFacts, OutsideWriteCause
 from ..events import SavedTensorChangedOutside
 from ..findings import Finding, Fix, Severity
 from ..sites import Phase, Site
-from .fix_builders import copy_at_handout, pointer_handout
+from .fixes.fix_builders import copy_at_handout, pointer_handout
 from .registry import RuleContext, make_finding, rule
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..sites import Site, describe_site, module_ref
-from ..trace.nodes import in_user_terms
+from ..trace.places.nodes import in_user_terms
 
 if TYPE_CHECKING:
     from ..findings import Finding

@@ -14,8 +14,8 @@ from ..events import (
     StaleSavedTensorUsed,
 )
 from ..findings import Finding, Severity
-from ..trace.pytorch_errors import is_stale_saved_tensor_error
-from .fix_builders import write_fixes
+from ..trace.raised.pytorch_errors import is_stale_saved_tensor_error
+from .fixes.fix_builders import write_fixes
 from .registry import RuleContext, make_finding, rule
 
 

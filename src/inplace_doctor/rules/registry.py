@@ -81,7 +81,7 @@ def make_finding(
     target: str | None = None, fixes: tuple[Fix, ...] = (),
 ) -> Finding:
     """A finding of rule `code`, its decision as fields (`cause`, `facts`, sites; `fixes` the fix as
-    records, `rules/fix_builders.py`), for a model called `root_label` in reports. No sentence is made
+    records, `rules/fixes/fix_builders.py`), for a model called `root_label` in reports. No sentence is made
     here: the explainer render/explain/ registered for (`code`, `cause`) makes them when asked."""
     registered = RULES[code]
     finding = Finding(

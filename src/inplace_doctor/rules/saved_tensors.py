@@ -18,10 +18,10 @@ from ..events import (
 )
 from ..findings import Finding, Fix, Severity
 from ..sites import Phase, Site
-from ..trace.pytorch_errors import is_stale_saved_tensor_error
-from ..trace.stacks import capture_frames, make_site
-from .fix_builders import silent_write_fixes, write_fixes
-from .fix_moves import step_fixes
+from ..trace.places.stacks import capture_frames, make_site
+from ..trace.raised.pytorch_errors import is_stale_saved_tensor_error
+from .fixes.fix_builders import silent_write_fixes, write_fixes
+from .fixes.fix_moves import step_fixes
 from .registry import RuleContext, make_finding, rule
 
 # Over PyTorch's own error message (not over any text of ours): the saving node and shape it names.

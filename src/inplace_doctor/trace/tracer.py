@@ -42,34 +42,34 @@ import torch
 
 from .. import _compat, events
 from ..events import Event, InplaceErrorRaised
-from .aliases import HeldTensors
-from .blame import recursion_headroom
-from .checkpoint_blocks import RegionCount
-from .checkpoint_ops import RegionOps
-from .compiled import EagerCompiled
-from .contents import ContentChecks
-from .dispatch_mode import EnteredMode, SubclassConstruction, TracingMode
-from .entry_points import EntryPoints
-from .fast_paths import fused_paths
-from .fast_writes import FastWrites
-from .graph_writes import UnrecordedWrites
-from .inplace_calls import InplaceCalls
-from .inplace_entry import InplaceEntries
-from .modules import ModulePaths
-from .origins import ConstructionRecorder
+from .checkpoint.checkpoint_blocks import RegionCount
+from .checkpoint.checkpoint_ops import RegionOps
+from .checkpoint.recompute import RecomputeCheck
+from .deep.dispatch_mode import EnteredMode, SubclassConstruction, TracingMode
+from .deep.per_op import disable_dynamo_directly
+from .fast.fast_writes import FastWrites
+from .fast.inplace_entry import InplaceEntries
+from .fast.pending_reads import PendingReads
+from .fast.saved_fast import FastSavedTensors
+from .fast.suspect_calls import SuspectCalls
+from .fast.write_kernels import end_linger
 from .owner import Busy, Sink
-from .pending_reads import PendingReads
-from .per_op import disable_dynamo_directly
-from .pytorch_errors import RaisedErrors, written_here
-from .raised_calls import RaisedCalls
-from .recompute import RecomputeCheck
-from .saved import NodeCreationHook, SavedRecord, SavedTensors
-from .saved_fast import FastSavedTensors
-from .stacks import choose_stack_capture
-from .suspect_calls import SuspectCalls
-from .threads import StartedThreads
-from .transforms import FunctionalTransforms
-from .write_kernels import end_linger
+from .places.entry_points import EntryPoints
+from .places.modules import ModulePaths
+from .places.origins import ConstructionRecorder
+from .places.stacks import choose_stack_capture
+from .process.compiled import EagerCompiled
+from .process.fast_paths import fused_paths
+from .process.threads import StartedThreads
+from .process.transforms import FunctionalTransforms
+from .raised.blame import recursion_headroom
+from .raised.pytorch_errors import RaisedErrors, written_here
+from .raised.raised_calls import RaisedCalls
+from .reads.aliases import HeldTensors
+from .reads.graph_writes import UnrecordedWrites
+from .reads.inplace_calls import InplaceCalls
+from .saves.contents import ContentChecks
+from .saves.saved import NodeCreationHook, SavedRecord, SavedTensors
 from .writes import WriteRecorder
 
 

@@ -23,17 +23,17 @@ from ..events import (
     SideEffectRepeated,
     WriteInfo,
 )
-from .aliases import HeldTensors
-from .caller_reads import CallerReads
-from .fingerprint import fingerprint
-from .modules import ModulePaths
+from .checkpoint.recompute import RecomputeCheck
+from .checkpoint.saved_writes import WRITES_ITS_OWN_SAVE
 from .ops import op_name, writes_bytes
 from .owner import Busy
-from .recompute import RecomputeCheck
-from .saved import SavedRecord, SavedTensors
-from .saved_writes import WRITES_ITS_OWN_SAVE
-from .stacks import MAX_STACK, capture_stack, in_framework_state_sync, make_site, resolve_stack
-from .storage import elements_overlap, storage_key, storage_span
+from .places.modules import ModulePaths
+from .places.stacks import MAX_STACK, capture_stack, in_framework_state_sync, make_site, resolve_stack
+from .reads.aliases import HeldTensors
+from .reads.caller_reads import CallerReads
+from .saves.fingerprint import fingerprint
+from .saves.saved import SavedRecord, SavedTensors
+from .saves.storage import elements_overlap, storage_key, storage_span
 
 
 class PendingWrite:

@@ -25,9 +25,9 @@ from torch.utils._pytree import tree_leaves
 
 from ..._compat import TorchDispatchMode, current_autograd_node
 from ...sites import module_path as _module_path
-from ...trace.blame import call_through
-from ...trace.saved_place import SavedPlace
-from ...trace.stacks import make_site
+from ...trace.places.stacks import make_site
+from ...trace.raised.blame import call_through
+from ...trace.saves.saved_place import SavedPlace
 from ...trace.tracer import Tracer
 from ..training import StepPhase
 from .result import Category, Holding

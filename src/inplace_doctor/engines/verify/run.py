@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ...trace.blame import call_through
-from ...trace.stacks import called_by_a_torch_module, capture_frames
+from ...trace.places.stacks import called_by_a_torch_module, capture_frames
+from ...trace.raised.blame import call_through
 from ..preserve import RngState, labelled_tensors, private_copy, tensors_in
 from ..training import LossFn, StepPhase, ZeroGrad, compute_loss, copy_for_training, step_phases
 from .result import InplaceSite

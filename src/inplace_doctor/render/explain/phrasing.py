@@ -1,7 +1,7 @@
 """The sentence helpers of render/explain/: how a tensor, a write and its fix read.
 
 A fix is said from the finding's records (`fix_text.said`: edits built from the source by
-`rules/fix_builders.py`); where no record has an edit, in words that quote no code the source
+`rules/fixes/fix_builders.py`); where no record has an edit, in words that quote no code the source
 does not hold. What no record speaks for stays here: an optimizer step's manual prose (`step_fix`:
 which backward, which parameters, what moving it changes, which the records' `MOVE_STATEMENT` and
 `RECOMPUTE` fixes say apart).
@@ -12,9 +12,9 @@ from __future__ import annotations
 import linecache
 
 from ...findings import Finding, FixKind
+from ...rules.fixes.source import tensor_method_exists
 from ...rules.phrasing import qualified as qualified  # how rules name places too; here for the explainers
 from ...rules.phrasing import where as where
-from ...rules.source import tensor_method_exists
 from ...sites import Site, WriteForm, module_ref
 from ..code_text import without_comment as without_comment  # quoted lines, for the explainers
 from ..fix_text import said as said  # the records' sentence, for the explainers
