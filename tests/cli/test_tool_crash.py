@@ -17,7 +17,7 @@ import inplace_doctor as ipd
 from inplace_doctor import __version__
 from inplace_doctor.cli.main import main
 from inplace_doctor.errors import InternalError, ModelError, UsageError
-from inplace_doctor.trace import saved
+from inplace_doctor.trace.saves import saved
 
 FACTORY_MODULE = "ipd_tool_crash_factories"
 FACTORY_SOURCE = '''

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,7 @@ def test_audit_deep_false_with_a_rule_the_fast_tracer_does_not_serve_runs_deep_a
 ) -> None:
     from inplace_doctor.rules import registry
 
-    monkeypatch.setattr(registry, "FAST_MODE_RULES", FAST_MODE_RULES - {"IPD105"})
+    monkeypatch.setitem(registry.RULES, "IPD105", replace(registry.RULES["IPD105"], fast=False))
     report = ipd.audit(SigmoidThenReLU(), torch.randn(4, 8), deep=False)
     assert "fast_tracer" not in report.stats
     [note] = [n for n in report.notes if "asked for the fast tracer" in n]
@@ -154,7 +155,7 @@ def test_a_training_callback_window_registers_the_kernels_once_for_all_its_steps
     """`deep=False` on the callbacks' window: one registration when it opens, kept over every
     step (the same library object), removed when it closes; the steps find what deep mode finds."""
     from inplace_doctor.integrations.window import StepWindow
-    from inplace_doctor.trace import write_kernels
+    from inplace_doctor.trace.fast import write_kernels
 
     def steps(window: StepWindow | None) -> list[object]:
         torch.manual_seed(0)

@@ -3,6 +3,8 @@ rule, else the deep one with a note naming the rule; `INPLACE_DOCTOR_TRACER` set
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -30,7 +32,7 @@ def test_the_default_runs_the_fast_tracer_when_it_serves_every_selected_rule(mon
 
 def test_the_default_runs_deep_when_a_selected_rule_needs_it_and_says_which(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(tracer_mode.ENVIRONMENT, raising=False)
-    monkeypatch.setattr(registry, "FAST_MODE_RULES", FAST_MODE_RULES - {"IPD104"})
+    monkeypatch.setitem(registry.RULES, "IPD104", replace(registry.RULES["IPD104"], fast=False))
     with ipd.watch(select=["IPD101", "IPD104"]) as session:
         torch.randn(3, requires_grad=True).exp().add_(1)
     assert session.deep and session.deep_because == ["IPD104"]
@@ -60,7 +62,7 @@ def test_the_environment_variable_sets_the_default(monkeypatch: pytest.MonkeyPat
 
 def test_the_variable_asking_for_fast_is_named_when_deep_mode_ran(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(tracer_mode.ENVIRONMENT, "fast")
-    monkeypatch.setattr(registry, "FAST_MODE_RULES", FAST_MODE_RULES - {"IPD104"})
+    monkeypatch.setitem(registry.RULES, "IPD104", replace(registry.RULES["IPD104"], fast=False))
     with ipd.watch(select=["IPD104"]) as session:
         pass
     [note] = [n for n in session.report().notes if "tracer" in n]

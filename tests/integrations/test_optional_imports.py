@@ -30,7 +30,7 @@ def test_the_cli_imports_neither_dynamo_nor_fsdp() -> None:
 def test_the_framework_files_whose_writes_are_state_syncs_are_the_files_of_those_modules() -> None:
     import importlib
 
-    from inplace_doctor.trace import stacks
+    from inplace_doctor.trace.places import stacks
 
     for name in ("torch.nn.parallel.distributed", "torch.distributed.fsdp._fully_shard._fsdp_collectives"):
         try:

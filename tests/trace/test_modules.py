@@ -14,7 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import inplace_doctor as ipd
 from inplace_doctor.errors import UnsupportedModuleError
-from inplace_doctor.trace import modules as modules_module
+from inplace_doctor.trace.places import modules as modules_module
 from inplace_doctor.trace.places.modules import ModulePaths, named_modules, refuse_opaque, unique_label, variable_name
 
 GLOBAL_NET = nn.Linear(2, 2)

@@ -21,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 
 import inplace_doctor as ipd
 from inplace_doctor.rules import FAST_MODE_RULES
-from inplace_doctor.trace import fast_writes, saved_fast
+from inplace_doctor.trace.fast import fast_writes, saved_fast
 
 Program = Callable[[], list[torch.Tensor]]
 

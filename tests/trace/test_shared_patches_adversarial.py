@@ -27,8 +27,9 @@ import torch
 import torch.nn.functional as F
 
 import inplace_doctor as ipd
-from inplace_doctor.trace import hand_outs, kernel_registration
+from inplace_doctor.trace.fast import hand_outs
 from inplace_doctor.trace.fast.write_kernels import end_linger, registered
+from inplace_doctor.trace.process import kernel_registration
 from inplace_doctor.trace.process.shared_patches import SharedPatch
 
 NAMES = ("numpy", "data_ptr", "__array__", "__dlpack__", "__iadd__", "detach")

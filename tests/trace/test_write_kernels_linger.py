@@ -22,7 +22,6 @@ from test_write_kernels import Recorded, _stale_saved_tensor, _writes_of_every_k
 from torch import nn
 
 import inplace_doctor as ipd
-from inplace_doctor.trace import kernel_registration
 from inplace_doctor.trace.fast.write_kernels import (
     WriteKernels,
     end_linger,
@@ -30,6 +29,7 @@ from inplace_doctor.trace.fast.write_kernels import (
     registered,
     registrations,
 )
+from inplace_doctor.trace.process import kernel_registration
 from inplace_doctor.trace.raised.blame import raised_by_the_tool
 
 SOURCE = kernel_registration.__file__
@@ -162,7 +162,7 @@ def test_compiled_code_compiled_and_run_while_lingering_matches_eager(long_linge
 _RACE = """
 import sys, threading, time
 import torch
-from inplace_doctor.trace import kernel_registration
+from inplace_doctor.trace.process import kernel_registration
 from inplace_doctor.trace.fast.write_kernels import WriteKernels, registered
 
 kernel_registration.LINGER_SECONDS = 0.0  # removed at each exit
@@ -252,7 +252,7 @@ def test_the_process_exits_at_once_and_the_kernels_are_gone_at_exit() -> None:
         import atexit
         import torch
         atexit.register(lambda: print("at exit:", registered(), flush=True))  # runs after the tool's own
-        from inplace_doctor.trace import kernel_registration
+        from inplace_doctor.trace.process import kernel_registration
         from inplace_doctor.trace.fast.write_kernels import WriteKernels, registered
         kernel_registration.LINGER_SECONDS = 60.0
         with WriteKernels(lambda op, written: None):

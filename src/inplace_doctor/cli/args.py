@@ -157,9 +157,9 @@ def add_check_contents(parser: argparse.ArgumentParser) -> None:
 def add_tracer_mode(parser: argparse.ArgumentParser) -> None:
     """`--fast` / `--deep`: which tracer runs (issue 26); `deep` in the namespace: None (the default:
     the fast tracer when it serves every selected rule), False or True."""
-    from ..rules import FAST_MODE_RULES
+    from ..rules import fast_mode_rules
 
-    served = ", ".join(sorted(FAST_MODE_RULES))
+    served = ", ".join(sorted(fast_mode_rules()))
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
         "--fast", dest="deep", action="store_false",

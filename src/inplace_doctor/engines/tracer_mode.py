@@ -14,7 +14,7 @@ import difflib
 import os
 
 from ..errors import UsageError
-from ..rules import FAST_MODE_RULES, Rule, needing_deep_mode
+from ..rules import Rule, fast_mode_rules, needing_deep_mode
 
 ENVIRONMENT = "INPLACE_DOCTOR_TRACER"
 _CHOICES = {"auto": None, "fast": False, "deep": True}
@@ -59,7 +59,7 @@ def switched_note(because: list[str], asked: str | None = None) -> str:
     """The report's note when deep mode ran without being asked for: `asked` names how the fast
     tracer was asked for (`watch(deep=False)`, `--fast`), None when it was the default."""
     verb = "needs" if len(because) == 1 else "need"
-    served = ", ".join(sorted(FAST_MODE_RULES))
+    served = ", ".join(sorted(fast_mode_rules()))
     if asked is None:
         return (
             f"the deep tracer ran (every op through a dispatch mode) because {', '.join(because)} {verb} it; "

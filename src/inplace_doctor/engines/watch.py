@@ -73,8 +73,8 @@ class watch:
             key) and tensors saved for backward enter Python, every other op
             stays in C++, and per-op interception is switched on only while a
             rule awaits a read or inside a checkpoint region. When a selected
-            rule needs the deep tracer (`rules.FAST_MODE_RULES` lists those the
-            fast one serves), the deep one runs and the report says why.
+            rule needs the deep tracer (its `@rule(..., fast=False)`; `rules.fast_mode_rules()`
+            lists those the fast one serves), the deep one runs and the report says why.
             `deep=True`: every aten op through a dispatch mode, always.
             `deep=False`: ask for the fast one (a note when it cannot).
 

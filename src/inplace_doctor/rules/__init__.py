@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .registry import FAST_MODE_RULES, RULES, Rule, get_rule, needing_deep_mode, select_rules
+from .registry import RULES, Rule, fast_mode_rules, get_rule, needing_deep_mode, select_rules
 
 MACHINERY = frozenset({"registry", "dispatch", "suppress", "phrasing"})
 
@@ -24,4 +24,7 @@ for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     if _module not in MACHINERY:
         importlib.import_module(f"{__name__}.{_module}")  # registers its rules
 
-__all__ = ["FAST_MODE_RULES", "RULES", "Rule", "get_rule", "needing_deep_mode", "select_rules"]
+#: the rules the fast tracer serves, as registered (`fast_mode_rules()` asks again)
+FAST_MODE_RULES = fast_mode_rules()
+
+__all__ = ["FAST_MODE_RULES", "RULES", "Rule", "fast_mode_rules", "get_rule", "needing_deep_mode", "select_rules"]

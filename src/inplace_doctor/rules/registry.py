@@ -51,6 +51,9 @@ class Rule:
     severity: Severity
     events: tuple[type, ...]
     check: Check
+    #: the fast tracer (the default, `engines/tracer_mode.py`) gives this rule the same findings as the
+    #: deep one; a rule that needs every op through a dispatch mode says `fast=False` where it is written
+    fast: bool = True
 
     @property
     def doc(self) -> str:
@@ -64,11 +67,16 @@ class Rule:
 RULES: dict[str, Rule] = {}
 
 
-def rule(code: str, name: str, title: str, severity: Severity, events: Iterable[type]) -> Callable[[Check], Check]:
+def rule(
+    code: str, name: str, title: str, severity: Severity, events: Iterable[type], *, fast: bool = True
+) -> Callable[[Check], Check]:
+    """Register the decorated check as rule `code`: everything the rule needs is said here (its
+    events; `fast=False` if the fast tracer cannot serve it), nothing elsewhere."""
+
     def register(check: Check) -> Check:
         if code in RULES:
             raise ValueError(f"rule code {code} registered twice")
-        RULES[code] = Rule(code, name, title, severity, tuple(events), check)
+        RULES[code] = Rule(code, name, title, severity, tuple(events), check, fast)
         return check
 
     return register
@@ -149,14 +157,12 @@ def get_rule(code: str) -> Rule:
     return found
 
 
-#: Rules the fast tracer (`watch(deep=False)`, issue 26: only writes and saves enter Python) gives
-#: the same findings for as the deep one; the rule fixtures run under both for these. Every rule:
-#: the fast tracer is the default (`engines/tracer_mode.py`).
-FAST_MODE_RULES = frozenset(
-    {"IPD101", "IPD102", "IPD103", "IPD104", "IPD105", "IPD106", "IPD107", "IPD108", "IPD109", "IPD110", "IPD111"}
-)
+def fast_mode_rules() -> frozenset[str]:
+    """Codes of the rules the fast tracer serves (each rule says so in its `@rule`); the rule
+    fixtures run under both tracers for these."""
+    return frozenset(code for code, r in RULES.items() if r.fast)
 
 
 def needing_deep_mode(rules: Iterable[Rule]) -> list[str]:
-    """Codes of the chosen rules the fast tracer does not serve yet: their choice turns deep mode on."""
-    return sorted(r.code for r in rules if r.code not in FAST_MODE_RULES)
+    """Codes of the chosen rules the fast tracer does not serve: their choice turns deep mode on."""
+    return sorted(r.code for r in rules if not r.fast)

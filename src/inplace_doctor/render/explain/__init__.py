@@ -11,14 +11,8 @@ user's terms) and `rules/` (the source readers), never engines/ or cli/; importi
 
 from __future__ import annotations
 
-from . import (  # noqa: F401  (each module registers its explainers)
-    caller_data,
-    checkpoint_recompute,
-    forbidden_inplace,
-    graph_history,
-    inplace_on_leaf,
-    outside_writes,
-    program_meaning,
-    saved_tensors,
-    unreached,
-)
+import importlib
+import pkgutil
+
+for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+    importlib.import_module(f"{__name__}.{_module}")  # each module registers its explainers: none is listed by hand
