@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .causes import Cause, Facts, SiteRole, Unreached
@@ -57,6 +57,13 @@ class Edit:
     end: Position
     old: str
     new: str
+    #: the file's lines as the builder read them (linecache's text): what a sentence about the edit
+    #: quotes, whatever the file holds by the time it is said (`fix` itself edits it)
+    source: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+    def line(self, number: int) -> str:
+        """Line `number` of the file as the builder read it ("" past its end or unread)."""
+        return self.source[number - 1] if 0 < number <= len(self.source) else ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "start": self.start.to_dict(), "end": self.end.to_dict(), "old": self.old, "new": self.new}

@@ -16,7 +16,7 @@ import linecache
 from .._parsing import parse, parse_expression
 from ..causes import ForbiddenCause
 from ..findings import Applicability, Edit, Finding, Fix, FixKind
-from ..sites import Frame, Site, module_ref, source_line
+from ..sites import Frame, Site, module_ref
 from .code_text import moved_code, one_line, without_comment
 
 
@@ -39,9 +39,15 @@ def _trust(fix: Fix) -> str:
     return ""
 
 
-def _statement(edit: Edit) -> str:
-    """The source line an edit starts on, without its comment."""
-    return without_comment(source_line(Frame(edit.path, edit.start.line, "")) or "")
+def _line(edit: Edit, number: int) -> str:
+    """Line `number` of the edit's file as its builder read it (the file may have changed since:
+    `fix` edits it), else as linecache has it now."""
+    return edit.line(number) or linecache.getline(edit.path, number)
+
+
+def _statement(edit: Edit, finding: Finding | None = None) -> str:
+    """The source line an edit starts on, without its comment, as the fix's builder read it."""
+    return without_comment(_line(edit, edit.start.line).strip())
 
 
 def sentence(fix: Fix, finding: Finding, root_label: str) -> str:
@@ -100,7 +106,7 @@ def _at(edit: Edit) -> str:
 def _clone(fix: Fix, finding: Finding, root_label: str) -> str:
     edit = fix.edits[0]
     inserted = edit.new.strip()
-    statement = _statement(edit) or "the write"
+    statement = _statement(edit, finding) or "the write"
     m = finding.mutation
     if (m.file, m.line) != (edit.path, edit.start.line) and m.stack:
         helper = m.stack[-1]
@@ -214,7 +220,7 @@ def _flag_at_call(fix: Fix, finding: Finding, root_label: str) -> str:
     if len(fix.edits) > 1:  # one edit per call the finding folds in: all of them
         return f"pass inplace=False at {' and '.join(_at(e) for e in fix.edits)} (every call: one alone leaves the others)"
     edit = fix.edits[0]
-    line = linecache.getline(edit.path, edit.start.line).rstrip("\r\n")
+    line = _line(edit, edit.start.line).rstrip("\r\n")
     if edit.start.line == edit.end.line and line[edit.start.column : edit.end.column] == edit.old:
         old = without_comment(line.strip())
         new = without_comment((line[: edit.start.column] + edit.new + line[edit.end.column :]).strip())
@@ -307,7 +313,7 @@ def _code_line_number(edit: Edit) -> int:
         lines = edit.old.splitlines()
         return edit.start.line + next((i for i, text in enumerate(lines) if without_comment(text).strip()), 0)
     line = edit.start.line
-    while not without_comment(source_line(Frame(edit.path, line, "")) or "") and line < edit.start.line + 50:
+    while not without_comment(_line(edit, line).strip()) and line < edit.start.line + 50:
         line += 1
     return line
 
@@ -317,7 +323,7 @@ def _code_at(edit: Edit) -> str:
 
 
 def _code_line(edit: Edit) -> str:
-    return without_comment(source_line(Frame(edit.path, _code_line_number(edit), "")) or "")
+    return without_comment(_line(edit, _code_line_number(edit)).strip())
 
 
 def _move_manual(fix: Fix, finding: Finding, root_label: str) -> str:

@@ -83,7 +83,7 @@ class Source:
         """An edit of this file from texts whose lines end in "\\n" (as `lines`), ending them as the
         file's bytes do (`line_endings.py`): the bytes `fix` writes."""
         old, new = in_file_endings(file_endings(self.path, self.lines), start.line, old, new)
-        return Edit(self.path, start, end, old, new)
+        return Edit(self.path, start, end, old, new, self.lines)
 
     def names(self) -> frozenset[str]:
         """Every name the file binds or reads (for a fresh name that shadows nothing)."""
