@@ -161,6 +161,21 @@ def test_the_docs_have_python_examples() -> None:
     assert ROOT / "README.md" in PY_DOCS
 
 
+def test_the_examples_moved_out_of_the_readme_are_still_run() -> None:
+    """Issue 39 moved the README's memory, Lightning, Hugging Face and pytest examples and its TOML
+    configs to docs/: each is still a block that `test_python_examples_run` runs (or checks as an
+    excerpt) and `test_toml_examples_are_valid_configs` reads, in the page that now holds it."""
+    memory = [code for _, code in fenced(DOCS / "memory.md", "python")]
+    assert any("ipd.memory(" in code and "ipd.optimize(" in code for code in memory)
+    integrations = fenced(DOCS / "integrations.md", "python")
+    assert any("InplaceDoctorCallback" in code and "lightning" in code for _, code in integrations)
+    assert any("InplaceDoctorCallback" in code and "transformers" in code for _, code in integrations)
+    assert any(_excerpt_source(before) == ROOT / "examples/pytest/test_model_inplace.py" for before, _ in integrations)
+    for doc in (ROOT / "README.md", DOCS / "configuration.md"):
+        assert any("[tool.inplace-doctor]" in block for _, block in fenced(doc, "toml")), doc.name
+    assert any("[inplace]" in block for _, block in fenced(DOCS / "configuration.md", "toml"))
+
+
 @pytest.mark.parametrize("doc", PY_DOCS, ids=[d.name for d in PY_DOCS])
 def test_python_examples_run(doc: Path, tmp_path: Path, monkeypatch) -> None:
     """A document's blocks run in order in one namespace, like a notebook, in an empty
