@@ -60,6 +60,15 @@ def room_of(module: str) -> int | None:
     raise AssertionError(f"{module} is in no room: add it to ROOMS here and to docs/architecture.md")
 
 
+def _add_module(found: set[str], dotted: str) -> None:
+    """Add to `found` the package's module `dotted` names (relative to the package; "" is its
+    `__init__`), nothing where it names none (a name a module defines)."""
+    if dotted == "":
+        found.add("__init__")
+    elif dotted in MODULES:
+        found.add(dotted)
+
+
 def imports_of(module: str) -> set[str]:
     """The package's modules that `module` imports (submodules named in `from x import y` too)."""
     path = MODULES[module]
@@ -68,13 +77,6 @@ def imports_of(module: str) -> set[str]:
     if module == "__init__":
         here = []
     found: set[str] = set()
-
-    def add(dotted: str) -> None:
-        if dotted == "":
-            found.add("__init__")
-        elif dotted in MODULES:
-            found.add(dotted)
-
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
@@ -87,13 +89,13 @@ def imports_of(module: str) -> set[str]:
             for alias in node.names:
                 sub = f"{target}.{alias.name}" if target else alias.name
                 if sub in MODULES:
-                    add(sub)
+                    _add_module(found, sub)
                 else:
-                    add(target)
+                    _add_module(found, target)
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name == "inplace_doctor" or alias.name.startswith("inplace_doctor."):
-                    add(alias.name.removeprefix("inplace_doctor").removeprefix("."))
+                    _add_module(found, alias.name.removeprefix("inplace_doctor").removeprefix("."))
     found.discard(module)
     return found
 

@@ -105,6 +105,34 @@ class DQN(nn.Module):
         return self.layer3(F.relu(self.layer2(F.relu(self.layer1(x)))))
 
 
+def dqn_optimize_model(version: str, policy_net: nn.Module, target_net: nn.Module, optimizer: torch.optim.Optimizer):
+    """The DQN tutorial's `optimize_model` on a random batch, as `version` (2019 or 2023) writes it
+    (`test_dqn_tutorial_target_network_is_clean`)."""
+    BATCH_SIZE, GAMMA = 8, 0.99
+    state_batch = torch.randn(BATCH_SIZE, 4)
+    action_batch = torch.randint(0, 2, (BATCH_SIZE, 1))
+    reward_batch = torch.randn(BATCH_SIZE)
+    non_final_mask = torch.rand(BATCH_SIZE) > 0.25
+    non_final_next_states = torch.randn(int(non_final_mask.sum()), 4)
+    state_action_values = policy_net(state_batch).gather(1, action_batch)
+    next_state_values = torch.zeros(BATCH_SIZE)
+    if version == "2019":
+        next_state_values[non_final_mask] = target_net(non_final_next_states).max(1)[0].detach()
+    else:
+        with torch.no_grad():
+            next_state_values[non_final_mask] = target_net(non_final_next_states).max(1).values
+    expected_state_action_values = (next_state_values * GAMMA) + reward_batch
+    loss = F.smooth_l1_loss(state_action_values, expected_state_action_values.unsqueeze(1))
+    optimizer.zero_grad()
+    loss.backward()
+    if version == "2019":
+        for param in policy_net.parameters():
+            param.grad.data.clamp_(-1, 1)
+    else:
+        torch.nn.utils.clip_grad_value_(policy_net.parameters(), 100)
+    optimizer.step()
+
+
 @pytest.mark.parametrize("version", ["2019", "2023"])
 def test_dqn_tutorial_target_network_is_clean(version):
     """Modelled on the PyTorch DQN tutorial (reinforcement_q_learning.py), `optimize_model` and
@@ -113,7 +141,7 @@ def test_dqn_tutorial_target_network_is_clean(version):
     step, `target_net.load_state_dict(policy_net.state_dict())` every TARGET_UPDATE episodes.
     2023: target under no_grad, `clip_grad_value_`, AdamW(amsgrad=True), and the soft update
     `target_sd[key] = policy_sd[key]*TAU + target_sd[key]*(1-TAU)` then `load_state_dict`."""
-    BATCH_SIZE, GAMMA, TAU = 8, 0.99, 0.05
+    TAU = 0.05
 
     def build():
         policy_net, target_net = DQN(), DQN()
@@ -125,37 +153,13 @@ def test_dqn_tutorial_target_network_is_clean(version):
             optimizer = torch.optim.AdamW(policy_net.parameters(), lr=1e-3, amsgrad=True)
         return policy_net, target_net, optimizer
 
-    def optimize_model(policy_net, target_net, optimizer):
-        state_batch = torch.randn(BATCH_SIZE, 4)
-        action_batch = torch.randint(0, 2, (BATCH_SIZE, 1))
-        reward_batch = torch.randn(BATCH_SIZE)
-        non_final_mask = torch.rand(BATCH_SIZE) > 0.25
-        non_final_next_states = torch.randn(int(non_final_mask.sum()), 4)
-        state_action_values = policy_net(state_batch).gather(1, action_batch)
-        next_state_values = torch.zeros(BATCH_SIZE)
-        if version == "2019":
-            next_state_values[non_final_mask] = target_net(non_final_next_states).max(1)[0].detach()
-        else:
-            with torch.no_grad():
-                next_state_values[non_final_mask] = target_net(non_final_next_states).max(1).values
-        expected_state_action_values = (next_state_values * GAMMA) + reward_batch
-        loss = F.smooth_l1_loss(state_action_values, expected_state_action_values.unsqueeze(1))
-        optimizer.zero_grad()
-        loss.backward()
-        if version == "2019":
-            for param in policy_net.parameters():
-                param.grad.data.clamp_(-1, 1)
-        else:
-            torch.nn.utils.clip_grad_value_(policy_net.parameters(), 100)
-        optimizer.step()
-
     def train(objs):
         policy_net, target_net, optimizer = objs
         for i_episode in range(2):
             for _ in range(2):  # steps of the episode
                 with torch.no_grad():  # select_action
                     policy_net(torch.randn(1, 4)).max(1)[1].view(1, 1)
-                optimize_model(policy_net, target_net, optimizer)
+                dqn_optimize_model(version, policy_net, target_net, optimizer)
                 if version == "2023":
                     target_net_state_dict = target_net.state_dict()
                     policy_net_state_dict = policy_net.state_dict()
@@ -1305,7 +1309,64 @@ class Learner(nn.Module):
         return F.linear(x, vars[4], vars[5])
 
 
-@pytest.mark.parametrize("how", ["functional_call", "learn2learn", "manual_fast_weights"])
+def maml_functional_call(model: nn.Module, inner_lr: float, tasks: int, inner_steps: int) -> None:
+    """Fast weights as a dict through `torch.func.functional_call`; each task's query loss backward."""
+    params = dict(model.named_parameters())
+    for _ in range(tasks):
+        xs, ys, xq, yq = _task()
+        fast = params
+        for _ in range(inner_steps):
+            loss = F.cross_entropy(torch.func.functional_call(model, fast, (xs,)), ys)
+            grads = torch.autograd.grad(loss, list(fast.values()), create_graph=True)
+            fast = {n: p - inner_lr * g for (n, p), g in zip(fast.items(), grads)}
+        (F.cross_entropy(torch.func.functional_call(model, fast, (xq,)), yq) / tasks).backward()
+
+
+def maml_learn2learn(model: nn.Module, inner_lr: float, tasks: int, inner_steps: int) -> None:
+    """learn2learn's `clone_module` / `update_module`, each task's evaluation error backward, then
+    the gradients averaged through `.data`."""
+    for _ in range(tasks):
+        learner = clone_module(model)
+        xs, ys, xq, yq = _task()
+        for _ in range(inner_steps):
+            train_error = F.cross_entropy(learner(xs), ys)
+            gradients = torch.autograd.grad(train_error, learner.parameters(), retain_graph=True, create_graph=True)
+            learner = update_module(learner, updates=[-inner_lr * g for g in gradients])
+        evaluation_error = F.cross_entropy(learner(xq), yq)
+        evaluation_error.backward()
+    for p in model.parameters():
+        p.grad.data.mul_(1.0 / tasks)
+
+
+def maml_manual_fast_weights(model: nn.Module, inner_lr: float, tasks: int, inner_steps: int) -> None:
+    """dragen1860/MAML-Pytorch meta.py's fast weights as a list, the query losses summed per step."""
+    losses_q = [0 for _ in range(inner_steps + 1)]
+    for _ in range(tasks):
+        xs, ys, xq, yq = _task()
+        loss = F.cross_entropy(model(xs, vars=None, bn_training=True), ys)
+        grad = torch.autograd.grad(loss, model.vars.parameters(), create_graph=True)
+        fast_weights = list(map(lambda p: p[1] - inner_lr * p[0], zip(grad, model.vars.parameters())))
+        with torch.no_grad():
+            losses_q[0] += F.cross_entropy(model(xq, model.vars, bn_training=True), yq)
+        for k in range(1, inner_steps):
+            loss = F.cross_entropy(model(xs, fast_weights, bn_training=True), ys)
+            grad = torch.autograd.grad(loss, fast_weights, create_graph=True)
+            fast_weights = list(map(lambda p: p[1] - inner_lr * p[0], zip(grad, fast_weights)))
+            loss_q = F.cross_entropy(model(xq, fast_weights, bn_training=True), yq)
+            losses_q[k + 1] += loss_q
+    loss_q = losses_q[-1] / tasks
+    loss_q.backward()
+
+
+# One meta-iteration's gradients into the meta-parameters, as each library writes the inner loop.
+MAML_META_GRADIENTS = {
+    "functional_call": maml_functional_call,
+    "learn2learn": maml_learn2learn,
+    "manual_fast_weights": maml_manual_fast_weights,
+}
+
+
+@pytest.mark.parametrize("how", list(MAML_META_GRADIENTS))
 def test_maml_second_order_inner_loop_is_clean(how):
     """MAML inner loops with create_graph=True, 2 tasks x 2 inner steps, one meta step per
     iteration:
@@ -1327,45 +1388,7 @@ def test_maml_second_order_inner_loop_is_clean(how):
         model, meta_opt = objs
         for _ in range(2):
             meta_opt.zero_grad()
-            if how == "functional_call":
-                params = dict(model.named_parameters())
-                for _ in range(tasks):
-                    xs, ys, xq, yq = _task()
-                    fast = params
-                    for _ in range(inner_steps):
-                        loss = F.cross_entropy(torch.func.functional_call(model, fast, (xs,)), ys)
-                        grads = torch.autograd.grad(loss, list(fast.values()), create_graph=True)
-                        fast = {n: p - inner_lr * g for (n, p), g in zip(fast.items(), grads)}
-                    (F.cross_entropy(torch.func.functional_call(model, fast, (xq,)), yq) / tasks).backward()
-            elif how == "learn2learn":
-                for _ in range(tasks):
-                    learner = clone_module(model)
-                    xs, ys, xq, yq = _task()
-                    for _ in range(inner_steps):
-                        train_error = F.cross_entropy(learner(xs), ys)
-                        gradients = torch.autograd.grad(train_error, learner.parameters(), retain_graph=True, create_graph=True)
-                        learner = update_module(learner, updates=[-inner_lr * g for g in gradients])
-                    evaluation_error = F.cross_entropy(learner(xq), yq)
-                    evaluation_error.backward()
-                for p in model.parameters():
-                    p.grad.data.mul_(1.0 / tasks)
-            else:
-                losses_q = [0 for _ in range(inner_steps + 1)]
-                for _ in range(tasks):
-                    xs, ys, xq, yq = _task()
-                    loss = F.cross_entropy(model(xs, vars=None, bn_training=True), ys)
-                    grad = torch.autograd.grad(loss, model.vars.parameters(), create_graph=True)
-                    fast_weights = list(map(lambda p: p[1] - inner_lr * p[0], zip(grad, model.vars.parameters())))
-                    with torch.no_grad():
-                        losses_q[0] += F.cross_entropy(model(xq, model.vars, bn_training=True), yq)
-                    for k in range(1, inner_steps):
-                        loss = F.cross_entropy(model(xs, fast_weights, bn_training=True), ys)
-                        grad = torch.autograd.grad(loss, fast_weights, create_graph=True)
-                        fast_weights = list(map(lambda p: p[1] - inner_lr * p[0], zip(grad, fast_weights)))
-                        loss_q = F.cross_entropy(model(xq, fast_weights, bn_training=True), yq)
-                        losses_q[k + 1] += loss_q
-                loss_q = losses_q[-1] / tasks
-                loss_q.backward()
+            MAML_META_GRADIENTS[how](model, inner_lr, tasks, inner_steps)
             meta_opt.step()
 
     twin(build, train, lambda objs: (objs[0],))

@@ -57,7 +57,8 @@ from .proof.fix_search import where_written
 if TYPE_CHECKING:
     from .args import Subcommands
     from .proof.fix_exit import Watched
-    from .proof.prove import Run, Verdict
+    from .proof.fix_search import Search
+    from .proof.prove import Identity, Run, Verdict
 
 
 # A model factory runs as this module (not imported here: `run -m` runs it as __main__ in the child).
@@ -152,9 +153,8 @@ def _command(ns: argparse.Namespace, patch: TextIO) -> int:
 
 
 def _fix(ns: argparse.Namespace, ws: Watched, first: Run, patch: TextIO) -> int:
-    from .proof.fix_exit import edited_end, passed_on
     from .proof.fix_search import search, why_not
-    from .proof.prove import identity, serious
+    from .proof.prove import identity
     from .proof.source_edits import EditError, unified_diff, write_all
 
     found = search(ws, first, unsafe=ns.unsafe_fixes, say=print)
@@ -193,6 +193,16 @@ def _fix(ns: argparse.Namespace, ws: Watched, first: Run, patch: TextIO) -> int:
         raise CliUsageError(str(e)) from None
     for a, sure in made:
         print(f"fixed {a.code} at {a.where}: {a.described} ({sure})")
+    return _written(ws, first, found, remaining)
+
+
+def _written(ws: Watched, first: Run, found: Search, remaining: set[Identity]) -> int:
+    """After the edits are written: the findings that went with them, what the edited script's run
+    ended as, and fix's exit status (`remaining`: the identities of the findings no fix took)."""
+    from .proof.fix_exit import edited_end, passed_on
+    from .proof.prove import identity, serious
+
+    accepted, left, tree, proven = found.accepted, found.left, found.tree, found.proven
     targeted = {a.target for a in accepted}
     for f in serious(first.findings):  # a sibling (another write to the same saved tensor) went with a fix
         if identity(f, ws.root) not in remaining | targeted:

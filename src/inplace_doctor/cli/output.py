@@ -110,32 +110,45 @@ def _check(option: str, given: str, *, force: bool, config: bool) -> Destination
     if not stat.S_ISREG(info.st_mode):
         what = "a block device (a disk)" if stat.S_ISBLK(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else "not a regular file"
         raise CliUsageError(f"cannot write {given!r}: it is {what}; name a regular file")
-    if os.path.islink(path):
-        target = os.path.realpath(path)
-        if not force:
-            raise CliUsageError(
-                f"cannot write {given!r}: it is a symbolic link to {target!r}, which would be replaced; pass "
-                "--force to write through the link (the link stays), or name another file"
-            )
-        path = target
+    path = _through_link(given, path, force=force)
     data = read_regular(path, READ_LIMIT)
     if not force:
-        if config:
-            raise CliUsageError(
-                f"{given!r} exists and would be replaced (hand edits in it lost); pass --force to replace it "
-                "(the changes are shown), or --write a new file and compare"
-            )
-        if data is None or (data and not is_report(data)):
-            too_big = f" ({info.st_size} bytes, more than a report this tool checks)" if info.st_size > READ_LIMIT else ""
-            raise CliUsageError(
-                f"cannot write {given!r}: it exists and is not a report of inplace-doctor's{too_big}; pass "
-                "--force to replace it, or name another file"
-            )
-        if not os.access(path, os.W_OK):
-            raise CliUsageError(f"cannot write {given!r}: it is read-only; pass --force to replace it, or name another file")
+        _refuse_to_replace(given, path, data, info.st_size, config=config)
     _check_folder(given, path)
     previous = data if config and data is not None and len(data) <= CONFIG_LIMIT else None
     return Destination(option, given, path, REPLACE, seen=_identity(path), previous=previous)
+
+
+def _through_link(given: str, path: str, *, force: bool) -> str:
+    """`path`, or where it is a symbolic link the file it names: written through only with --force."""
+    if not os.path.islink(path):
+        return path
+    target = os.path.realpath(path)
+    if not force:
+        raise CliUsageError(
+            f"cannot write {given!r}: it is a symbolic link to {target!r}, which would be replaced; pass "
+            "--force to write through the link (the link stays), or name another file"
+        )
+    return target
+
+
+def _refuse_to_replace(given: str, path: str, data: bytes | None, size: int, *, config: bool) -> None:
+    """Without --force, an existing file is replaced only when it is a writable report of the tool's:
+    never a config file (hand edits in it), a file of the user's, nor a read-only file.
+    `data`: its bytes (`read_regular`), None when it could not be read as a report; `size`: its size."""
+    if config:
+        raise CliUsageError(
+            f"{given!r} exists and would be replaced (hand edits in it lost); pass --force to replace it "
+            "(the changes are shown), or --write a new file and compare"
+        )
+    if data is None or (data and not is_report(data)):
+        too_big = f" ({size} bytes, more than a report this tool checks)" if size > READ_LIMIT else ""
+        raise CliUsageError(
+            f"cannot write {given!r}: it exists and is not a report of inplace-doctor's{too_big}; pass "
+            "--force to replace it, or name another file"
+        )
+    if not os.access(path, os.W_OK):
+        raise CliUsageError(f"cannot write {given!r}: it is read-only; pass --force to replace it, or name another file")
 
 
 def _new_file(option: str, given: str, path: str, *, force: bool) -> Destination:

@@ -79,12 +79,7 @@ def audit(
         ['IPD101']
     """
     run = model  # what is called: the model, or a callable that is no module (`engines/callables.py`)
-    if not isinstance(model, torch.nn.Module):
-        if not callable(model):
-            raise UsageError(f"audit() needs a torch.nn.Module or a callable, got {type(model).__name__}")
-        owner, found = callables.module_of_method(model), callables.modules_of(model)
-        names = {**({} if owner is not None else dict(found)), **(names or {})}
-        model = owner if owner is not None else torch.nn.ModuleList([m for _, m in found])
+    model, names = _module_of(model, names)
     try:
         refuse_opaque(model, "the model")
     except UnsupportedModuleError as e:
@@ -137,26 +132,7 @@ def audit(
         if run is not model:  # the function's own code ended: writes outside a module are its caller's now
             tracer.set_caller_inputs(labelled_tensors(args, kwargs))
         if backward:
-            loss = loss_fn(output) if loss_fn is not None else default_loss(output)
-            if loss is None or not isinstance(loss, torch.Tensor) or not loss.requires_grad:
-                off = grad_mode_off()
-                report.notes.append("backward skipped: no output requires grad" + (f": {off}" if off else ""))
-            else:
-                report.backward = True
-                try:
-                    loss.backward()
-                except Exception as exc:
-                    if tool_error_of(exc) is not None:  # PyTorch's error, which the tool's diagnosis rides on
-                        tracer.left(exc)
-                        forget_frames(exc)
-                        report.notes.append("backward raised at the first overwritten saved tensor it reached")
-                    else:
-                        passed_through(exc)
-                        classify_or_raise(exc, tracer, analyzer, report, "backward", report.target)
-                    analyzer.backward_stopped()
-                else:
-                    analyzer.backward_completed()
-                del loss
+            _backward(output, loss_fn, tracer, analyzer, report)
         # Before the graph is freed: what is still pending was never reached by a backward.
         tracer.check_contents_now()
         analyzer.finish(Unreached.NO_BACKWARD, Severity.WARNING)
@@ -166,3 +142,44 @@ def audit(
         replay_writes.name_write_lines(report, tracer.contents.unlocated, run, args, kwargs, inputs, modules, loss_fn, backward)
         report.findings = sorted_findings(report.findings)
     return report
+
+
+def _module_of(
+    model: torch.nn.Module | Callable[..., Any], names: Mapping[str, torch.nn.Module] | None
+) -> tuple[torch.nn.Module, Mapping[str, torch.nn.Module] | None]:
+    """The module audit restores and names, with the names: `model` itself; for a callable that is
+    no module, the module its method belongs to, else the modules it holds, named as it holds them
+    (`engines/callables.py`; the caller's `names` win)."""
+    if isinstance(model, torch.nn.Module):
+        return model, names
+    if not callable(model):
+        raise UsageError(f"audit() needs a torch.nn.Module or a callable, got {type(model).__name__}")
+    owner, found = callables.module_of_method(model), callables.modules_of(model)
+    names = {**({} if owner is not None else dict(found)), **(names or {})}
+    return (owner if owner is not None else torch.nn.ModuleList([m for _, m in found])), names
+
+
+def _backward(output: Any, loss_fn: Callable[[Any], torch.Tensor] | None, tracer: Tracer, analyzer: Analyzer,
+              report: Report) -> None:
+    """Backward of the loss (`loss_fn(output)`, else the default loss), skipped with a note where no
+    output requires grad; an error it raises stops backward: the tool's diagnosis (PyTorch's error
+    at an overwritten saved tensor) is noted, any other error classified or re-raised."""
+    loss = loss_fn(output) if loss_fn is not None else default_loss(output)
+    if loss is None or not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+        off = grad_mode_off()
+        report.notes.append("backward skipped: no output requires grad" + (f": {off}" if off else ""))
+        return
+    report.backward = True
+    try:
+        loss.backward()
+    except Exception as exc:
+        if tool_error_of(exc) is not None:  # PyTorch's error, which the tool's diagnosis rides on
+            tracer.left(exc)
+            forget_frames(exc)
+            report.notes.append("backward raised at the first overwritten saved tensor it reached")
+        else:
+            passed_through(exc)
+            classify_or_raise(exc, tracer, analyzer, report, "backward", report.target)
+        analyzer.backward_stopped()
+    else:
+        analyzer.backward_completed()

@@ -164,20 +164,26 @@ def map_tensors(value: Any, fn: Any) -> Any:
         except Exception:
             return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changed = {}
-        for f in dataclasses.fields(value):
-            if hasattr(value, f.name):
-                old = getattr(value, f.name)
-                new = map_tensors(old, fn)
-                if new is not old:
-                    changed[f.name] = new
-        if not changed:
-            return value
-        rebuilt = copy.copy(value)
-        for name, new in changed.items():
-            object.__setattr__(rebuilt, name, new)
-        return rebuilt
+        return _map_dataclass(value, fn)
     return value
+
+
+def _map_dataclass(value: Any, fn: Any) -> Any:
+    """`map_tensors` of a dataclass instance: itself when every field maps to itself, else a
+    shallow copy with the new fields (set past a frozen dataclass's `__setattr__`)."""
+    changed = {}
+    for f in dataclasses.fields(value):
+        if hasattr(value, f.name):
+            old = getattr(value, f.name)
+            new = map_tensors(old, fn)
+            if new is not old:
+                changed[f.name] = new
+    if not changed:
+        return value
+    rebuilt = copy.copy(value)
+    for name, new in changed.items():
+        object.__setattr__(rebuilt, name, new)
+    return rebuilt
 
 
 def labelled_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, torch.Tensor]]:
@@ -343,6 +349,11 @@ class Preserved:
         for module, name, buf in self._buffers:
             module._buffers[name] = buf
         self._attributes.restore()
+        self._restore_grads_and_flags()
+        self._rng.restore()
+
+    def _restore_grads_and_flags(self) -> None:
+        """`.grad`, `requires_grad` and the train/eval flags as they were, each set only where it changed."""
         for t, grad in self._grads:
             if t.grad is not grad:
                 t.grad = grad
@@ -352,7 +363,6 @@ class Preserved:
         for m, flag in self._training:
             if m.training is not flag:  # Module.__setattr__ is slow: only where it changed
                 m.training = flag
-        self._rng.restore()
 
 
 def refuse_lazy(model: torch.nn.Module, modules: list[torch.nn.Module]) -> None:

@@ -11,9 +11,10 @@ def _flag(value: bool) -> str:
     return "on " if value else "off"
 
 
-def plan_lines(plan: Plan) -> list[str]:
-    opt = optimizer_text(plan.optimizer, plan.optimizer_settings)
-    lines = [f"inplace-doctor optimize: {plan.target}, {plan.mode} mode, {opt}, inputs {', '.join(plan.inputs)}", ""]
+def _decision_lines(plan: Plan) -> list[str]:
+    """The plan's decisions: the module flags (by glob where alike), the functional calls, and the
+    findings no flag controls."""
+    lines: list[str] = []
     groups = plan.module_groups()  # sites under one glob, as inplace.toml writes them, when alike
     if groups:
         lines.append("module inplace flags (shipped -> planned):")
@@ -33,6 +34,14 @@ def plan_lines(plan: Plan) -> list[str]:
         lines.append("no in-place site: nothing to decide")
     for f in plan.other_findings:
         lines.append(f"other finding, not controlled by a flag: {f.code} {f.message.splitlines()[0]}")
+    return lines
+
+
+def plan_lines(plan: Plan) -> list[str]:
+    """The lines of `str(plan)`: the decisions, then what they were measured to do."""
+    opt = optimizer_text(plan.optimizer, plan.optimizer_settings)
+    lines = [f"inplace-doctor optimize: {plan.target}, {plan.mode} mode, {opt}, inputs {', '.join(plan.inputs)}", ""]
+    lines += _decision_lines(plan)
     lines.append("")
     shipped = (
         fmt_bytes(plan.peak_shipped) if plan.peak_shipped is not None else f"raises ({plan.shipped_error})"

@@ -79,7 +79,7 @@ class Search:
 def search(ws: Workspace, first: Run, *, unsafe: bool, say: Callable[[str], None]) -> Search:
     """The rounds of checks (module docstring), starting from the first run's findings; `say` gets
     one line per check made."""
-    from .prove import How, identity, serious
+    from .prove import identity, serious
     from .source_edits import EditError, plan
 
     # the findings' lines, which the intended program must run
@@ -90,18 +90,10 @@ def search(ws: Workspace, first: Run, *, unsafe: bool, say: Callable[[str], None
     repeated: dict[int, str] = {}  # id of a reference run -> how a second run of it differs ("": it does not)
     known = {identity(f, ws.root) for f in serious(first.findings)}
     findings, tree = first.findings, ws.root
-    out = Search([], [], [], state, findings, tree)
-    if reference.record is not None and reference.record.refused:
-        out.reference_failed = unprovable(reference, reference, None)
-    elif reference.record is None or reference.record.how is not How.RAN:
-        ended = reference.record.ended if reference.record is not None else "did not start"
-        last = (reference.stderr.strip().splitlines() or [""])[-1]
-        out.reference_failed = (f"the script with every saved tensor copied at save (the program it means) {ended}"
-                                f"{f' ({last})' if last else ''}: no fix can be proven equal to it")
+    out = Search([], [], [], state, findings, tree, reference_failed=_reference_failed(reference))
     tried: set[tuple[Any, ...]] = set()
     lines: dict[str, tuple[int, ...]] = {}  # the lines of `state`'s files followed back (`origins`)
     for _ in range(ROUNDS):
-        progress = False
         for f in serious(findings):
             target = identity(f, tree, lines)
             where = where_written(f, tree)
@@ -138,13 +130,7 @@ def search(ws: Workspace, first: Run, *, unsafe: bool, say: Callable[[str], None
                 also = frozenset(renamed({target}, renames))
                 was = sum(identity(g, tree, lines) == target for g in serious(findings))
                 trial_lines = origins(candidate, ws.original, ws.root)
-                verdict = (_verified(target, trial, seen, also, was, trial_lines) if flag
-                           else _judge(target, trial, reference, seen, also, was, trial_lines))
-                if not flag:
-                    site = finding_site(f, lambda p: ws.rebase(p, ws.root), ws.root) if tree == ws.root else None
-                    did_the_work(verdict, trial, reference, site)
-                if verdict.gone and not verdict.new and verdict.comparison == "differs" and not flag and not verdict.unprovable:
-                    verdict.first_difference += unrepeatable(ws, meant, reference, repeated)
+                verdict = _judged(ws, f, tree, trial, reference, meant, repeated, target, seen, also, was, trial_lines)
                 out.tried.append(Tried(target, replace(fx, edits=edits), verdict, alone=not state))
                 taken = Accepted(f["code"], where, target, replace(fx, edits=edits), verdict, described)
                 if not (verdict.proven or verdict.on_the_way):
@@ -164,13 +150,43 @@ def search(ws: Workspace, first: Run, *, unsafe: bool, say: Callable[[str], None
                 known = seen | {identity(g, tree, lines) for g in serious(findings)}
                 if f["code"] == "IPD105" and taken.verdict.proven:  # what is meant from here on: the flag off
                     reference, meant = ws.run(state, reference=True), state
-                progress = True
                 break
-        if not progress:
+        else:  # no finding had a fix accepted this round: none will be in the next
             break
     out.state, out.findings, out.tree, out.lines = state, findings, tree, lines
     out.left = serious(findings)
     return out
+
+
+def _reference_failed(reference: Run) -> str:
+    """How the reference run (the program with every saved tensor copied at save) failed, in words;
+    "" when it ran to the end."""
+    from .prove import How
+
+    if reference.record is not None and reference.record.refused:
+        return unprovable(reference, reference, None)
+    if reference.record is None or reference.record.how is not How.RAN:
+        ended = reference.record.ended if reference.record is not None else "did not start"
+        last = (reference.stderr.strip().splitlines() or [""])[-1]
+        return (f"the script with every saved tensor copied at save (the program it means) {ended}"
+                f"{f' ({last})' if last else ''}: no fix can be proven equal to it")
+    return ""
+
+
+def _judged(ws: Workspace, finding: dict[str, Any], tree: str, trial: Run, reference: Run, meant: dict[str, bytes],
+            repeated: dict[int, str], target: Identity, seen: set[Identity], also: frozenset[Identity], was: int,
+            lines: dict[str, tuple[int, ...]]) -> Verdict:
+    """The verdict on one trial: an IPD105 flag change's by `run --verify` (`_verified`); any other
+    fix's against the reference run, unprovable where the runs did not do the work, and where its
+    values differ, whether the intended program itself computes the same twice (`unrepeatable`)."""
+    if finding["code"] == "IPD105":  # the intended program is the out-of-place one: verify's
+        return _verified(target, trial, seen, also, was, lines)
+    verdict = _judge(target, trial, reference, seen, also, was, lines)
+    site = finding_site(finding, lambda p: ws.rebase(p, ws.root), ws.root) if tree == ws.root else None
+    did_the_work(verdict, trial, reference, site)
+    if verdict.gone and not verdict.new and verdict.comparison == "differs" and not verdict.unprovable:
+        verdict.first_difference += unrepeatable(ws, meant, reference, repeated)
+    return verdict
 
 
 def with_evidence(report: Report, found: Search, root: str) -> Report:

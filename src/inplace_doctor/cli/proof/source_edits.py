@@ -216,18 +216,26 @@ def write_all(changes: Mapping[str, tuple[bytes, bytes]]) -> None:
             done.append(path)
     except OSError as e:
         failed = e.filename or staged[len(done)][0]
-        for path in done:  # put back what was already written, as it was written
-            if path in linked:
-                _write_in_place(path, changes[path][0])
-            else:
-                os.replace(_staged(path, changes[path][0]), path)
-        for path, tmp in staged[len(done):]:
-            if path in linked:  # its own write failed part way, maybe: its old bytes again
-                with contextlib.suppress(OSError):
-                    _write_in_place(path, changes[path][0])
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        _put_back(changes, staged, done, linked)
         raise EditError(f"could not write {failed} ({e.strerror}); every file is as it was") from None
+
+
+def _put_back(changes: Mapping[str, tuple[bytes, bytes]], staged: list[tuple[str, str]], done: list[str],
+              linked: set[str]) -> None:
+    """After a failed write, every file as it was: those in `done` (the first of `staged`) written
+    back the way their edit was (in place where `linked`); the rest's staged files removed and, where
+    written in place, their old bytes put back (the failed write may have gone part way)."""
+    for path in done:  # put back what was already written, as it was written
+        if path in linked:
+            _write_in_place(path, changes[path][0])
+        else:
+            os.replace(_staged(path, changes[path][0]), path)
+    for path, tmp in staged[len(done):]:
+        if path in linked:  # its own write failed part way, maybe: its old bytes again
+            with contextlib.suppress(OSError):
+                _write_in_place(path, changes[path][0])
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def _write_in_place(path: str, data: bytes) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from ..args import (
     add_check_contents,
@@ -25,8 +25,11 @@ from ..errors import EXIT_FINDINGS, CliUsageError
 from ..output import check_outputs, write_report
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ...report import Report
     from ..args import Subcommands
+    from .steps import RunStats
 
 
 def add_parser(sub: Subcommands) -> None:
@@ -141,26 +144,33 @@ def command(ns: argparse.Namespace) -> int:
         report.notes.append(summary)
         write_report(outputs["--output"], renderer, report)
     else:
-        sys.stderr.flush()
-        if stats.diagnosis:
-            print(f"inplace-doctor: {stats.diagnosis}", file=sys.stderr)
-        if report.findings or ns.format != "text":
-            renderer(report, sys.stderr)
-        else:
-            compiled = report.stats.get("compiled_calls_run_eagerly")
-            if compiled:  # the one note a clean run's terminal needs: what ran was not the compiled code
-                summary += f"; {compiled} torch.compile'd call(s) ran eagerly while watched"
-                if stats.compiled_after_window():  # said only when compiled code did run after the window
-                    summary += ", compiled as usual after"
-        print(f"inplace-doctor: {len(report.findings)} finding(s); {summary}", file=sys.stderr)
-        if not report.findings and ns.format == "text":  # the report above, when printed, holds them
-            for note in [*verified, *([stats.threads] if stats.threads else [])]:
-                print(f"inplace-doctor: {note}", file=sys.stderr)
+        _to_terminal(report, renderer, ns.format, stats, summary, verified)
     if status:
         return int(status)
     if report.verified_different:
         return EXIT_FINDINGS
     return findings_exit(config, report)
+
+
+def _to_terminal(report: Report, renderer: Callable[[Report, TextIO], None], fmt: str, stats: RunStats,
+                 summary: str, verified: list[str]) -> None:
+    """The report on stderr, after the script's own output: with findings (or in another format than
+    text) the rendered report, else one line of what was watched and the notes a clean run keeps."""
+    sys.stderr.flush()
+    if stats.diagnosis:
+        print(f"inplace-doctor: {stats.diagnosis}", file=sys.stderr)
+    if report.findings or fmt != "text":
+        renderer(report, sys.stderr)
+    else:
+        compiled = report.stats.get("compiled_calls_run_eagerly")
+        if compiled:  # the one note a clean run's terminal needs: what ran was not the compiled code
+            summary += f"; {compiled} torch.compile'd call(s) ran eagerly while watched"
+            if stats.compiled_after_window():  # said only when compiled code did run after the window
+                summary += ", compiled as usual after"
+    print(f"inplace-doctor: {len(report.findings)} finding(s); {summary}", file=sys.stderr)
+    if not report.findings and fmt == "text":  # the report above, when printed, holds them
+        for note in [*verified, *([stats.threads] if stats.threads else [])]:
+            print(f"inplace-doctor: {note}", file=sys.stderr)
 
 
 def _proven(report: Report, root: str, target: str, args: list[str], module: bool, ns: argparse.Namespace) -> Report:

@@ -85,18 +85,9 @@ def write_fixes(site: Site, saved: Site | None = None) -> tuple[Fix, ...]:
     rebuilt = rebound(source, stmt) or _rebound_function(source, stmt)
     if rebuilt is not None:
         return (made(FixKind.REBIND, source.replace(stmt, rebuilt)),)
-    call = _inplace_method_call(stmt)
-    twin = out_of_place_function(source, call) if call is not None and _on_a_module(source, call) else None
-    if call is not None and (isinstance(stmt, ast.Expr) or (_on_a_module(source, call) and twin is None)):
-        call = None  # its result unused: out of place would drop the write; `init.zeros_(w)` has no twin
-    func = call.func if call is not None else None
-    if isinstance(func, ast.Attribute) and not twin and not tensor_method_exists(func.attr[:-1]):
-        call = None  # `y = s.copy_(v)`: tensors have no `copy`
-    if call is not None:  # `y = x.add_(1)`: the out-of-place method (x then keeps its values); `y = F.relu_(x)`
-        func = call.func
-        assert isinstance(func, ast.Attribute)
-        new = f"{twin}{_arguments(source, call, func)}" if twin else _renamed_call(source, call, func.attr[:-1])
-        return (made(FixKind.OUT_OF_PLACE, source.replace(call, new)),)
+    result_used = _out_of_place_call(source, stmt)
+    if result_used is not None:
+        return (result_used,)
     flag = _inplace_keyword(source, stmt)
     if flag is not None:
         return (made(FixKind.FLAG_OFF_AT_CALL, flag),)
@@ -107,6 +98,24 @@ def write_fixes(site: Site, saved: Site | None = None) -> tuple[Fix, ...]:
     if saved is not None and saved.file == site.file and _spans(stmt, saved.line):  # read and written alike
         return (compute_then_write(source, located, name) if written else Fix(FixKind.COMPUTE_THEN_WRITE),)
     return (made(FixKind.CLONE_BEFORE_WRITE, source.insert_before(stmt, f"{name} = {name}.clone()")),)
+
+
+def _out_of_place_call(source: Source, stmt: ast.stmt) -> Fix | None:
+    """Where the statement uses an in-place call's result, the out-of-place call: `y = x.add_(1)` the
+    method (x then keeps its values), `y = F.relu_(x)` the module's twin. None for no such call."""
+    call = _inplace_method_call(stmt)
+    twin = out_of_place_function(source, call) if call is not None and _on_a_module(source, call) else None
+    if call is not None and (isinstance(stmt, ast.Expr) or (_on_a_module(source, call) and twin is None)):
+        call = None  # its result unused: out of place would drop the write; `init.zeros_(w)` has no twin
+    func = call.func if call is not None else None
+    if isinstance(func, ast.Attribute) and not twin and not tensor_method_exists(func.attr[:-1]):
+        call = None  # `y = s.copy_(v)`: tensors have no `copy`
+    if call is None:
+        return None
+    func = call.func
+    assert isinstance(func, ast.Attribute)
+    new = f"{twin}{_arguments(source, call, func)}" if twin else _renamed_call(source, call, func.attr[:-1])
+    return made(FixKind.OUT_OF_PLACE, source.replace(call, new))
 
 
 def out_of_place(source: Source, stmt: ast.AugAssign) -> str:

@@ -55,7 +55,7 @@ class TracingMode(PerOpMode):
         self.recompute = recompute
         self.own_pack = own_pack  # the tracer's pack hook: on top of the hooks outside checkpoint regions
 
-    def run(self, func: Any, args: Any, kwargs: Any, written: list[torch.Tensor] | None, batch_norm: bool) -> Any:
+    def run(self, func: Any, args: Any, kwargs: Any, written: list[torch.Tensor] | None, batch_norm: bool) -> Any:  # noqa: C901 - once per aten op: a helper is a Python call per op on the measured overhead
         saved, writes = self.saved, self.writes
         if saved.pending_nodes:
             saved.flush_nodes()

@@ -87,7 +87,7 @@ def _number_slots(op: Any) -> tuple[tuple[str, int], ...]:
     )
 
 
-def _kernel(op: Any, spec: WriteSpec, own: Any) -> Callable[..., Any]:
+def _kernel(op: Any, spec: WriteSpec, own: Any) -> Callable[..., Any]:  # noqa: C901 - builds the per-op kernel closure; its branches pick what the hot closure does
     """The kernel of `op`: `own` is PyTorch's own kernel at the key (a `_SafeKernelFunction`), None
     where it had none (a fallthrough), False where it had one that cannot be called from here."""
     after = torch._C._after_ADInplaceOrView_keyset

@@ -173,7 +173,7 @@ class InplaceCalls(TorchFunctionMode):
         finally:
             self.handling -= 1
 
-    def _observed(self, func: Any, args: Any, kwargs: Any, plan: int) -> Any:
+    def _observed(self, func: Any, args: Any, kwargs: Any, plan: int) -> Any:  # noqa: C901 - once per observed call: a helper is a Python call per op on the measured overhead
         owner = self.owner
         kind = None
         if args and type(args[0]) in _PLAIN and not owner.busy:
@@ -256,7 +256,7 @@ class InplaceCalls(TorchFunctionMode):
         if isinstance(exc, RuntimeError) and args and isinstance(args[0], torch.Tensor) and not self.owner.busy:
             self.owner.call_raised(exc, func, args[0], flag)
 
-    def _inplace_call(self, func: Any, args: Any, kwargs: Any, kind: str) -> Any:
+    def _inplace_call(self, func: Any, args: Any, kwargs: Any, kind: str) -> Any:  # noqa: C901 - once per in-place call: a helper is a Python call per op on the measured overhead
         # The tool's own reads and tensors here run with torch-function handling off: a mode the
         # program entered below this one sees the program's calls only (`target` is a plain tensor).
         target = args[0]
