@@ -159,3 +159,22 @@ def source_line(frame: Frame | None) -> str | None:
         return None
     text = linecache.getline(frame.file, frame.line).strip()
     return text or None
+
+
+def write_stack(site: Site) -> str:
+    """The write's user frames as Python prints a traceback (most recent call last)."""
+    lines = [f"the in-place write `{site.op.removeprefix('aten.')}` ran here (most recent call last):"]
+    if site.hidden_frames:
+        lines.append(_hidden_frames(site.hidden_frames))
+    for frame in site.stack:
+        lines.append(f'  File "{frame.file}", line {frame.line}, in {frame.function}')
+        text = source_line(frame)
+        if text:
+            lines.append(f"    {text}")
+    return "\n".join(lines)
+
+
+def _hidden_frames(hidden: tuple[str, ...]) -> str:
+    """Stands for the frames of installed frameworks left out of a write's traceback."""
+    names = ", ".join(dict.fromkeys(hidden))
+    return f"  [{len(hidden)} frame{'s' if len(hidden) != 1 else ''} of {names} not shown: the framework's own code]"

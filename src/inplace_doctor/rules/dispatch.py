@@ -50,7 +50,7 @@ from ..events import (
     StaleSavedTensorUsed,
 )
 from ..findings import Finding, Severity
-from ..sites import Site, source_line
+from ..sites import write_stack
 from . import Rule
 from .fixes.fix_sets import alternative_fixes, are_updates, fixes_of_places
 from .phrasing import place_of
@@ -111,18 +111,7 @@ class Analyzer:
         return self._overwrites.get(key)
 
     def __call__(self, event: Event) -> BaseException | None:
-        if isinstance(event, BackwardErrorCaught):  # the program went on after the error it confirmed
-            for key in event.keys:
-                if (index := self._index.get(key)) is not None:
-                    self.findings[index] = self.findings[index].with_(caught=True)
-            return None
-        if isinstance(event, _FREED):
-            if self.pending.pop(event.key, None):
-                self.dropped += 1
-            return None
-        if isinstance(event, ChangedGraphTensorHarmless):
-            if self.pending.pop(event.key, None):
-                self.harmless += 1
+        if self._settled_without_rules(event):
             return None
         if isinstance(event, SavedTensorOverwritten):
             self._overwrites[event.saved.key] = event
@@ -133,26 +122,47 @@ class Analyzer:
         if _predicted_key(event) is not None:
             return None  # a prediction: nothing is certain until backward reaches the tensor
         if isinstance(event, StaleSavedTensorUsed):
-            stale = [f for f in produced if f.code == "IPD101"]
-            if stale:  # raised inside backward: it stops there, before what is still pending in its graph
-                cut = event.stopped_before
-                self._cut_short.update(self.pending if cut is None else (key for key in self.pending if key in cut))
-            if not stale:
-                return None
-            error = self._error(stale, event.saved.key)
-            error.in_backward = True
-            return error
+            return self._stale_error(event, produced)
         if self.fail_fast:
             errors = [f for f in produced if f.severity is Severity.ERROR]
             if errors:
                 return self._error(errors, getattr(event, "key", None))
         return None
 
+    def _settled_without_rules(self, event: Event) -> bool:
+        """Events that only settle what is kept (an error the program caught, a saved tensor freed
+        unread, an IPD110 write found harmless): True when `event` was one of them."""
+        if isinstance(event, BackwardErrorCaught):  # the program went on after the error it confirmed
+            for key in event.keys:
+                if (index := self._index.get(key)) is not None:
+                    self.findings[index] = self.findings[index].with_(caught=True)
+        elif isinstance(event, _FREED):
+            if self.pending.pop(event.key, None):
+                self.dropped += 1
+        elif isinstance(event, ChangedGraphTensorHarmless):
+            if self.pending.pop(event.key, None):
+                self.harmless += 1
+        else:
+            return False
+        return True
+
+    def _stale_error(self, event: StaleSavedTensorUsed, produced: list[Finding]) -> InplaceError | None:
+        """The error for backward reaching an overwritten saved tensor, None when no finding is it."""
+        stale = [f for f in produced if f.code == "IPD101"]
+        if not stale:
+            return None
+        # raised inside backward: it stops there, before what is still pending in its graph
+        cut = event.stopped_before
+        self._cut_short.update(self.pending if cut is None else (key for key in self.pending if key in cut))
+        error = self._error(stale, event.saved.key)
+        error.in_backward = True
+        return error
+
     def _error(self, findings: list[Finding], key: int | None) -> InplaceError:
         error = InplaceError(findings[0].message, findings)
         prior = self._overwrites.get(key) if key is not None else None
         if prior is not None and prior.write.site.stack:
-            error.written_here = WrittenHere(_format_stack(prior.write.site))  # type: ignore[attr-defined]
+            error.written_here = WrittenHere(write_stack(prior.write.site))  # type: ignore[attr-defined]
         return error
 
     def handle(self, event: Event) -> list[Finding]:
@@ -162,7 +172,6 @@ class Analyzer:
         confirming = isinstance(event, _REACHED) or (isinstance(event, InplaceErrorRaised) and not event.caught) or (
             isinstance(event, SavedTensorChangedOutside) and event.reached
         )
-        predicted_key = _predicted_key(event)
         settled: list[Finding] = []  # what was predicted for the tensor backward reached now
         if isinstance(event, _REACHED) or (isinstance(event, SavedTensorChangedOutside) and confirming):
             key = _settled_key(event)
@@ -177,56 +186,64 @@ class Analyzer:
             return produced
         for r in self._by_event.get(type(event), ()):
             finding = r.check(event, self._contexts[r.code])
-            if finding is None:
-                continue
-            if is_suppressed(finding, self.per_module_ignores):
-                self.suppressed += 1
-                if predicted_key is not None:
-                    if len(self._suppressed_saved) > _REMEMBERED_OVERWRITES:
-                        self._suppressed_saved.clear()  # bounded in long runs, like the overwrites
-                    self._suppressed_saved.add(predicted_key)
-                continue
-            finding = self._placed(finding)
-            if isinstance(event, InplaceErrorRaised) and event.caught:
-                finding = finding.with_(caught=True)
-            if predicted_key is not None:
-                # Each write that changed the tensor is kept (`p.sub_()` under no_grad, then `opt.step()`:
-                # both must move); the same write again replaces its prediction.
-                predicted = self.pending.setdefault(predicted_key, [])
-                predicted[:] = [f for f in predicted if f.dedupe_key != finding.dedupe_key] + [finding]
-                produced.append(finding)
-                continue
-            recorded = self._record(finding, confirming)
-            if confirming and finding.confirmed:
-                recorded = self._fold_pending(recorded, getattr(event, "stopped_before", None))
-            produced.append(recorded)
+            if finding is not None:
+                produced.extend(self._kept(event, finding, confirming))
         if settled and any(p.code == "IPD101" for p in produced):
-            # The rule names the last write before backward; each earlier one predicted for the same
-            # tensor bumped its version too (all must move for backward to run), and backward reached
-            # it: confirmed, at its own line. One per line (`h[:, 0] += 1` writes twice).
-            last = next(p for p in produced if p.code == "IPD101")
-            named = {(p.mutation.file, p.mutation.line) for p in produced}
-            earlier = []
-            for f in settled:
-                if f.code == "IPD101" and (f.mutation.file, f.mutation.line) not in named:
-                    named.add((f.mutation.file, f.mutation.line))
-                    earlier.append(f)
-            alternatives = alternative_fixes([*earlier, last])
-            then = last.facts if isinstance(last.facts, VersionFacts) else VersionFacts()
-            updates = are_updates([*earlier, last])  # parameter updates: no write can go to a copy instead
-            for f in earlier:
-                facts = replace(f.facts, then=then, then_at=last.mutation.location, updates=updates) if isinstance(
-                    f.facts, VersionFacts
-                ) else VersionFacts(then=then, then_at=last.mutation.location, updates=updates)
-                confirmed = f.with_(
-                    confirmed=True, unreached=None, fixes=alternatives or f.fixes,
-                    cause=SavedTensorCause.ALSO_WRITTEN, facts=facts,
-                )
-                produced.append(self._record(confirmed, confirming=True))
-            if earlier and alternatives:
-                index = self._index[last.dedupe_key]
-                self.findings[index] = self.findings[index].with_(fixes=alternatives)
-                produced = [self.findings[index] if p is last else p for p in produced]
+            produced = self._confirm_earlier_writes(settled, produced)
+        return produced
+
+    def _kept(self, event: Event, finding: Finding, confirming: bool) -> list[Finding]:
+        """What becomes of one rule's finding: suppressed (nothing), kept as a prediction until
+        backward settles it, or recorded (folding in the predictions it confirms)."""
+        predicted_key = _predicted_key(event)
+        if is_suppressed(finding, self.per_module_ignores):
+            self.suppressed += 1
+            if predicted_key is not None:
+                if len(self._suppressed_saved) > _REMEMBERED_OVERWRITES:
+                    self._suppressed_saved.clear()  # bounded in long runs, like the overwrites
+                self._suppressed_saved.add(predicted_key)
+            return []
+        finding = self._placed(finding)
+        if isinstance(event, InplaceErrorRaised) and event.caught:
+            finding = finding.with_(caught=True)
+        if predicted_key is not None:
+            # Each write that changed the tensor is kept (`p.sub_()` under no_grad, then `opt.step()`:
+            # both must move); the same write again replaces its prediction.
+            predicted = self.pending.setdefault(predicted_key, [])
+            predicted[:] = [f for f in predicted if f.dedupe_key != finding.dedupe_key] + [finding]
+            return [finding]
+        recorded = self._record(finding, confirming)
+        if confirming and finding.confirmed:
+            recorded = self._fold_pending(recorded, getattr(event, "stopped_before", None))
+        return [recorded]
+
+    def _confirm_earlier_writes(self, settled: list[Finding], produced: list[Finding]) -> list[Finding]:
+        """The rule names the last write before backward; each earlier one predicted for the same
+        tensor bumped its version too (all must move for backward to run), and backward reached
+        it: confirmed, at its own line. One per line (`h[:, 0] += 1` writes twice)."""
+        last = next(p for p in produced if p.code == "IPD101")
+        named = {(p.mutation.file, p.mutation.line) for p in produced}
+        earlier = []
+        for f in settled:
+            if f.code == "IPD101" and (f.mutation.file, f.mutation.line) not in named:
+                named.add((f.mutation.file, f.mutation.line))
+                earlier.append(f)
+        alternatives = alternative_fixes([*earlier, last])
+        then = last.facts if isinstance(last.facts, VersionFacts) else VersionFacts()
+        updates = are_updates([*earlier, last])  # parameter updates: no write can go to a copy instead
+        for f in earlier:
+            facts = replace(f.facts, then=then, then_at=last.mutation.location, updates=updates) if isinstance(
+                f.facts, VersionFacts
+            ) else VersionFacts(then=then, then_at=last.mutation.location, updates=updates)
+            confirmed = f.with_(
+                confirmed=True, unreached=None, fixes=alternatives or f.fixes,
+                cause=SavedTensorCause.ALSO_WRITTEN, facts=facts,
+            )
+            produced.append(self._record(confirmed, confirming=True))
+        if earlier and alternatives:
+            index = self._index[last.dedupe_key]
+            self.findings[index] = self.findings[index].with_(fixes=alternatives)
+            produced = [self.findings[index] if p is last else p for p in produced]
         return produced
 
     def _placed(self, finding: Finding) -> Finding:
@@ -370,22 +387,3 @@ def _settled_key(
     if isinstance(event, ChangedGraphTensorReached):
         return event.changed.key
     return event.key
-
-
-def _format_stack(site: Site) -> str:
-    """The write's user frames as Python prints a traceback (most recent call last)."""
-    lines = [f"the in-place write `{site.op.removeprefix('aten.')}` ran here (most recent call last):"]
-    if site.hidden_frames:
-        lines.append(_hidden_frames_line(site.hidden_frames))
-    for frame in site.stack:
-        lines.append(f'  File "{frame.file}", line {frame.line}, in {frame.function}')
-        text = source_line(frame)
-        if text:
-            lines.append(f"    {text}")
-    return "\n".join(lines)
-
-
-def _hidden_frames_line(hidden: tuple[str, ...]) -> str:
-    """Stands for the frames of installed frameworks left out of a write's traceback."""
-    names = ", ".join(dict.fromkeys(hidden))
-    return f"  [{len(hidden)} frame{'s' if len(hidden) != 1 else ''} of {names} not shown: the framework's own code]"
