@@ -9,7 +9,10 @@ decides on these fields, never on the wording of a sentence.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any
 
 from .sites import Site
 from .sites import WriteForm as WriteForm  # lives with Site, named here too, as before
@@ -289,3 +292,56 @@ Facts = (
     VersionFacts | DifferenceFacts | ArgumentFacts | HeldFacts | SideEffectFacts | HandOutFacts | HistoryFacts
     | RecomputeFacts | RaisedFacts
 )
+
+
+def cause_of(value: str) -> Cause:
+    """The cause member whose value is `value` (values are unique across the rules' enums)."""
+    for kind in typing.get_args(Cause):
+        try:
+            return kind(value)  # type: ignore[no-any-return]
+        except ValueError:
+            continue
+    raise ValueError(f"no rule's cause is {value!r}")
+
+
+def facts_to_dict(facts: Facts) -> dict[str, Any]:
+    """A facts record as JSON data, every field (its type named, so `facts_from_dict` rebuilds it)."""
+    return {"type": type(facts).__name__, **{f.name: _plain(getattr(facts, f.name)) for f in fields(facts)}}
+
+
+def facts_from_dict(data: Mapping[str, Any]) -> Facts:
+    """The facts record `facts_to_dict` wrote."""
+    kinds = {kind.__name__: kind for kind in typing.get_args(Facts)}
+    kind = kinds[data["type"]]
+    hints = typing.get_type_hints(kind, {**globals(), "Site": Site})
+    return kind(**{f.name: _typed(hints[f.name], data[f.name]) for f in fields(kind) if f.name in data})  # type: ignore[no-any-return]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Site):
+        return value.to_dict()
+    if is_dataclass(value) and not isinstance(value, type):
+        return facts_to_dict(value)  # type: ignore[arg-type]
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _typed(hint: Any, value: Any) -> Any:
+    """`value` (JSON data) as the field typed `hint` holds it: sites, facts, enums and tuples rebuilt."""
+    if value is None:
+        return None
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        return _typed(args[0], value) if len(args) == 1 else value
+    if hint is Site:
+        return Site.from_dict(value)
+    if isinstance(value, Mapping) and "type" in value:
+        return facts_from_dict(value)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return hint(value)
+    if typing.get_origin(hint) is tuple:
+        return tuple(_typed(args[0], v) if args else v for v in value)
+    return value

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .causes import Cause, Facts, SiteRole, Unreached
+from .causes import Cause, Facts, SiteRole, Unreached, cause_of, facts_from_dict, facts_to_dict
 from .explanations import Sentences, explain, unreached_sentence
 from .sites import ROOT_LABEL, Site, caller_frame
 
@@ -36,6 +37,10 @@ class Position:
 
     def to_dict(self) -> dict[str, int]:
         return {"line": self.line, "column": self.column}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Position:
+        return cls(int(data["line"]), int(data["column"]))
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,10 @@ class Edit:
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "start": self.start.to_dict(), "end": self.end.to_dict(), "old": self.old, "new": self.new}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Edit:
+        return cls(data["path"], Position.from_dict(data["start"]), Position.from_dict(data["end"]), data["old"], data["new"])
 
 
 class FixKind(enum.StrEnum):
@@ -103,6 +112,14 @@ class Evidence:
             "new_findings": list(self.new_findings), "steps": self.steps, "first_difference": self.first_difference,
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Evidence:
+        return cls(
+            checked=bool(data.get("checked")), equal=bool(data.get("equal")), finding_gone=bool(data.get("finding_gone")),
+            new_findings=tuple(data.get("new_findings", ())), steps=int(data.get("steps", 0)),
+            first_difference=str(data.get("first_difference", "")),
+        )
+
 
 @dataclass(frozen=True)
 class Fix:
@@ -121,6 +138,18 @@ class Fix:
             "edits": [e.to_dict() for e in self.edits],
             "evidence": self.evidence.to_dict(),
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Fix:
+        """The fix `to_dict` wrote; a kind a newer report names reads as OTHER (its edits still say what it does)."""
+        try:
+            kind = FixKind(data.get("kind", ""))
+        except ValueError:
+            kind = FixKind.OTHER
+        return cls(
+            kind, tuple(Edit.from_dict(e) for e in data.get("edits", ())),
+            Applicability(data.get("applicability", "manual")), Evidence.from_dict(data.get("evidence") or {}),
+        )
 
 
 class Severity(enum.StrEnum):
@@ -282,5 +311,33 @@ class Finding:
             "cause": str(self.cause) if self.cause is not None else None,
             "caught": self.caught,
             "details": self.details,
+            # the rest of the record, so `from_dict` rebuilds it whole in another process
+            "facts": facts_to_dict(self.facts) if self.facts is not None else None,
+            "slot": self.slot,
+            "target": self.target,
+            "read_role": str(self.read_role),
+            "ranks": list(self.ranks),
+            "also": [a.to_dict() for a in self.also],
+            "root_label": self.root_label,
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Finding:
+        """The finding `to_dict` wrote, as the record it was: its words are made again from it (the
+        sentences in the dict are for people and are not read back)."""
+        return cls(
+            code=data["code"], severity=Severity(data["severity"]), title=data["title"],
+            mutation=Site.from_dict(data["mutation"]),
+            saved=Site.from_dict(data["saved"]) if data.get("saved") else None,
+            confirmed=data.get("confirmed"),
+            read=Site.from_dict(data["read"]) if data.get("read") else None,
+            count=int(data.get("count", 1)), places=tuple(data.get("places", ())),
+            unreached=Unreached(data["unreached"]) if data.get("unreached") else None,
+            fixes=tuple(Fix.from_dict(x) for x in data.get("fixes", ())),
+            cause=cause_of(data["cause"]) if data.get("cause") else None,
+            facts=facts_from_dict(data["facts"]) if data.get("facts") else None,
+            slot=data.get("slot"), target=data.get("target"), read_role=SiteRole(data.get("read_role", "read")),
+            ranks=tuple(data.get("ranks", ())), also=tuple(cls.from_dict(a) for a in data.get("also", ())),
+            caught=bool(data.get("caught")), root_label=data.get("root_label", ROOT_LABEL),
+        )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +12,7 @@ from .printing import Printable
 from .sites import ROOT_LABEL
 from .verification import ModelVerified, VerifyOutcome
 
-SCHEMA_VERSION = 2  # 2: findings carry fixes[] (edits, applicability, evidence)
+SCHEMA_VERSION = 3  # 2: findings carry fixes[] (edits, applicability, evidence); 3: every field of the records
 
 
 @dataclass
@@ -67,4 +68,22 @@ class Report(Printable):
             "stats": dict(self.stats),
             "rank": self.rank,
             "verify_results": [v.to_dict() for v in self.verify_results],
+            "root_label": self.root_label,
+            "stack": self.stack,
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Report:
+        """The report `to_dict` wrote, as records (`Report.from_dict(r.to_dict())` is `r` again):
+        how a report crosses a process (`run --prove`, `fix`, distributed ranks) without loss.
+        Its words (messages, fixes, notes' text) are made again from the records, not read back."""
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(f"a report of schema version {version!r}; this inplace-doctor reads {SCHEMA_VERSION}")
+        return cls(
+            findings=[Finding.from_dict(f) for f in data.get("findings", ())],
+            target=data.get("target", ""), mode=data.get("mode", ""), backward=bool(data.get("backward")),
+            notes=list(data.get("notes", ())), stats=dict(data.get("stats", {})), command=data.get("command", "audit"),
+            root_label=data.get("root_label", ROOT_LABEL), rank=data.get("rank"), stack=int(data.get("stack", 2)),
+            verify_results=[ModelVerified.from_dict(v) for v in data.get("verify_results", ())],
+        )

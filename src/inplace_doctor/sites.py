@@ -5,7 +5,9 @@ from __future__ import annotations
 import enum
 import linecache
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class WriteForm(enum.StrEnum):
@@ -93,8 +95,29 @@ class Site:
             "api": self.api,
             "phase": self.phase,
             "stack": [{"file": f.file, "line": f.line, "function": f.function} for f in self.stack],
-            "origin": {"file": self.origin.file, "line": self.origin.line} if self.origin is not None else None,
+            "origin": (
+                {"file": self.origin.file, "line": self.origin.line, "function": self.origin.function}
+                if self.origin is not None else None
+            ),
+            "module_inplace": self.module_inplace,
+            "hidden_frames": list(self.hidden_frames),
+            "in_compiled": self.in_compiled,
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Site:
+        """The site `to_dict` wrote (a report read back in another process)."""
+        origin = data.get("origin")
+        return cls(
+            op=data["op"], module=data.get("module"), module_call=data.get("module_call"),
+            module_type=data.get("module_type"), module_inplace=data.get("module_inplace"), file=data.get("file"),
+            line=data.get("line"), code=data.get("code"),
+            stack=tuple(Frame(f["file"], f["line"], f["function"]) for f in data.get("stack") or ()),
+            api=data.get("api"), phase=Phase(data.get("phase") or Phase.FORWARD),
+            origin=Frame(origin["file"], origin["line"], origin.get("function", "")) if origin else None,
+            form=WriteForm(data["form"]) if data.get("form") else None,
+            hidden_frames=tuple(data.get("hidden_frames") or ()), in_compiled=bool(data.get("in_compiled")),
+        )
 
 
 ROOT_LABEL = "model"  # what reports call the audited model: `model.layer1.0.relu`

@@ -7,6 +7,7 @@ it differs and why; and `run --verify`'s verdict on each model (`ModelVerified`)
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,4 +123,29 @@ class ModelVerified(Printable):
             "error": result.error if result is not None else None,
             "reason": self.reason,
             "text": str(self),
+            # the rest of the record, so `from_dict` rebuilds it in another process
+            "verified": result is not None,
+            "sites": [{"kind": s.kind, "where": s.where} for s in (result.sites if result is not None else [])],
+            "findings": [f.to_dict() for f in (result.findings if result is not None else [])],
+            "runs": result.runs if result is not None else 0,
+            "equivalent_notes": result.notes if result is not None else [],
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelVerified:
+        """The verdict `to_dict` wrote (its `text` is made again from it, not read back)."""
+        mode = data.get("mode")
+        result = None
+        if data.get("verified", data.get("outcome") != VerifyOutcome.NOT_VERIFIED):
+            differences = Differences(Difference(d["what"], d["max_abs"], d["max_rel"], d.get("nonfinite", ""))
+                                      for d in data.get("differences", ()))
+            differences.notes = list(data.get("equivalent_notes", ()))
+            result = VerifyResult(
+                equivalent=data["outcome"] == VerifyOutcome.EQUIVALENT, differences=differences,
+                culprits=[InplaceSite(c["kind"], c["where"]) for c in data.get("culprits", ())],
+                sites=[InplaceSite(s["kind"], s["where"]) for s in data.get("sites", ())],
+                error=data.get("error"), findings=[Finding.from_dict(f) for f in data.get("findings", ())],
+                runs=int(data.get("runs", 0)),
+            )
+        return cls(data["label"], VerifyOutcome(data["outcome"]), None if mode is None else mode == "train", result,
+                   data.get("reason", ""))

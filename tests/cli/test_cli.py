@@ -145,7 +145,7 @@ def test_eval_flag_audits_in_eval_mode(capsys):
 def test_json_report_is_valid_and_locates_both_sites(capsys):
     code, report = run_json(capsys, "audit", BROKEN)
     assert code == 1
-    assert report["schema_version"] == 2
+    assert report["schema_version"] == 3
     assert report["target"] == BROKEN
     assert report["backward"] is True
     [finding] = report["findings"]
@@ -166,7 +166,7 @@ def test_output_file_receives_json_and_stdout_stays_empty(capsys, tmp_path):
     assert out == ""
     assert err == ""
     report = json.loads(target.read_text(encoding="utf-8"))
-    assert report["schema_version"] == 2
+    assert report["schema_version"] == 3
     assert [f["code"] for f in report["findings"]] == ["IPD101"]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import inplace_doctor as ipd
-from inplace_doctor.cli import training
+from inplace_doctor.cli.measure import training
 from inplace_doctor.engines import tracer_mode
 from inplace_doctor.render import FORMATS
 from inplace_doctor.rules import RULES

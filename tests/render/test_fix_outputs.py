@@ -56,7 +56,7 @@ def _validator(path: Path, cls: Any) -> Any:
 def test_the_json_report_carries_each_fix_as_edits_and_validates(report: Report) -> None:
     data = _render(json_format.render, report)
     assert list(_validator(REPORT_SCHEMA, jsonschema.Draft202012Validator).iter_errors(data)) == []
-    assert data["schema_version"] == 2
+    assert data["schema_version"] == 3
     (finding,) = data["findings"]
     (fix,) = finding["fixes"]
     assert (fix["kind"], fix["applicability"]) == ("flag-off-at-constructor", "unsafe")

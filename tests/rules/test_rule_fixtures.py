@@ -23,6 +23,7 @@ with the reason (also listed in tests/rules/README.md).
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import runpy
 from collections.abc import Iterable
@@ -129,6 +130,18 @@ def check_flagged(path: Path, device: str | None = None) -> None:
         checked = {code for code, _ in marked[role]}
         reported = {(f.code, _where(site_of(f), path)) for f in ours if f.code in checked}
         assert reported == marked[role], f"{role} sites differ{where}"
+    assert_round_trip(findings)
+
+
+def assert_round_trip(findings: list[ipd.Finding]) -> None:
+    """Records cross a process intact (issue 39): the report's JSON, read back with
+    `Report.from_dict`, is the same records, whose words are the same words."""
+    report = ipd.Report(findings=findings)
+    data = json.loads(json.dumps(report.to_dict()))
+    back = ipd.Report.from_dict(data)
+    assert back.findings == findings
+    assert [f.to_dict() for f in back.findings] == data["findings"]  # every field, stacks and facts included
+    assert [f.message for f in back.findings] == [f.message for f in findings]
 
 
 @pytest.mark.parametrize(

@@ -556,7 +556,7 @@ def test_report_text_and_dict():
     assert "IPD101" in text and f"test_rules.py:{line_of('write:gate')}" in text
     assert re.search(r"1 finding: 1 error", text)
     data = report.to_dict()
-    assert data["schema_version"] == 2
+    assert data["schema_version"] == 3
     assert data["findings"][0]["mutation"]["line"] == line_of("write:gate")
     assert data["findings"][0]["saved"]["line"] == line_of("save:gate")
 
