@@ -183,12 +183,12 @@ def test_the_golden_outputs_hold_edits() -> None:
 def test_every_golden_edit_applied_mechanically_parses_and_is_what_fix_writes(
     golden: str, number: int, edits: list[dict[str, Any]]
 ) -> None:
-    from inplace_doctor.cli.proof.source_edits import fixes_from_json
+    from inplace_doctor.findings import Fix
 
     edits = [{**e, "path": str(ROOT / e["path"].replace("<ROOT>/", ""))} for e in edits]
     [path] = {e["path"] for e in edits}
     data = Path(path).read_bytes()
     after = apply_mechanically(data, edits)
     ast.parse(after)
-    [fix] = fixes_from_json({"fixes": [{"kind": "other", "edits": edits}]})
+    fix = Fix.from_dict({"kind": "other", "edits": edits})
     assert after == apply_to_source(path, FileBytes.read(path), fix.edits), (golden, number)

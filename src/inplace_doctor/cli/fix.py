@@ -47,7 +47,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..printing import write_bytes
 from ..render.fix_text import unproven_caveat
@@ -55,6 +55,7 @@ from .errors import CliUsageError, child_exit, ended_by
 from .proof.fix_search import where_written
 
 if TYPE_CHECKING:
+    from ..findings import Finding
     from .args import Subcommands
     from .proof.fix_exit import Watched
     from .proof.fix_search import Search
@@ -106,7 +107,6 @@ def _command(ns: argparse.Namespace, patch: TextIO) -> int:
     from .project import load_project_config
     from .proof.fix_exit import Watched
     from .proof.prove import serious
-    from .proof.source_edits import fixes_from_json
 
     if ns.module:
         script, args = ns.module, list(ns.target)
@@ -139,7 +139,7 @@ def _command(ns: argparse.Namespace, patch: TextIO) -> int:
     if not targets:
         print("inplace-doctor: nothing to fix: no error or warning finding")
         return 0
-    edited = [e for f in targets for fx in fixes_from_json(f) for e in fx.edits]
+    edited = [e for f in targets for fx in f.fixes for e in fx.edits]
     if not edited:
         print(f"inplace-doctor: {len(targets)} finding(s), none with an edit fix can make and check:")
         _suggest(targets, root)
@@ -206,7 +206,7 @@ def _written(ws: Watched, first: Run, found: Search, remaining: set[Identity]) -
     targeted = {a.target for a in accepted}
     for f in serious(first.findings):  # a sibling (another write to the same saved tensor) went with a fix
         if identity(f, ws.root) not in remaining | targeted:
-            print(f"inplace-doctor: gone with the edits above: {f['code']} at {where_written(f, ws.root)}")
+            print(f"inplace-doctor: gone with the edits above: {f.code} at {where_written(f, ws.root)}")
     end, how = edited_end(ws, tree)
     if left:
         print(f"inplace-doctor: after the edits {len(left)} finding(s) remain:")
@@ -243,9 +243,9 @@ def _how_sure(code: str, v: Verdict) -> str:
             f"gradients and state over {steps} equal the intended program's bit for bit")
 
 
-def _suggest(findings: list[dict[str, Any]], tree: str) -> None:
+def _suggest(findings: list[Finding], tree: str) -> None:
     for f in findings:
-        print(f"  {f['code']} at {where_written(f, tree)}: {f.get('fix')}")
+        print(f"  {f.code} at {where_written(f, tree)}: {f.fix}")
 
 
 def _watch(program: list[str], args: list[str], steps: int | None) -> Run:
@@ -253,7 +253,7 @@ def _watch(program: list[str], args: list[str], steps: int | None) -> Run:
     directory, its output shown."""
     import tempfile
 
-    from .proof.prove import Run, _load
+    from .proof.prove import Run, load_report
 
     with tempfile.TemporaryDirectory(prefix="inplace-doctor-fix-") as tmp:
         out = os.path.join(tmp, "report.json")
@@ -262,7 +262,7 @@ def _watch(program: list[str], args: list[str], steps: int | None) -> Run:
         done = subprocess.run([*argv, *program, *args], capture_output=True)  # bytes: a script's output need not be text
         write_bytes(sys.stdout, done.stdout)  # the script's own output, byte for byte, as `run` leaves it
         stderr = done.stderr.decode("utf-8", "surrogateescape")  # `_pass_stderr` gives back the same bytes
-        return Run(done.returncode, _load(out), None, stderr, os.path.realpath(os.getcwd()))
+        return Run(done.returncode, load_report(out), None, stderr, os.path.realpath(os.getcwd()))
 
 
 def _pass_stderr(text: str) -> None:

@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING, Any
 from ...findings import Applicability, Evidence
 from ...render.code_text import moved_code, one_line, without_comment
 from ...render.fix_text import moved_edits, moved_lines
+from ...verification import VerifyOutcome
 from ..errors import CliUsageError
 from .edited_lines import origins, renamed, rewritten
 from .produced import did_the_work, edited_groups, finding_site, finding_sites, unprovable
 from .repeat import unrepeatable
 
 if TYPE_CHECKING:
-    from ...findings import Edit, Fix
+    from ...findings import Edit, Finding, Fix
     from ...report import Report
     from .prove import Identity, Run, Verdict, Workspace
     from .source_edits import Source
@@ -62,10 +63,10 @@ class Search:
     rejected: list[str]  # "IPD1xx at file:line: the edits: why not", in words
     tried: list[Tried]
     state: dict[str, bytes]  # absolute path in the project -> its bytes with the accepted edits
-    findings: list[dict[str, Any]]  # what the last accepted trial (or the first run) reported
+    findings: list[Finding]  # what the last accepted trial (or the first run) reported
     tree: str  # the copy those findings name files in
     reference_failed: str = ""  # how the reference run failed, in words; "" when it ran to the end
-    left: list[dict[str, Any]] = field(default_factory=list)
+    left: list[Finding] = field(default_factory=list)
     lines: dict[str, tuple[int, ...]] = field(default_factory=dict)  # `origins` of `state`: how `left` is named
 
     @property
@@ -112,7 +113,7 @@ def search(ws: Workspace, first: Run, *, unsafe: bool, say: Callable[[str], None
                 again = [e for e in edits if _already_made(e, now)]
                 if again:
                     out.rejected.append(
-                        f"{f['code']} at {where}: its fix would insert `{one_line(again[0].new)}` at "
+                        f"{f.code} at {where}: its fix would insert `{one_line(again[0].new)}` at "
                         f"{where_edit(again[0], ws.root)}, where that line already stands right above and the "
                         "finding is still there: the same edit is not made twice")
                     continue
@@ -122,8 +123,8 @@ def search(ws: Workspace, first: Run, *, unsafe: bool, say: Callable[[str], None
                     raise CliUsageError(str(e)) from None
                 candidate = {**state, **{p: after for p, (_, after) in changes.items()}}
                 described = describe(edits, ws.root, changes)
-                say(f"inplace-doctor: checking the fix for {f['code']} at {where} on a copy of the project: {described}")
-                flag = f["code"] == "IPD105"  # the intended program is the out-of-place one: verify's
+                say(f"inplace-doctor: checking the fix for {f.code} at {where} on a copy of the project: {described}")
+                flag = f.code == "IPD105"  # the intended program is the out-of-place one: verify's
                 trial = ws.run(candidate, verify=flag, reach=edited_groups(changes, ws.root))
                 renames = rewritten(changes, ws.root)  # a finding on a line the edit rewrote is still the one it was
                 seen = known | renamed(known, renames)
@@ -132,12 +133,12 @@ def search(ws: Workspace, first: Run, *, unsafe: bool, say: Callable[[str], None
                 trial_lines = origins(candidate, ws.original, ws.root)
                 verdict = _judged(ws, f, tree, trial, reference, meant, repeated, target, seen, also, was, trial_lines)
                 out.tried.append(Tried(target, replace(fx, edits=edits), verdict, alone=not state))
-                taken = Accepted(f["code"], where, target, replace(fx, edits=edits), verdict, described)
+                taken = Accepted(f.code, where, target, replace(fx, edits=edits), verdict, described)
                 if not (verdict.proven or verdict.on_the_way):
                     if unsafe and verdict.gone and fallback is None:  # taken only if no other fix of it proves
                         fallback = (taken, candidate, trial, seen)
                     else:
-                        out.rejected.append(f"{f['code']} at {where}: {described}: {why_not(verdict)}")
+                        out.rejected.append(f"{f.code} at {where}: {described}: {why_not(verdict)}")
                     continue
                 chosen = (taken, candidate, trial, seen)
                 break
@@ -148,7 +149,7 @@ def search(ws: Workspace, first: Run, *, unsafe: bool, say: Callable[[str], None
                 out.accepted.append(taken)
                 findings, tree, lines = trial.findings, trial.tree, origins(state, ws.original, ws.root)
                 known = seen | {identity(g, tree, lines) for g in serious(findings)}
-                if f["code"] == "IPD105" and taken.verdict.proven:  # what is meant from here on: the flag off
+                if f.code == "IPD105" and taken.verdict.proven:  # what is meant from here on: the flag off
                     reference, meant = ws.run(state, reference=True), state
                 break
         else:  # no finding had a fix accepted this round: none will be in the next
@@ -173,13 +174,13 @@ def _reference_failed(reference: Run) -> str:
     return ""
 
 
-def _judged(ws: Workspace, finding: dict[str, Any], tree: str, trial: Run, reference: Run, meant: dict[str, bytes],
+def _judged(ws: Workspace, finding: Finding, tree: str, trial: Run, reference: Run, meant: dict[str, bytes],
             repeated: dict[int, str], target: Identity, seen: set[Identity], also: frozenset[Identity], was: int,
             lines: dict[str, tuple[int, ...]]) -> Verdict:
     """The verdict on one trial: an IPD105 flag change's by `run --verify` (`_verified`); any other
     fix's against the reference run, unprovable where the runs did not do the work, and where its
     values differ, whether the intended program itself computes the same twice (`unrepeatable`)."""
-    if finding["code"] == "IPD105":  # the intended program is the out-of-place one: verify's
+    if finding.code == "IPD105":  # the intended program is the out-of-place one: verify's
         return _verified(target, trial, seen, also, was, lines)
     verdict = _judge(target, trial, reference, seen, also, was, lines)
     site = finding_site(finding, lambda p: ws.rebase(p, ws.root), ws.root) if tree == ws.root else None
@@ -229,10 +230,8 @@ def evidence_of(v: Verdict) -> Evidence:
                     first_difference=v.first_difference)
 
 
-def _candidates(finding: dict[str, Any]) -> list[Fix]:
-    from .source_edits import fixes_from_json
-
-    return [fx for fx in fixes_from_json(finding) if fx.edits and fx.applicability is not Applicability.MANUAL]
+def _candidates(finding: Finding) -> list[Fix]:
+    return [fx for fx in finding.fixes if fx.edits and fx.applicability is not Applicability.MANUAL]
 
 
 def _already_made(edit: Edit, state: dict[str, bytes]) -> bool:
@@ -266,10 +265,8 @@ def _verified(target: Identity, trial: Run, known: set[Identity], also: frozense
 
     # for gone and new; the record is not the measure here
     verdict = judge(target, trial, Record(How.NOT_STARTED, "", 0, ()), known, also=also, was=was, lines=lines)
-    report = trial.report or {}
-    results = report.get("verify_results")  # `run --verify`'s verdicts as records: nothing reads its notes
-    outcomes = [r.get("outcome") for r in results] if isinstance(results, list) else []
-    ok = bool(outcomes) and all(o == "equivalent" for o in outcomes) and verdict.gone
+    outcomes = [v.outcome for v in trial.report.verify_results] if trial.report is not None else []
+    ok = bool(outcomes) and all(o is VerifyOutcome.EQUIVALENT for o in outcomes) and verdict.gone
     return Verdict(verdict.gone, verdict.new, "equal" if ok else "differs",
                    "" if ok else ("no model ran while the script was watched" if not outcomes
                                   else "verify did not find every model equivalent to its out-of-place form"),
@@ -322,7 +319,6 @@ def _line(source: Source, number: int) -> str:
     return without_comment(source.data[starts[number - 1] : end].decode(source.encoding, "replace").strip())
 
 
-def where_written(finding: dict[str, Any], tree: str) -> str:
-    m = finding.get("mutation") or {}
-    file = m.get("file") or "?"
-    return f"{os.path.relpath(file, tree) if os.path.isabs(file) else file}:{m.get('line')}"
+def where_written(finding: Finding, tree: str) -> str:
+    file = finding.mutation.file or "?"
+    return f"{os.path.relpath(file, tree) if os.path.isabs(file) else file}:{finding.mutation.line}"

@@ -20,6 +20,7 @@ import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ...findings import Finding
 from .copy_room import files_under
 
 
@@ -137,24 +138,24 @@ def written(tree: str, before: dict[str, tuple[int, int]], edited: set[str]) -> 
     return out
 
 
-def finding_sites(findings: list[dict[str, Any]], rebase: Callable[[str], str], root: str) -> dict[str, tuple[str, frozenset[int]]]:
+def finding_sites(findings: list[Finding], rebase: Callable[[str], str], root: str) -> dict[str, tuple[str, frozenset[int]]]:
     """The `--reach` groups of the findings' lines, each its own group (`rebase`: a path as the project names it)."""
     places = (place for f in findings if (place := _place(f, rebase)) is not None)
     return {label(path, root, line): (path, frozenset({line})) for path, line in places}
 
 
-def finding_site(finding: dict[str, Any], rebase: Callable[[str], str], root: str) -> str | None:
+def finding_site(finding: Finding, rebase: Callable[[str], str], root: str) -> str | None:
     """The `--reach` label of a finding's line."""
     place = _place(finding, rebase)
     return label(place[0], root, place[1]) if place is not None else None
 
 
-def _place(finding: dict[str, Any], rebase: Callable[[str], str]) -> tuple[str, int] | None:
+def _place(finding: Finding, rebase: Callable[[str], str]) -> tuple[str, int] | None:
     """The finding's written line: (its file as the project names it, the line), when the report has both."""
-    m = finding.get("mutation") or {}
-    if not m.get("file") or not isinstance(m.get("line"), int):
+    m = finding.mutation
+    if not m.file or m.line is None:
         return None
-    return rebase(str(m["file"])), m["line"]
+    return rebase(m.file), m.line
 
 
 def edited_groups(changes: dict[str, tuple[bytes, bytes]], root: str) -> dict[str, tuple[str, frozenset[int]]]:

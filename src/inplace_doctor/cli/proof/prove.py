@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from ...findings import Finding, Severity
+from ...report import Report
 from ..errors import CliUsageError
 from .copy_room import check_room, links_into_the_copy, skip
 from .produced import stamps, written
@@ -83,7 +85,7 @@ class Run:
     the files it wrote in its copy (path relative to the copy -> a digest, or "deleted")."""
 
     status: int
-    report: dict[str, Any] | None
+    report: Report | None  # the child's JSON report, read back as records (`Report.from_dict`)
     record: Record | None
     stderr: str = ""
     tree: str = ""
@@ -92,8 +94,8 @@ class Run:
     written: dict[str, str] = field(default_factory=dict)
 
     @property
-    def findings(self) -> list[dict[str, Any]]:
-        return list(self.report["findings"]) if self.report is not None else []
+    def findings(self) -> list[Finding]:
+        return list(self.report.findings) if self.report is not None else []
 
 
 class Identity(NamedTuple):
@@ -105,26 +107,26 @@ class Identity(NamedTuple):
     line: int  # that line in the program as fix started, followed through the edits; 0: a line the edits wrote
 
 
-def identity(finding: Mapping[str, Any], tree: str, lines: Mapping[str, Sequence[int]] | None = None) -> Identity:
+def identity(finding: Finding, tree: str, lines: Mapping[str, Sequence[int]] | None = None) -> Identity:
     """A finding named so that two runs in two copies agree: its rule, its file relative to the
     copy, the text of the line that wrote, and which line that is. Line numbers move when an edit
     inserts a line, so the line is the one the program had before any edit: `lines` maps each
     line of a file the edits changed (by its path relative to the project) to that line, 0 for a
     line they wrote (`edited_lines.origins`). Two lines of one text (`h.mul_(2)` in two modules'
     forwards) are two findings; a line an edit rewrote keeps its number (its text is the edit's)."""
-    m = finding.get("mutation") or {}
-    file = m.get("file") or ""
+    m = finding.mutation
+    file = m.file or ""
     rel = os.path.relpath(file, tree) if os.path.isabs(file) else file
-    written = m.get("line")
-    line = written if isinstance(written, int) else 0
+    line = m.line or 0
     followed = lines.get(os.path.normpath(rel)) if lines else None
     if followed is not None:
         line = followed[line - 1] if 0 < line <= len(followed) else 0
-    return Identity(str(finding.get("code")), rel, " ".join(str(m.get("code") or m.get("line")).split()), line)
+    return Identity(finding.code, rel, " ".join(str(m.code or m.line).split()), line)
 
 
-def serious(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [f for f in findings if f.get("severity") in ("error", "warning")]
+def serious(findings: list[Finding]) -> list[Finding]:
+    """The errors and warnings: what `fix` fixes and what a trial must not add."""
+    return [f for f in findings if f.severity.rank >= Severity.WARNING.rank]
 
 
 @dataclass
@@ -270,7 +272,7 @@ class Workspace:
             env[cache] = os.path.join(own, "tmp", cache.lower())
         done = subprocess.run(argv, cwd=tree, capture_output=True, env=env)
         err = b"".join(line for line in done.stderr.splitlines(keepends=True) if not line.startswith(b"inplace-doctor"))
-        run = Run(done.returncode, _load(report_path), None, done.stderr.decode("utf-8", "replace"), tree,
+        run = Run(done.returncode, load_report(report_path), None, done.stderr.decode("utf-8", "replace"), tree,
                   done.stdout, err, written(tree, before, {os.path.relpath(p, self.root) for p in state}))
         raw = _load(record_path)
         if raw is not None:
@@ -314,4 +316,13 @@ def _load(path: str) -> dict[str, Any] | None:
             data = json.load(f)
         return data if isinstance(data, dict) else None
     except (OSError, ValueError):
+        return None
+
+
+def load_report(path: str) -> Report | None:
+    """The JSON report a child wrote at `path`, as records; None when it wrote none (or not whole)."""
+    data = _load(path)
+    try:
+        return Report.from_dict(data) if data is not None else None
+    except (KeyError, TypeError, ValueError):  # cut short (the child was killed mid-write)
         return None

@@ -30,11 +30,10 @@ import tempfile
 import tokenize
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from ..._parsing import parse
 from ...errors import InplaceDoctorError
-from ...findings import Applicability, Edit, Evidence, Fix, FixKind, Position
+from ...findings import Edit, Position
 
 
 class EditError(InplaceDoctorError):
@@ -281,29 +280,3 @@ def unified_diff(changes: Mapping[str, tuple[bytes, bytes]], root: str) -> bytes
 def _lines(data: bytes) -> list[bytes]:
     lines = data.split(b"\n")
     return [line + b"\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
-
-
-def fixes_from_json(finding: Mapping[str, Any]) -> tuple[Fix, ...]:
-    """The `fixes[]` of one finding of the JSON report, as records."""
-    out = []
-    for raw in finding.get("fixes") or ():
-        edits = tuple(
-            Edit(e["path"], Position(e["start"]["line"], e["start"]["column"]),
-                 Position(e["end"]["line"], e["end"]["column"]), e["old"], e["new"])
-            for e in raw.get("edits", ())
-        )
-        ev = raw.get("evidence") or {}
-        evidence = Evidence(
-            checked=bool(ev.get("checked")), equal=bool(ev.get("equal")), finding_gone=bool(ev.get("finding_gone")),
-            new_findings=tuple(ev.get("new_findings", ())), steps=int(ev.get("steps", 0)),
-            first_difference=str(ev.get("first_difference", "")),
-        )
-        out.append(Fix(_kind(raw.get("kind", "")), edits, Applicability(raw.get("applicability", "manual")), evidence))
-    return tuple(out)
-
-
-def _kind(value: str) -> FixKind:
-    try:
-        return FixKind(value)
-    except ValueError:  # a kind a newer report names: the edits still say what it does
-        return FixKind.OTHER

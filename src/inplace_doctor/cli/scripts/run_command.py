@@ -179,7 +179,7 @@ def _proven(report: Report, root: str, target: str, args: list[str], module: boo
     from ..proof.fix_search import search, why_not, with_evidence
     from ..proof.prove import Run, Workspace, serious
 
-    first = Run(0, report.to_dict(), None, "", root)
+    first = Run(0, report, None, "", root)
     if not serious(first.findings):
         return report
     options = tuple(x for option, value in (("--select", ns.select), ("--ignore", ns.ignore)) if value
