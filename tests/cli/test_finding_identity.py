@@ -20,6 +20,8 @@ from programs import git_project
 
 from inplace_doctor.cli.proof.edited_lines import followed, origins
 from inplace_doctor.cli.proof.prove import Identity, identity
+from inplace_doctor.findings import Finding, Severity
+from inplace_doctor.sites import Site
 
 MODULE = """\
 class {name}(nn.Module):
@@ -104,8 +106,9 @@ def test_a_finding_is_named_by_the_line_it_had_before_the_edits(tmp_path: Path) 
     lines = origins({str(path): after}, {str(path): before}.get, str(tmp_path))
     assert list(lines) == ["m.py"] and lines["m.py"][:6] == (1, 2, 0, 3, 4, 5)
 
-    def at(line: int) -> dict[str, object]:
-        return {"code": "IPD101", "mutation": {"file": str(tmp_path / "m.py"), "line": line, "code": "h.mul_(2)"}}
+    def at(line: int) -> Finding:
+        site = Site(op="aten.mul_", file=str(tmp_path / "m.py"), line=line, code="h.mul_(2)")
+        return Finding(code="IPD101", severity=Severity.ERROR, title="t", mutation=site)
 
     # in the edited file the writes are at lines 4 and 6: the program's lines 3 and 5, two findings
     assert identity(at(4), str(tmp_path), lines) == Identity("IPD101", "m.py", "h.mul_(2)", 3) == identity(at(3), str(tmp_path))

@@ -371,6 +371,9 @@ def test_an_edit_after_wide_characters_on_its_line_lands_on_its_statement(
 def test_a_finding_whose_line_another_fix_rewrote_is_the_one_it_was(tmp_path: Path) -> None:
     from inplace_doctor.cli.proof.edited_lines import renamed, rewritten
     from inplace_doctor.cli.proof.prove import How, Identity, Record, Run, judge
+    from inplace_doctor.findings import Finding, Severity
+    from inplace_doctor.report import Report
+    from inplace_doctor.sites import Site
 
     before, after = b"x = 1\nh.mul_(2); g.mul_(3)\n", b"x = 1\nh = h.mul(2); g.mul_(3)\n"
     renames = rewritten({str(tmp_path / "t.py"): (before, after)}, str(tmp_path))
@@ -379,9 +382,9 @@ def test_a_finding_whose_line_another_fix_rewrote_is_the_one_it_was(tmp_path: Pa
     assert also == {Identity("IPD101", "t.py", "h = h.mul(2); g.mul_(3)", 2)}
 
     def trial(n: int) -> Run:  # n findings left on the rewritten line, the run stopped by the first
-        found = [{"code": "IPD101", "severity": "error",
-                  "mutation": {"file": str(tmp_path / "t.py"), "line": 2, "code": "h = h.mul(2); g.mul_(3)"}}] * n
-        return Run(1, {"findings": found}, Record(How.RAISED, "RuntimeError", 0, (("forward", "a", "1"),)), "", str(tmp_path))
+        site = Site(op="aten.mul_", file=str(tmp_path / "t.py"), line=2, code="h = h.mul(2); g.mul_(3)")
+        found = [Finding(code="IPD101", severity=Severity.ERROR, title="t", mutation=site)] * n
+        return Run(1, Report(found), Record(How.RAISED, "RuntimeError", 0, (("forward", "a", "1"),)), "", str(tmp_path))
 
     reference = Record(How.RAN, "", 0, (("forward", "a", "1"), ("forward", "b", "2")))
     one_left = judge(target, trial(1), reference, {target} | also, also=also, was=2)

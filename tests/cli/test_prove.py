@@ -17,7 +17,7 @@ from programs import POLYAK
 from inplace_doctor.cli.proof.edited_lines import origins
 from inplace_doctor.cli.proof.prove import Verdict, Workspace, identity, judge, serious
 from inplace_doctor.cli.proof.source_edits import plan
-from inplace_doctor.findings import Edit, Position
+from inplace_doctor.findings import Edit, Finding, Position
 
 
 class Proving:
@@ -39,7 +39,7 @@ class Proving:
             self.close()
             raise
 
-    def trial(self, edits: list[Edit]) -> tuple[Verdict, list[dict[str, Any]]]:
+    def trial(self, edits: list[Edit]) -> tuple[Verdict, list[Finding]]:
         """(the verdict of the edited program against the reference, its findings)."""
         state = {p: after for p, (_, after) in plan(edits, str(self.folder)).items()}
         trial = self.ws.run(state)
@@ -81,7 +81,7 @@ def test_a_clone_before_a_write_that_saves_its_own_operands_is_not_proven(buffer
     # issue 23, item 2: the clone is both read and written, so the finding stays
     verdict, findings = buffer.trial([insert(9, 4, "buf = buf.clone()")])
     assert not verdict.gone and not verdict.proven
-    assert [f["code"] for f in serious(findings)] == ["IPD101"]
+    assert [f.code for f in serious(findings)] == ["IPD101"]
 
 
 def test_computing_the_value_then_writing_into_a_copy_is_proven_bit_for_bit(buffer: Proving) -> None:
