@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tokenize
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from programs import git_project
@@ -98,31 +98,63 @@ PROGRAMS = {
 }
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", list(PROGRAMS))
-def test_the_json_edits_applied_mechanically_are_the_bytes_fix_writes(tmp_path: Path, name: str) -> None:
+class RunThenFix(NamedTuple):
+    """`run --format json`, then (for the SARIF test) `run --prove --format sarif`, then `fix`, of one
+    committed program: the runs write nothing into the project, so the one `fix` (a whole proof: three
+    Pythons or more) serves every test that compares its bytes with what a report's edits give."""
+
+    data: bytes
+    json_run: subprocess.CompletedProcess[str]
+    report: dict[str, Any]
+    sarif_run: subprocess.CompletedProcess[str] | None
+    sarif: dict[str, Any] | None
+    fixed: subprocess.CompletedProcess[str]
+    after: bytes
+
+
+def run_then_fix(tmp_path: Path, name: str, with_sarif: bool) -> RunThenFix:
     data = PROGRAMS[name]
     project = git_project(tmp_path, {"train.py": data})
-    ran = cli("run", "--format", "json", "--output", str(tmp_path / "report.json"), "train.py", cwd=project)
-    assert ran.returncode == 1, ran.stderr
+    json_run = cli("run", "--format", "json", "--output", str(tmp_path / "report.json"), "train.py", cwd=project)
     report = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
-    fixes = [fx for f in report["findings"] for fx in f["fixes"] if fx["edits"]]
+    sarif_run = sarif = None
+    if with_sarif:
+        sarif_run = cli("run", "--prove", "--format", "sarif", "--output", str(tmp_path / "report.sarif"), "train.py",
+                        cwd=project)
+        sarif = json.loads((tmp_path / "report.sarif").read_text(encoding="utf-8"))
+    assert (project / "train.py").read_bytes() == data  # neither run wrote the file: fix starts from the commit
+    fixed = cli("fix", "train.py", cwd=project)
+    return RunThenFix(data, json_run, report, sarif_run, sarif, fixed, (project / "train.py").read_bytes())
+
+
+@pytest.fixture(scope="module")
+def crlf_bom_fixed(tmp_path_factory: pytest.TempPathFactory) -> RunThenFix:
+    """The CRLF file with a BOM: read by the JSON edits' test and by the SARIF replacements' test."""
+    return run_then_fix(tmp_path_factory.mktemp("crlf-bom"), "crlf-bom", with_sarif=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_the_json_edits_applied_mechanically_are_the_bytes_fix_writes(
+    tmp_path: Path, name: str, request: pytest.FixtureRequest
+) -> None:
+    done = request.getfixturevalue("crlf_bom_fixed") if name == "crlf-bom" else run_then_fix(tmp_path, name, False)
+    data = done.data
+    assert done.json_run.returncode == 1, done.json_run.stderr
+    fixes = [fx for f in done.report["findings"] for fx in f["fixes"] if fx["edits"]]
     assert len(fixes) == 1, fixes
     expected = apply_mechanically(data, fixes[0]["edits"])
     assert expected != data
-    fixed = cli("fix", "train.py", cwd=project)
-    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
-    assert (project / "train.py").read_bytes() == expected
+    assert done.fixed.returncode == 0, done.fixed.stdout + done.fixed.stderr
+    assert done.after == expected
 
 
 @pytest.mark.slow
-def test_the_sarif_replacements_of_a_crlf_file_with_a_bom_are_the_bytes_fix_writes(tmp_path: Path) -> None:
-    data = PROGRAMS["crlf-bom"]
-    project = git_project(tmp_path, {"train.py": data})
-    ran = cli("run", "--prove", "--format", "sarif", "--output", str(tmp_path / "report.sarif"), "train.py",
-              cwd=project)
-    assert ran.returncode == 1, ran.stderr
-    sarif = json.loads((tmp_path / "report.sarif").read_text(encoding="utf-8"))
+def test_the_sarif_replacements_of_a_crlf_file_with_a_bom_are_the_bytes_fix_writes(crlf_bom_fixed: RunThenFix) -> None:
+    data = crlf_bom_fixed.data
+    assert crlf_bom_fixed.sarif_run is not None and crlf_bom_fixed.sarif is not None
+    assert crlf_bom_fixed.sarif_run.returncode == 1, crlf_bom_fixed.sarif_run.stderr
+    sarif = crlf_bom_fixed.sarif
     [replacement] = [r for result in sarif["runs"][0]["results"] for fx in result.get("fixes", ())
                      for change in fx["artifactChanges"] for r in change["replacements"]]
     region = replacement["deletedRegion"]  # 1-based columns, in code points (the run's columnKind)
@@ -134,8 +166,8 @@ def test_the_sarif_replacements_of_a_crlf_file_with_a_bom_are_the_bytes_fix_writ
     old = line[start["column"] : end["column"]]  # the region is within one line here
     edit = {"start": start, "end": end, "old": old, "new": replacement["insertedContent"]["text"]}
     assert "\r\n" in edit["new"]  # the inserted line ends as the file's lines do
-    assert cli("fix", "train.py", cwd=project).returncode == 0
-    assert (project / "train.py").read_bytes() == apply_mechanically(data, [edit])
+    assert crlf_bom_fixed.fixed.returncode == 0, crlf_bom_fixed.fixed.stdout + crlf_bom_fixed.fixed.stderr
+    assert crlf_bom_fixed.after == apply_mechanically(data, [edit])
 
 
 @pytest.mark.parametrize("ending", ["\r\n", "\r", "\n", "mixed"])
