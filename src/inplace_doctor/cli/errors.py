@@ -1,6 +1,6 @@
 """Exit codes of `inplace-doctor`, and the exceptions `main` turns into them.
 
-Exit codes (README, "Exit codes"): 0 no finding of severity error/warning; 1 such findings; 2 usage
+Exit codes (docs/cli.md, "Exit codes"): 0 no finding of severity error/warning; 1 such findings; 2 usage
 error (one line on stderr); 3 the user's model, factory or module itself raised, or called
 `sys.exit` (its traceback without the tool's frames, then one line); 4 inplace-doctor itself
 crashed (its traceback, then one line with the versions); 130 interrupted (Ctrl-C); 141 the

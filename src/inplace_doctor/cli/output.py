@@ -1,7 +1,7 @@
 """Where results go: the files a command writes (`--output`, `--html`, `--png`, `--write`), each
 checked before any work and written atomically after it; a result on stdout as text or JSON.
 
-What holds for every file the user names (README, "Files the tool writes"):
+What holds for every file the user names (docs/cli.md, "Files are never replaced behind your back"):
 
 - the path is made absolute before any of the user's code runs, so a script or factory that
   changes directory does not move the report;

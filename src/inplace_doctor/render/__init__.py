@@ -1,12 +1,14 @@
 """Output formats, and the text of every result.
 
-`text`, `json`, `sarif` and `html` each have `render(report, stream)` and read only a `Report`;
-`FORMATS` maps `--format` names to them. `text`, `memory_text`, `plan_text` and `verify_text`
+`text`, `json` and `sarif` each have `render(report, stream)` and read only a `Report`;
+`FORMATS` maps `--format` names to them. `html` is no `--format`: it writes one self-contained
+page (findings, the memory timeline, a plan) for `--html FILE` of `audit`, `memory` and `optimize`. `text`, `memory_text`, `plan_text` and `verify_text`
 register the plain text (and notebook view) of `Report`, `MemoryReport`, `Plan` and
 `VerifyResult` with `printing`, which is how `str(result)` works without results importing
 this room. Renderers may import the records, `rules/` (rule documentation for SARIF) and the
 engines' result types. `explain/` makes the sentences of every finding from its records,
-registered with `explanations.explains` (rules import that seam, never this room); only cli/ and the package's `__init__` import render/.
+registered with `explanations.explains` and made when asked (`Finding.message`, a renderer); only
+cli/ and the package's `__init__` import render/.
 """
 
 from __future__ import annotations
