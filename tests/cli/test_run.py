@@ -150,7 +150,8 @@ def test_steps_1_leaves_the_rest_of_the_script_running_no_tracer_code(tmp_path: 
     assert "then 3 unwatched" in watched.stderr
     called = watched.stdout.split()
     assert any("StepCounter" in c for c in called), called  # the profile sees the tool's code when it runs
-    passing = ("/cli/steps.py:", "/trace/blame.py:call_through", "/trace/write_kernels.py:_kernel.", "/trace/ops.py:written_tensors")
+    passing = ("/cli/scripts/steps.py:", "/trace/raised/blame.py:call_through", "/trace/fast/write_kernels.py:_kernel.",
+               "/trace/ops.py:written_tensors")
     assert [c for c in called if not c.startswith(passing)] == []
 
 

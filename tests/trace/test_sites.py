@@ -98,8 +98,13 @@ def test_to_dict_has_every_field_with_frames_and_origin():
             {"file": "/x/train.py", "line": 10, "function": "main"},
             {"file": "/x/model.py", "line": 42, "function": "forward"},
         ],
-        "origin": {"file": "/x/model.py", "line": 5},
+        "origin": {"file": "/x/model.py", "line": 5, "function": "__init__"},
+        "module_inplace": True,
+        "hidden_frames": [],
+        "in_compiled": False,
     }
+    back = Site.from_dict(json.loads(json.dumps(s.to_dict())))  # the record again, in another process
+    assert back == s and back.stack == s.stack and back.origin == s.origin and back.to_dict() == s.to_dict()
 
 
 def test_to_dict_serialises_as_json_and_matches_the_report_schema():
@@ -112,7 +117,7 @@ def test_to_dict_serialises_as_json_and_matches_the_report_schema():
     ):
         data = json.loads(json.dumps(s.to_dict()))
         jsonschema.validate(data, site_schema)
-    assert data["phase"] == "backward" and data["origin"] == {"file": "/x/a.py", "line": 2}
+    assert data["phase"] == "backward" and data["origin"] == {"file": "/x/a.py", "line": 2, "function": "<module>"}
 
 
 def test_to_dict_without_origin_or_stack():
