@@ -9,6 +9,7 @@ decides on these fields, never on the wording of a sentence.
 from __future__ import annotations
 
 import enum
+import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -334,7 +335,7 @@ def _typed(hint: Any, value: Any) -> Any:
     if value is None:
         return None
     args = [a for a in typing.get_args(hint) if a is not type(None)]
-    if typing.get_origin(hint) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
         return _typed(args[0], value) if len(args) == 1 else value
     if hint is Site:
         return Site.from_dict(value)

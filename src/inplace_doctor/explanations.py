@@ -56,8 +56,10 @@ def explained_pairs() -> frozenset[tuple[str, Cause]]:
     return frozenset(_EXPLAINERS)
 
 
-def explain(code: str, cause: Cause | None, finding: Any, root_label: str) -> Sentences:
-    """The sentences of `finding` (rule `code`, `cause`), for a model reports call `root_label`."""
+def explain(finding: Any) -> Sentences:
+    """The sentences of `finding` (a `Finding`: its `code`, `cause` and `root_label` say which
+    explainer and what the model is called)."""
+    code, cause = finding.code, finding.cause
     if cause is None:
         raise LookupError(f"{code}: a finding without a cause has no explanation")
     explainer = _EXPLAINERS.get((code, cause))
@@ -66,7 +68,7 @@ def explain(code: str, cause: Cause | None, finding: Any, root_label: str) -> Se
             f"no explanation is registered for {code} {cause!r}: import inplace_doctor "
             "(its render/explain/ registers them)"
         )
-    return explainer(finding, root_label)
+    return explainer(finding, finding.root_label)
 
 
 def says_unreached(words: dict[Unreached, str]) -> None:

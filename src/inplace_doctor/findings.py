@@ -205,7 +205,7 @@ class Finding:
     @property
     def sentences(self) -> Sentences:
         """What happened, why it matters, the fix: made now from the records (`explanations.py`)."""
-        return explain(self.code, self.cause, self, self.root_label)
+        return explain(self)
 
     @property
     def what(self) -> str:
@@ -245,7 +245,10 @@ class Finding:
     @property
     def details(self) -> dict[str, Any]:
         """The typed fields as one JSON object (the report's `details`): cause, slot, target, facts, ranks."""
-        out: dict[str, Any] = {"why": self.why}  # the sentence the JSON has always carried here
+        return self._details(self.sentences)
+
+    def _details(self, words: Sentences) -> dict[str, Any]:
+        out: dict[str, Any] = {"why": words.why}  # the sentence the JSON has always carried here
         if self.cause is not None:
             out["cause"] = str(self.cause)
         if self.slot is not None:
@@ -256,15 +259,18 @@ class Finding:
             out.update((f.name, getattr(self.facts, f.name)) for f in fields(self.facts) if not f.metadata.get("words_only"))
         if self.ranks:
             out["ranks"] = list(self.ranks)
-        if self.fix_alternatives:
-            out["fixes"] = [self.fix, *self.fix_alternatives]
+        if self.also:
+            out["fixes"] = [words.fix, *self.fix_alternatives]
         return out
 
     @property
     def message(self) -> str:
         """What happened, why it matters, the fix, and (for a prediction backward never reached) why
         it is unconfirmed: the text of the JSON's `message` and of an InplaceError."""
-        what, why, fix = self.sentences
+        return self._message(self.sentences)
+
+    def _message(self, words: Sentences) -> str:
+        what, why, fix = words
         text = f"{what} {why}" if what else why
         text += f"\nFix: {fix}."
         if self.unconfirmed_reason:
@@ -292,16 +298,17 @@ class Finding:
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
+        words = self.sentences  # made once for the three places the JSON says them
         return {
             "code": self.code,
             "severity": str(self.severity),
             "title": self.title,
-            "message": self.message,
-            "fix": self.fix,
+            "message": self._message(words),
+            "fix": words.fix,
             "confirmed": self.confirmed,
             "count": self.count,
             "places": list(self.places),
-            "why": self.why,
+            "why": words.why,
             "unconfirmed_reason": self.unconfirmed_reason,
             "unreached": str(self.unreached) if self.unreached is not None else None,
             "mutation": self.mutation.to_dict(),
@@ -310,7 +317,7 @@ class Finding:
             "fixes": [x.to_dict() for x in self.fixes],
             "cause": str(self.cause) if self.cause is not None else None,
             "caught": self.caught,
-            "details": self.details,
+            "details": self._details(words),
             # the rest of the record, so `from_dict` rebuilds it whole in another process
             "facts": facts_to_dict(self.facts) if self.facts is not None else None,
             "slot": self.slot,

@@ -136,7 +136,7 @@ class ModelVerified(Printable):
         """The verdict `to_dict` wrote (its `text` is made again from it, not read back)."""
         mode = data.get("mode")
         result = None
-        if data.get("verified", data.get("outcome") != VerifyOutcome.NOT_VERIFIED):
+        if data["verified"]:
             differences = Differences(Difference(d["what"], d["max_abs"], d["max_rel"], d.get("nonfinite", ""))
                                       for d in data.get("differences", ()))
             differences.notes = list(data.get("equivalent_notes", ()))

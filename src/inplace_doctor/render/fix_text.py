@@ -45,7 +45,7 @@ def _line(edit: Edit, number: int) -> str:
     return edit.line(number) or linecache.getline(edit.path, number)
 
 
-def _statement(edit: Edit, finding: Finding | None = None) -> str:
+def _statement(edit: Edit) -> str:
     """The source line an edit starts on, without its comment, as the fix's builder read it."""
     return without_comment(_line(edit, edit.start.line).strip())
 
@@ -106,7 +106,7 @@ def _at(edit: Edit) -> str:
 def _clone(fix: Fix, finding: Finding, root_label: str) -> str:
     edit = fix.edits[0]
     inserted = edit.new.strip()
-    statement = _statement(edit, finding) or "the write"
+    statement = _statement(edit) or "the write"
     m = finding.mutation
     if (m.file, m.line) != (edit.path, edit.start.line) and m.stack:
         helper = m.stack[-1]

@@ -184,18 +184,19 @@ class Analyzer:
             self._suppressed_error = False
             self.suppressed += 1
             return produced
+        predicted_key = _predicted_key(event)
         for r in self._by_event.get(type(event), ()):
             finding = r.check(event, self._contexts[r.code])
             if finding is not None:
-                produced.extend(self._kept(event, finding, confirming))
+                produced.extend(self._kept(event, finding, confirming, predicted_key))
         if settled and any(p.code == "IPD101" for p in produced):
             produced = self._confirm_earlier_writes(settled, produced)
         return produced
 
-    def _kept(self, event: Event, finding: Finding, confirming: bool) -> list[Finding]:
+    def _kept(self, event: Event, finding: Finding, confirming: bool, predicted_key: int | None) -> list[Finding]:
         """What becomes of one rule's finding: suppressed (nothing), kept as a prediction until
-        backward settles it, or recorded (folding in the predictions it confirms)."""
-        predicted_key = _predicted_key(event)
+        backward settles it (`predicted_key`: the tensor it is about), or recorded (folding in the
+        predictions it confirms)."""
         if is_suppressed(finding, self.per_module_ignores):
             self.suppressed += 1
             if predicted_key is not None:
